@@ -1,0 +1,87 @@
+"""Self-describing checkpoints, written atomically and loaded without running code.
+
+A checkpoint is a dict of tensors and plain data only (weights, optimizer, step, resolved config,
+tokenizer vocabulary, RNG states), so `torch.load(weights_only=True)` reads it and
+`minigpt sample RUN` needs nothing else. Writes go to a temporary file in the same directory,
+are flushed and fsynced, then renamed over the old file: a crash at any moment leaves either the
+old checkpoint or the new one, never a partial file.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minigpt.errors import UserError
+
+FORMAT = "minigpt-checkpoint"
+VERSION = 1
+LAST, BEST = "last.pt", "best.pt"
+
+
+def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
+    """Atomically write `payload` to `path` (tmp file + fsync + rename + directory fsync)."""
+    payload = {"format": FORMAT, "version": VERSION, **payload}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # make the rename itself durable
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the rename is still atomic
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a minigpt checkpoint on the CPU with `weights_only=True`; refuse anything else."""
+    if not path.exists():
+        raise UserError(f"checkpoint {path} does not exist")
+    if path.is_dir():
+        raise UserError(f"{path} is a directory, not a checkpoint file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsupported content"
+        raise UserError(
+            f"refusing to load {path}: it holds objects that would run code when loaded ({first}); "
+            "minigpt checkpoints hold only tensors and plain data"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(
+            f"{path} is not a readable minigpt checkpoint (truncated or another format): {reason}"
+        ) from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise UserError(f"{path} is not a minigpt checkpoint (no '{FORMAT}' marker)")
+    if ckpt.get("version") != VERSION:
+        raise UserError(f"{path} is a version {ckpt.get('version')} checkpoint; this minigpt reads version {VERSION}")
+    return ckpt
+
+
+def resolve_checkpoint(target: Path, prefer: str = BEST) -> Path:
+    """A checkpoint file, or a run directory's `prefer` checkpoint (falling back to the other one)."""
+    if not target.exists():
+        raise UserError(f"{target} does not exist (give a run directory or a .pt checkpoint)")
+    if target.is_file():
+        return target
+    order = [prefer, LAST if prefer == BEST else BEST]
+    for name in order:
+        if (target / name).is_file():
+            return target / name
+    raise UserError(f"run directory {target} holds no checkpoint ({' or '.join(order)}); train into it first")

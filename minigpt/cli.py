@@ -1,0 +1,175 @@
+"""The `minigpt` command line: parse flags, call one library function, map errors to exit codes.
+
+Exit codes: 0 success, 2 a user mistake (one line `error: ...` on stderr, no traceback),
+130 / 143 training stopped by SIGINT / SIGTERM after saving last.pt.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from minigpt.errors import TrainingInterrupted, UserError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Train character-level GPT models on any text file, watch them learn, and sample from them.",
+)
+
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")]
+
+
+def _split_args(args: list[str]) -> tuple[Path | None, list[str]]:
+    """[CONFIG] [KEY=VALUE ...] -> (config path, overrides)."""
+    configs = [a for a in args if "=" not in a]
+    overrides = [a for a in args if "=" in a]
+    if len(configs) > 1:
+        raise UserError(
+            f"expected at most one CONFIG file, got {', '.join(configs)}; overrides are written KEY=VALUE "
+            "(e.g. model.n_layer=6)"
+        )
+    return (Path(configs[0]) if configs else None), overrides
+
+
+@app.command()
+def train(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="CONFIG KEY=VALUE",
+            help="A YAML config (default: the built-in configs/default.yaml) and dotted overrides such as "
+            "model.n_layer=6 optim.lr=3e-4 train.max_steps=500.",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Run directory (default: runs/<config name>).", show_default=False)
+    ] = None,
+    data: Annotated[
+        Path | None, typer.Option("--data", help="Text file to train on (shortcut for data.path=FILE).")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps (shortcut for train.device).")
+    ] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt.")] = False,
+) -> None:
+    """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
+    from minigpt.trainer import train_command
+
+    config_path, overrides = _split_args(args or [])
+    extra: list[str | tuple[str, object]] = list(overrides)
+    if data is not None:
+        extra.append(("data.path", str(data)))
+    if device is not None:
+        extra.append(("train.device", device))
+    train_command(config_path, extra, out, resume)
+
+
+def _check_sampling_flags(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None,
+                          num_samples: int) -> None:  # fmt: skip
+    if max_new_tokens < 0:
+        raise UserError(f"--max-new-tokens must be >= 0, got {max_new_tokens}")
+    if temperature < 0:
+        raise UserError(f"--temperature must be >= 0 (0 is greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise UserError(f"--top-k must be >= 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise UserError(f"--top-p must be in (0, 1], got {top_p}")
+    if num_samples < 1:
+        raise UserError(f"--num-samples must be >= 1, got {num_samples}")
+
+
+def _write_stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+@app.command()
+def sample(
+    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.")],
+    prompt: Annotated[str, typer.Option("--prompt", help="Text to continue [default: a newline].")] = "",
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="How many samples.")] = 1,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")] = 500,
+    temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")] = 0.8,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same text.")] = 1337,
+    unknown: Annotated[
+        str, typer.Option("--unknown", help="error or skip: what to do with prompt characters the model never saw.")
+    ] = "error",
+    device: DeviceOpt = "auto",
+) -> None:
+    """Generate text. Only the samples go to stdout, streamed as they are generated."""
+    from minigpt.inference import encode_prompt, load_model
+    from minigpt.inference import sample as run_sample
+    from minigpt.trainer import resolve_device
+
+    _check_sampling_flags(max_new_tokens, temperature, top_k, top_p, num_samples)
+    if unknown not in ("error", "skip"):
+        raise UserError(f"--unknown must be error or skip, got '{unknown}'")
+    loaded = load_model(target, resolve_device(device))
+    encode_prompt(loaded.tokenizer, prompt, unknown)  # refuse a bad prompt before anything is printed
+    step, val = loaded.checkpoint.get("step"), loaded.checkpoint.get("val_loss")
+    val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""
+    print(f"sampling from {loaded.path} (step {step}{val_text})", file=sys.stderr)
+    run_sample(loaded, prompt, num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, _write_stdout)
+
+
+@app.command(name="eval")
+def eval_(
+    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.")],
+    data: Annotated[
+        Path | None, typer.Option("--data", help="Evaluate on all of this text file instead of the run's val split.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    device: DeviceOpt = "auto",
+) -> None:
+    """Loss over the whole validation split (or --data FILE), every position scored."""
+    from minigpt.inference import evaluate, load_model
+    from minigpt.trainer import resolve_device
+
+    loaded = load_model(target, resolve_device(device))
+    result, what = evaluate(loaded, data)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(
+            f"loss {result.loss:.4f} nats | {result.bpc:.4f} bits/char | perplexity {result.perplexity:.3f} | "
+            f"{result.tokens:,} characters ({what}, {loaded.path})"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
+    try:
+        result = app(args=argv, standalone_mode=False, prog_name="minigpt")
+        return result if isinstance(result, int) else 0
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except typer.TyperException as e:  # usage errors: unknown option, missing argument, bad value
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        print(f"error: {e.format_message()}{hint}", file=sys.stderr)
+        return 2
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        return 130
+    except TrainingInterrupted as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `minigpt sample RUN | head`
+        sys.stderr.close()
+        return 0
+
+
+def run() -> None:
+    sys.exit(main())

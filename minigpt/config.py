@@ -1,0 +1,344 @@
+"""Typed, validated run configuration.
+
+One frozen dataclass per YAML section. Precedence: dataclass defaults < YAML file <
+command-line `KEY=VALUE` overrides. Every field carries a one-line help text (used by
+the README's key table and `minigpt train --help`), and every mistake raises
+`UserError` naming the source and the key.
+
+The defaults here ARE the built-in default run (`configs/default.yaml` spells them
+out with comments; a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from minigpt.errors import UserError
+
+DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
+
+
+def _f(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    """A dataclass field with its help text (and allowed values) in the metadata."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_layer: int = _f(3, "number of transformer blocks")
+    n_head: int = _f(4, "attention heads per block (must divide n_embd)")
+    n_embd: int = _f(128, "width of the residual stream (embedding size)")
+    block_size: int = _f(64, "context length in characters")
+    dropout: float = _f(0.0, "dropout probability in [0, 1); 0 for small data or short runs")
+    bias: bool = _f(False, "use biases in Linear and LayerNorm layers")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str = _f(DEFAULT_DATA_PATH, "UTF-8 text file to train on (tiny Shakespeare is fetched if missing)")
+    val_fraction: float = _f(0.1, "fraction of the text, taken from its end, held out for validation")
+    cache_dir: str | None = _f(None, "where encoded text is cached (default: the user's cache directory)")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int = _f(32, "sequences per optimizer step (split over grad_accum_steps micro-batches)")
+    max_steps: int = _f(800, "optimizer steps to train for")
+    grad_accum_steps: int = _f(1, "micro-batches per optimizer step (must divide batch_size)")
+    eval_interval: int = _f(200, "steps between evaluations (val loss, checkpoints, text sample)")
+    eval_steps: int = _f(10, "validation batches per evaluation (fixed for the whole run)")
+    ckpt_interval: int = _f(0, "steps between extra last.pt saves, independent of eval (0 = only at eval)")
+    seed: int = _f(1337, "one seed for weights, batches and dropout")
+    device: str = _f("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
+    dtype: str = _f(
+        "auto",
+        "compute precision: auto (bf16 autocast on CUDA where supported, else fp16; fp32 elsewhere), "
+        "float32, bfloat16, float16",
+        ("auto", "float32", "bfloat16", "float16"),
+    )
+    compile: bool = _f(False, "torch.compile the model (falls back to eager if compilation fails)")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = _f(3e-3, "peak learning rate, reached at the end of warm-up")
+    min_lr: float = _f(3e-4, "learning rate at the end of the decay (<= lr)")
+    warmup_steps: int = _f(50, "linear warm-up steps from ~0 to lr")
+    schedule: str = _f("cosine", "decay after warm-up: cosine, linear or constant", ("cosine", "linear", "constant"))
+    weight_decay: float = _f(0.1, "AdamW weight decay, applied to weight matrices only")
+    beta1: float = _f(0.9, "AdamW beta1")
+    beta2: float = _f(0.99, "AdamW beta2")
+    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    tensorboard: bool = _f(True, "write TensorBoard event files into the run directory")
+    interval: int = _f(10, "steps between train-loss / lr / throughput logs")
+    sample_length: int = _f(200, "characters of sample text logged at each eval (0 = none)")
+    sample_prompt: str = _f("\n", "prompt for the text sample logged at each eval")
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """{'model.n_layer': 4, ...}"""
+        return {f"{s}.{k}": v for s, sec in self.to_dict().items() for k, v in sec.items()}
+
+    def replace(self, **flat_overrides: Any) -> Config:
+        """A copy with dotted keys replaced (values validated like overrides)."""
+        raw = self.to_dict()
+        for key, value in flat_overrides.items():
+            _set_dotted(raw, key, value, "replace")
+        return config_from_dict(raw, "replace")
+
+
+SECTIONS: dict[str, type] = {f.name: typing.get_type_hints(Config)[f.name] for f in dataclasses.fields(Config)}
+
+
+def all_keys() -> dict[str, dataclasses.Field]:
+    """Every valid dotted key and its dataclass field, in declaration order."""
+    return {f"{s}.{f.name}": f for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key, list(all_keys()), n=1, cutoff=0.5)
+    if not close:
+        # a bare field name ("lr") or a section typo: match on the last part
+        tail = key.rsplit(".", 1)[-1]
+        close = [k for k in all_keys() if k.endswith("." + tail)][:1]
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
+    """Check `value` against the field type, accepting YAML's common spellings."""
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        typ = next(t for t in typing.get_args(typ) if t is not type(None))
+    bad = UserError(f"{source}: {key} must be {_type_name(typ)}, got {value!r}")
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if typ is int:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        num = _as_number(value)
+        if num is not None and math.isfinite(num) and num == int(num):
+            return int(num)  # 5e3 or "5e3"
+        raise bad
+    if typ is float:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, (int, float)):
+            return float(value)
+        num = _as_number(value)
+        if num is not None:
+            return num  # YAML 1.1 reads "3e-4" as a string
+        raise bad
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        raise bad
+    raise AssertionError(f"unsupported config type {typ!r} for {key}")
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _type_name(typ: Any) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(typ, str(typ))
+
+
+def _set_dotted(raw: dict[str, dict[str, Any]], key: str, value: Any, source: str) -> None:
+    if key.count(".") != 1 or key not in all_keys():
+        raise UserError(f"{source}: unknown key '{key}'{_suggest(key)}")
+    section, name = key.split(".")
+    raw.setdefault(section, {})[name] = value
+
+
+def config_from_dict(raw: Any, source: str) -> Config:
+    """Build and validate a Config from nested plain data (YAML or a checkpoint)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
+    sections = {}
+    for sname, body in raw.items():
+        if sname not in SECTIONS:
+            close = difflib.get_close_matches(str(sname), list(SECTIONS), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (sections: {', '.join(SECTIONS)})"
+            raise UserError(f"{source}: unknown section '{sname}'{hint}")
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            raise UserError(f"{source}: section '{sname}' must be a mapping of keys, got {body!r}")
+        cls = SECTIONS[sname]
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for name, value in body.items():
+            key = f"{sname}.{name}"
+            if name not in hints:
+                raise UserError(f"{source}: unknown key '{key}'{_suggest(key)}")
+            kwargs[name] = _coerce(key, value, hints[name], source)
+        sections[sname] = cls(**kwargs)
+    cfg = Config(**sections)
+    validate(cfg, source)
+    return cfg
+
+
+def validate(cfg: Config, source: str) -> None:
+    """Reject impossible values and combinations, naming the key."""
+
+    def fail(msg: str) -> None:
+        raise UserError(f"{source}: {msg}")
+
+    for key, f in all_keys().items():
+        choices = f.metadata.get("choices")
+        value = cfg.flat()[key]
+        if choices and value not in choices:
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            fail(f"{key} must be one of {', '.join(choices)}, got '{value}'{hint}")
+    m, t, o, d = cfg.model, cfg.train, cfg.optim, cfg.data
+    for key in (
+        "model.n_layer",
+        "model.n_head",
+        "model.n_embd",
+        "model.block_size",
+        "train.batch_size",
+        "train.max_steps",
+        "train.grad_accum_steps",
+        "train.eval_interval",
+        "train.eval_steps",
+        "log.interval",
+    ):
+        if cfg.flat()[key] < 1:
+            fail(f"{key} must be >= 1, got {cfg.flat()[key]}")
+    for key in ("train.ckpt_interval", "optim.warmup_steps", "log.sample_length"):
+        if cfg.flat()[key] < 0:
+            fail(f"{key} must be >= 0, got {cfg.flat()[key]}")
+    if m.n_embd % m.n_head:
+        fail(f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})")
+    if not 0.0 <= m.dropout < 1.0:
+        fail(f"model.dropout must be in [0, 1), got {m.dropout}")
+    if not 0.0 < d.val_fraction < 1.0:
+        fail(f"data.val_fraction must be in (0, 1), got {d.val_fraction}")
+    if not d.path:
+        fail("data.path must not be empty")
+    if t.batch_size % t.grad_accum_steps:
+        fail(f"train.batch_size ({t.batch_size}) must be divisible by train.grad_accum_steps ({t.grad_accum_steps})")
+    if not t.device or not (t.device in ("auto", "cpu", "mps", "cuda") or _is_cuda_index(t.device)):
+        fail(f"train.device must be auto, cpu, cuda, cuda:N or mps, got '{t.device}'")
+    for key in ("optim.lr", "optim.min_lr", "optim.weight_decay", "optim.grad_clip"):
+        value = cfg.flat()[key]
+        if not math.isfinite(value) or value < 0:
+            fail(f"{key} must be a finite number >= 0, got {value}")
+    if o.lr <= 0:
+        fail(f"optim.lr must be > 0, got {o.lr}")
+    if o.min_lr > o.lr:
+        fail(f"optim.min_lr ({o.min_lr}) must be <= optim.lr ({o.lr})")
+    for key in ("optim.beta1", "optim.beta2"):
+        if not 0.0 <= cfg.flat()[key] < 1.0:
+            fail(f"{key} must be in [0, 1), got {cfg.flat()[key]}")
+
+
+def _is_cuda_index(device: str) -> bool:
+    prefix, _, index = device.partition(":")
+    return prefix == "cuda" and index.isdigit()
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """'optim.lr=3e-4' -> ('optim.lr', '3e-4' parsed as a YAML scalar)."""
+    key, eq, text = item.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise UserError(f"command line: override '{item}' must look like KEY=VALUE, e.g. train.max_steps=500")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text  # not YAML: keep the raw string and let the type check decide
+    if isinstance(value, (dict, list)):
+        raise UserError(f"command line: override '{item}' must have a single value, not a YAML collection")
+    return key, value
+
+
+def read_yaml(path: Path) -> Any:
+    """Read YAML with the safe loader; errors name the file, line and column."""
+    if not path.exists():
+        raise UserError(f"config file {path} does not exist (see configs/ for examples)")
+    if path.is_dir():
+        raise UserError(f"config file {path} is a directory, not a YAML file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"config file {path} is not UTF-8 text (bad byte at offset {e.start})") from None
+    except OSError as e:
+        raise UserError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = e.problem or e.context or "malformed YAML"
+        raise UserError(f"{where}: malformed YAML: {problem}") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: malformed YAML: {e}") from None
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str | tuple[str, Any]] = ()) -> Config:
+    """defaults < YAML file (if given) < overrides, validated once.
+
+    An override is a 'KEY=VALUE' string (VALUE parsed as a YAML scalar) or a (key, value) pair.
+    """
+    source = str(path) if path is not None else "default config"
+    raw = read_yaml(Path(path)) if path is not None else {}
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    cfg = config_from_dict(raw, source)  # YAML errors name the file, not the command line
+    if overrides:
+        merged = cfg.to_dict()
+        for item in overrides:
+            key, value = parse_override(item) if isinstance(item, str) else item
+            _set_dotted(merged, key, value, "command line")
+        cfg = config_from_dict(merged, "command line")
+    return cfg
+
+
+def save_config(cfg: Config, path: Path) -> None:
+    """Write the resolved config as YAML (the run directory's config.yaml)."""
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
+    path.write_text("# resolved minigpt config of this run\n" + text, encoding="utf-8")

@@ -1,0 +1,203 @@
+"""Text in, batches out: read and check the text, encode it once (cached by content
+hash), split it into train/val, and draw random windows from a seeded generator."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from minigpt.config import DEFAULT_DATA_PATH, DataConfig
+from minigpt.errors import UserError
+from minigpt.tokenizer import CharTokenizer
+
+TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+CACHE_VERSION = 1
+
+
+def default_cache_dir() -> Path:
+    """$MINIGPT_CACHE_DIR, else $XDG_CACHE_HOME/minigpt, else ~/.cache/minigpt."""
+    if os.environ.get("MINIGPT_CACHE_DIR"):
+        return Path(os.environ["MINIGPT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "minigpt"
+
+
+def fetch_tiny_shakespeare(dest: Path, url: str | None = None) -> None:
+    """Download tiny Shakespeare to `dest` and verify its SHA-256 (atomic: no partial file)."""
+    url = url or TINY_SHAKESPEARE_URL
+    how = f"put the file at {dest} yourself, or train on your own text with --data FILE"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            payload = response.read()
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise UserError(f"{dest} is missing and downloading it from {url} failed ({reason}): {how}") from None
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != TINY_SHAKESPEARE_SHA256:
+        raise UserError(f"the download from {url} has SHA-256 {digest}, expected {TINY_SHAKESPEARE_SHA256}: {how}")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write_bytes(dest, payload)
+    except OSError as e:
+        raise UserError(f"cannot write {dest}: {e.strerror}: {how}") from None
+
+
+def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_text_bytes(path: Path) -> bytes:
+    """The raw bytes of a training text, with a clear error for each way it can be wrong."""
+    if not path.exists():
+        raise UserError(f"data file {path} does not exist (pass --data FILE or set data.path)")
+    if path.is_dir():
+        raise UserError(f"data file {path} is a directory; point --data at a text file inside it")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read data file {path}: {e.strerror}") from None
+    if not raw:
+        raise UserError(f"data file {path} is empty; give it some text to learn from")
+    return raw
+
+
+def decode_utf8(raw: bytes, path: Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise UserError(
+            f"data file {path} is not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {e.start} "
+            f"(line {line}, column {column}); convert it, e.g. iconv -f latin1 -t utf-8"
+        ) from None
+
+
+@dataclass
+class Corpus:
+    """An encoded text and its split. `train` and `val` are 1-D integer tensors."""
+
+    path: Path
+    sha256: str
+    tokenizer: CharTokenizer
+    train: torch.Tensor
+    val: torch.Tensor
+
+
+def _storage_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint8) if vocab_size <= 256 else np.dtype(np.int32)
+
+
+def _load_cached(cache_dir: Path, sha: str) -> tuple[CharTokenizer, np.ndarray] | None:
+    meta_path, ids_path = cache_dir / f"{sha}.json", cache_dir / f"{sha}.npy"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("version") != CACHE_VERSION:
+            return None
+        ids = np.load(ids_path, mmap_mode="r", allow_pickle=False)
+        tok = CharTokenizer(meta["chars"])
+        if len(ids) != meta["length"]:
+            return None
+        return tok, ids
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # missing or damaged cache entry: re-encode
+
+
+def _store_cached(cache_dir: Path, sha: str, tok: CharTokenizer, ids: np.ndarray) -> None:
+    """Best effort: a read-only or full cache directory only costs re-encoding next time."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{sha}.", suffix=".npy")
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, ids, allow_pickle=False)
+        os.replace(tmp, cache_dir / f"{sha}.npy")
+        meta = json.dumps({"version": CACHE_VERSION, "chars": tok.chars, "length": len(ids)})
+        _atomic_write_bytes(cache_dir / f"{sha}.json", meta.encode("utf-8"))
+    except OSError:
+        pass
+
+
+def encode_file(path: Path, cache_dir: Path | None) -> tuple[str, CharTokenizer, np.ndarray]:
+    """(sha256, tokenizer, ids) of a text file, through the encoding cache."""
+    raw = read_text_bytes(path)
+    sha = hashlib.sha256(raw).hexdigest()
+    if cache_dir is not None:
+        hit = _load_cached(cache_dir, sha)
+        if hit is not None:
+            return sha, hit[0], hit[1]
+    text = decode_utf8(raw, path)
+    tok = CharTokenizer.from_text(text)
+    ids = tok.encode_array(text).astype(_storage_dtype(tok.vocab_size))
+    if cache_dir is not None:
+        _store_cached(cache_dir, sha, tok, ids)
+    return sha, tok, ids
+
+
+def load_corpus(cfg: DataConfig, block_size: int) -> Corpus:
+    """Read, encode (cached) and split the configured text; fetch tiny Shakespeare if it is the default."""
+    path = Path(cfg.path).expanduser()
+    if not path.exists() and Path(cfg.path) == Path(DEFAULT_DATA_PATH):
+        fetch_tiny_shakespeare(path)
+    cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+    sha, tok, ids = encode_file(path, cache_dir)
+    n = len(ids)
+    split = int(n * (1.0 - cfg.val_fraction))  # contiguous: the last val_fraction is validation
+    need = block_size + 2
+    if split < need or n - split < need:
+        raise UserError(
+            f"data file {path} is too short: {n} characters give {split} for training and {n - split} for "
+            f"validation, each needs at least {need} (model.block_size + 2); use a longer text or lower "
+            f"model.block_size"
+        )
+    data = torch.from_numpy(np.array(ids))  # a private, writable copy (the cache may be a read-only memmap)
+    return Corpus(path=path, sha256=sha, tokenizer=tok, train=data[:split], val=data[split:])
+
+
+class Batcher:
+    """Random windows of `block_size + 1` tokens from one split, drawn from its own seeded generator,
+    so the sequence of batches depends only on the seed (and is saved/restored for exact resume)."""
+
+    def __init__(self, data: torch.Tensor, block_size: int, batch_size: int, seed: int, device: torch.device):
+        if len(data) < block_size + 2:
+            raise ValueError(f"split of {len(data)} tokens is too short for block_size {block_size}")
+        self.data = data
+        self.batch_size = batch_size
+        self.device = device
+        self.offsets = torch.arange(block_size + 1)
+        self.high = len(data) - block_size  # exclusive bound on window starts
+        self.generator = torch.Generator().manual_seed(seed)
+        self.pin = device.type == "cuda"
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """x, y of shape (B, T) on the device, y being x shifted left by one."""
+        starts = torch.randint(self.high, (self.batch_size,), generator=self.generator)
+        window = self.data[starts[:, None] + self.offsets].long()  # (B, T+1)
+        if self.pin:
+            window = window.pin_memory()
+        window = window.to(self.device, non_blocking=True)
+        return window[:, :-1], window[:, 1:]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.generator.set_state(state["generator"])

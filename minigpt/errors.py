@@ -1,0 +1,20 @@
+"""The one exception type for user mistakes.
+
+Anything a user can fix (a bad config, a missing file, a wrong flag value) raises
+`UserError`; the CLI turns it into a one-line `error: ...` and exit code 2.
+Everything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake the user can fix; the message says what and how."""
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped on a signal after saving last.pt; exit_code is 128 + the signal number."""
+
+    def __init__(self, exit_code: int, message: str):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -1,0 +1,165 @@
+"""Using a trained model: load it from a run or checkpoint, sample from it, evaluate it."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from minigpt.checkpoint import load_checkpoint, resolve_checkpoint
+from minigpt.config import Config, config_from_dict
+from minigpt.data import decode_utf8, read_text_bytes
+from minigpt.errors import UserError
+from minigpt.model import GPT
+from minigpt.sampler import generate
+from minigpt.tokenizer import CharTokenizer
+
+
+@dataclass
+class Loaded:
+    model: GPT
+    tokenizer: CharTokenizer
+    config: Config
+    path: Path
+    checkpoint: dict
+
+
+def load_model(target: Path, device: torch.device) -> Loaded:
+    """The model of a run directory (its best.pt, else last.pt) or of a checkpoint file, in eval mode."""
+    path = resolve_checkpoint(target)
+    ckpt = load_checkpoint(path)
+    try:
+        cfg = config_from_dict(ckpt["config"], str(path))
+        tok = CharTokenizer.from_dict(ckpt["tokenizer"])
+        model = GPT(cfg.model, tok.vocab_size)
+        model.load_state_dict(ckpt["model"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise UserError(f"{path} is a damaged minigpt checkpoint: {str(e).splitlines()[0]}") from None
+    model.to(device).eval()
+    return Loaded(model, tok, cfg, path, ckpt)
+
+
+def encode_prompt(tok: CharTokenizer, prompt: str, unknown: str) -> list[int]:
+    """Encode a prompt; characters outside the vocabulary are an error, or dropped with unknown='skip'."""
+    missing = tok.unknown(prompt)
+    if missing and unknown != "skip":
+        names = ", ".join(repr(c) for c in missing)
+        raise UserError(
+            f"--prompt has characters the model never saw in training: {names}; "
+            "remove them or pass --unknown skip to drop them"
+        )
+    return [tok.stoi[c] for c in prompt if c in tok.stoi]
+
+
+def sample(
+    loaded: Loaded,
+    prompt: str,
+    num_samples: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int,
+    unknown: str,
+    write: Callable[[str], None],
+) -> list[str]:
+    """Generate `num_samples` continuations, streaming each character through `write`.
+
+    Output is prompt + continuation per sample, samples separated by a blank line and '---'.
+    An empty prompt starts from a newline (or the first character of the vocabulary).
+    """
+    tok = loaded.tokenizer
+    ids = encode_prompt(tok, prompt, unknown)
+    shown = tok.decode(ids)
+    if not ids:
+        start = tok.stoi.get("\n", 0)
+        ids, shown = [start], ""
+    device = next(loaded.model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    texts = []
+    for i in range(num_samples):
+        if i:
+            write("\n\n---\n")
+        write(shown)
+        new = generate(
+            loaded.model, ids, max_new_tokens, temperature, top_k, top_p, generator,
+            on_token=lambda t: write(tok.chars[t]),
+        )  # fmt: skip
+        texts.append(shown + tok.decode(new))
+    write("\n")
+    return texts
+
+
+@dataclass
+class EvalResult:
+    loss: float
+    tokens: int
+
+    @property
+    def bpc(self) -> float:
+        return self.loss / math.log(2)
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.loss)
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"loss": self.loss, "bpc": self.bpc, "perplexity": self.perplexity, "tokens": self.tokens}
+
+
+@torch.no_grad()
+def evaluate_ids(model: GPT, ids: torch.Tensor, batch_windows: int = 64) -> EvalResult:
+    """Mean next-character loss over all of `ids`: non-overlapping windows of block_size, every
+    position scored (the last, shorter window too), so exactly len(ids) - 1 predictions."""
+    block = model.cfg.block_size
+    device = next(model.parameters()).device
+    n_pred = len(ids) - 1
+    if n_pred < 1:
+        raise UserError("the text to evaluate needs at least 2 characters")
+    n_full = n_pred // block
+    total = 0.0
+    xs = ids[: n_full * block].view(n_full, block)
+    ys = ids[1 : n_full * block + 1].view(n_full, block)
+    for i in range(0, n_full, batch_windows):
+        x, y = xs[i : i + batch_windows].to(device), ys[i : i + batch_windows].to(device)
+        logits, _ = model(x)
+        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
+    if n_pred > n_full * block:  # the tail
+        x = ids[n_full * block : n_pred][None].to(device)
+        y = ids[n_full * block + 1 : n_pred + 1][None].to(device)
+        logits, _ = model(x)
+        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
+    return EvalResult(total / n_pred, n_pred)
+
+
+def eval_ids_for(loaded: Loaded, data: Path | None) -> tuple[torch.Tensor, str]:
+    """The ids to evaluate and a description: the run's validation split, or all of `data`."""
+    tok = loaded.tokenizer
+    if data is not None:
+        text = decode_utf8(read_text_bytes(data), data)
+        missing = tok.unknown(text)
+        if missing:
+            names = ", ".join(repr(c) for c in missing[:10])
+            raise UserError(f"data file {data} has characters the model never saw in training: {names}")
+        return torch.from_numpy(tok.encode_array(text)), f"all of {data}"
+    info = loaded.checkpoint.get("data", {})
+    path = Path(info.get("path", loaded.config.data.path))
+    raw = read_text_bytes(path) if path.exists() else None
+    if raw is None:
+        raise UserError(f"the run's data file {path} is gone; pass --data FILE to evaluate on a text file")
+    if info.get("sha256") and hashlib.sha256(raw).hexdigest() != info["sha256"]:
+        raise UserError(f"{path} changed since this run was trained; pass --data FILE to evaluate on it anyway")
+    ids = tok.encode_array(decode_utf8(raw, path))
+    split = int(len(ids) * (1.0 - loaded.config.data.val_fraction))
+    return torch.from_numpy(np.ascontiguousarray(ids[split:])), f"validation split of {path}"
+
+
+def evaluate(loaded: Loaded, data: Path | None) -> tuple[EvalResult, str]:
+    ids, what = eval_ids_for(loaded, data)
+    return evaluate_ids(loaded.model, ids), what

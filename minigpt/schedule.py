@@ -1,0 +1,26 @@
+"""Learning-rate schedule: linear warm-up, then cosine / linear / constant decay to min_lr."""
+
+from __future__ import annotations
+
+import math
+
+from minigpt.config import OptimConfig
+
+
+def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
+    """Learning rate for optimizer step `step` (0-based) of a `max_steps` run.
+
+    Warm-up rises linearly to `lr` at step `warmup_steps` (never exactly 0 at step 0);
+    the decay then reaches `min_lr` at the last step and stays there.
+    """
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
+    if cfg.schedule == "constant":
+        return cfg.lr
+    decay_steps = max(1, max_steps - 1 - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / decay_steps)
+    if cfg.schedule == "linear":
+        coeff = 1.0 - progress
+    else:  # cosine
+        coeff = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.min_lr + coeff * (cfg.lr - cfg.min_lr)

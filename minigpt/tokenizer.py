@@ -1,0 +1,58 @@
+"""Character tokenizer: one id per distinct character, ids in sorted character order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+
+class CharTokenizer:
+    """Maps characters to ids and back. Stored in checkpoints as plain data (`to_dict`)."""
+
+    def __init__(self, chars: Sequence[str]):
+        chars = list(chars)
+        if any(len(c) != 1 for c in chars) or len(set(chars)) != len(chars):
+            raise ValueError("a CharTokenizer vocabulary is a list of distinct single characters")
+        self.chars: list[str] = chars
+        self.stoi: dict[str, int] = {c: i for i, c in enumerate(chars)}
+        # sorted code points for vectorised encoding (ids are in sorted order already
+        # when built from text; keep a permutation in case a vocabulary is not sorted)
+        points = np.array([ord(c) for c in chars], dtype=np.uint32)
+        self._order = np.argsort(points, kind="stable")
+        self._sorted_points = points[self._order]
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        return cls(sorted(set(text)))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def unknown(self, text: str) -> list[str]:
+        """Characters of `text` that are not in the vocabulary, in order of first appearance."""
+        return list(dict.fromkeys(c for c in text if c not in self.stoi))
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_array(text).tolist()
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Vectorised encoding (fast on large corpora). Raises KeyError on an unknown character."""
+        points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        pos = np.searchsorted(self._sorted_points, points)
+        pos = np.minimum(pos, len(self._sorted_points) - 1)
+        bad = self._sorted_points[pos] != points
+        if bad.any():
+            raise KeyError(chr(int(points[np.argmax(bad)])))
+        return self._order[pos].astype(np.int64)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return "".join(self.chars[i] for i in ids)
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"chars": list(self.chars)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CharTokenizer:
+        return cls(d["chars"])

@@ -1,0 +1,438 @@
+"""The training loop and everything with side effects around it: evaluation, checkpoints,
+the progress bar, TensorBoard, interrupts."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from minigpt.checkpoint import BEST, LAST, load_checkpoint, save_checkpoint
+from minigpt.config import Config, config_from_dict, load_config, save_config
+from minigpt.data import Batcher, Corpus, load_corpus
+from minigpt.errors import TrainingInterrupted, UserError
+from minigpt.model import GPT
+from minigpt.sampler import generate
+from minigpt.schedule import lr_at
+from minigpt.tokenizer import CharTokenizer
+
+# keys that may change when a run is resumed: they do not change what the model is or what it learns from
+RESUMABLE_KEYS = (
+    "train.max_steps", "train.eval_interval", "train.eval_steps", "train.ckpt_interval", "train.device",
+    "train.dtype", "train.compile", "data.cache_dir", "log.",
+)  # fmt: skip
+# keys whose change would make the checkpoint a different model or a different dataset
+MODEL_DATA_KEYS = ("model.", "data.path", "data.val_fraction")
+
+
+def log(msg: str) -> None:
+    """Status for the person at the terminal: stderr, clear of the progress bar."""
+    tqdm.write(msg, file=sys.stderr)
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda > mps > cpu; an explicit device must exist."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError(f"device '{name}' requested but CUDA is not available here; use --device cpu or auto")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise UserError(f"device '{name}' requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise UserError("device 'mps' requested but Apple MPS is not available here; use --device cpu or auto")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The autocast compute dtype; float32 means no autocast."""
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    if dtype == torch.float16 and device.type == "cpu":
+        raise UserError("train.dtype float16 is not supported on the CPU; use bfloat16 or float32")
+    return dtype
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (Linear weights, embeddings) only, fused where supported."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.optim.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    extra: dict[str, Any] = {"fused": True} if device.type == "cuda" else {}
+    return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2), **extra)
+
+
+@torch.no_grad()
+def estimate_loss(model: GPT, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], ctx) -> float:
+    """Mean loss over fixed batches, in eval mode (no dropout)."""
+    was_training = model.training
+    model.eval()
+    total = torch.zeros((), device=batches[0][0].device)
+    for x, y in batches:
+        with ctx:
+            _, loss = model(x, y)
+        total += loss.float()
+    model.train(was_training)
+    return total.item() / len(batches)
+
+
+def sample_text(model: GPT, tok: CharTokenizer, cfg: Config, length: int, seed: int) -> str:
+    """A short sample for TensorBoard, from its own generator (training RNG untouched)."""
+    device = next(model.parameters()).device
+    prompt = [tok.stoi[c] for c in cfg.log.sample_prompt if c in tok.stoi] or [0]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ids = generate(model, prompt, length, temperature=0.8, generator=gen)
+    return tok.decode(prompt + ids)
+
+
+class StopRequest:
+    """Turns the first SIGINT/SIGTERM into a flag the loop checks between steps (so a step is never
+    cut in half); a second signal exits at once (checkpoints are written atomically, so nothing on
+    disk can be left half-written)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            log("second interrupt: exiting now without saving")
+            raise SystemExit(128 + signum)
+        self.signum = signum
+        log(f"{signal.Signals(signum).name}: finishing this step, then saving last.pt (interrupt again to quit now)")
+
+    def __enter__(self) -> StopRequest:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (e.g. inside a test runner thread)
+                pass
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    step: int
+    best_val_loss: float
+    val_loss: float | None
+    wall_seconds: float
+
+
+@dataclass
+class _State:
+    step: int = 0
+    tokens_seen: int = 0
+    best_val_loss: float = math.inf
+
+
+def _rng_state(device: torch.device, batcher: Batcher) -> dict[str, Any]:
+    state: dict[str, Any] = {"torch_cpu": torch.get_rng_state(), "batcher": batcher.state_dict()}
+    if device.type == "cuda":
+        state["torch_cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_rng(state: dict[str, Any], device: torch.device, batcher: Batcher) -> None:
+    torch.set_rng_state(state["torch_cpu"])
+    batcher.load_state_dict(state["batcher"])
+    if device.type == "cuda" and "torch_cuda" in state and len(state["torch_cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["torch_cuda"])
+
+
+def _maybe_compile(model: GPT, enabled: bool, device: torch.device) -> torch.nn.Module:
+    """torch.compile with a fallback to eager when no working compiler is available.
+
+    Compilation is lazy, so a trial forward/backward on a dummy batch triggers it here, with the
+    random-number state forked so the trial does not change the run.
+    """
+    if not enabled:
+        return model
+    if not hasattr(torch, "compile"):
+        log("warning: this PyTorch has no torch.compile; training eagerly")
+        return model
+    compiled = torch.compile(model)
+    t0 = time.perf_counter()
+    try:
+        devices = [device.index or 0] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            x = torch.zeros((1, model.cfg.block_size), dtype=torch.long, device=device)
+            _, loss = compiled(x, x)
+            loss.backward()
+        model.zero_grad(set_to_none=True)
+    except Exception as e:  # any backend failure (no C++ compiler, unsupported op, ...)
+        model.zero_grad(set_to_none=True)
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        log(f"warning: torch.compile failed ({first}); training eagerly")
+        return model
+    log(f"compiled the model in {time.perf_counter() - t0:.1f}s")
+    return compiled
+
+
+def _check_resume_config(saved: Config, new: Config, source: str) -> list[str]:
+    """Keys whose values differ; raises if any of them changes the model or the data."""
+    a, b = saved.flat(), new.flat()
+    changed = [k for k in a if a[k] != b[k]]
+    fixed = [k for k in changed if k.startswith(MODEL_DATA_KEYS) or not k.startswith(RESUMABLE_KEYS)]
+    if fixed:
+        diffs = ", ".join(f"{k}: {a[k]!r} -> {b[k]!r}" for k in fixed)
+        raise UserError(
+            f"cannot resume with {source}: it changes {diffs}; only {', '.join(RESUMABLE_KEYS)}* may change on "
+            "resume (start a new run with another --out instead)"
+        )
+    return changed
+
+
+def run_dir_checkpoint(out_dir: Path) -> Path | None:
+    """The newest good checkpoint of a run directory (last.pt, else best.pt)."""
+    for name in (LAST, BEST):
+        if (out_dir / name).is_file():
+            return out_dir / name
+    return None
+
+
+def train_command(
+    config_path: Path | None,
+    overrides: Sequence[str | tuple[str, Any]],
+    out_dir: Path | None,
+    resume: bool,
+) -> TrainResult:
+    """`minigpt train`: resolve the config (or the resumed run's), then train."""
+    name = config_path.stem if config_path is not None else "default"
+    out_dir = out_dir if out_dir is not None else Path("runs") / name
+    if not resume:
+        cfg = load_config(config_path, overrides)
+        existing = run_dir_checkpoint(out_dir)
+        if existing is not None:
+            raise UserError(
+                f"{out_dir} already holds a run ({existing.name}); continue it with --resume, or pick another --out"
+            )
+        return train(cfg, out_dir)
+    ckpt_path = run_dir_checkpoint(out_dir)
+    if ckpt_path is None:
+        raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
+    ckpt = load_checkpoint(ckpt_path)
+    saved = config_from_dict(ckpt["config"], str(ckpt_path))
+    if config_path is not None:
+        cfg = load_config(config_path, overrides)
+    else:  # the run's own config, with the command line's overrides on top
+        cfg = load_config(None, [(k, v) for k, v in saved.flat().items()] + list(overrides))
+    changed = _check_resume_config(saved, cfg, str(config_path) if config_path else "these overrides")
+    if changed:
+        log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
+    return train(cfg, out_dir, resume_from=ckpt)
+
+
+def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None) -> TrainResult:
+    """Train `cfg` into `out_dir` (fresh, or continuing `resume_from`, a loaded checkpoint)."""
+    t_start = time.perf_counter()
+    device = resolve_device(cfg.train.device)
+    dtype = resolve_dtype(cfg.train.dtype, device)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to the run directory {out_dir}: {e.strerror}; choose another --out") from None
+
+    corpus: Corpus = load_corpus(cfg.data, cfg.model.block_size)
+    tok = corpus.tokenizer
+    if resume_from is not None:
+        saved_sha = resume_from.get("data", {}).get("sha256")
+        if saved_sha and saved_sha != corpus.sha256:
+            raise UserError(
+                f"cannot resume: {corpus.path} is not the text this run was trained on (its SHA-256 changed); "
+                "restore the original file or start a new run"
+            )
+        tok = CharTokenizer.from_dict(resume_from["tokenizer"])
+
+    torch.manual_seed(cfg.train.seed)  # weights and dropout (CPU and every CUDA device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    model = GPT(cfg.model, tok.vocab_size).to(device)
+    optimizer = build_optimizer(model, cfg, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    micro = cfg.train.batch_size // cfg.train.grad_accum_steps
+    batcher = Batcher(corpus.train, cfg.model.block_size, micro, cfg.train.seed, device)
+    val_source = Batcher(corpus.val, cfg.model.block_size, micro, cfg.train.seed + 1, device)
+    val_batches = [val_source.next() for _ in range(cfg.train.eval_steps)]  # fixed for the whole run
+    state = _State()
+
+    if resume_from is not None:
+        model.load_state_dict(resume_from["model"])
+        optimizer.load_state_dict(resume_from["optimizer"])
+        if resume_from.get("scaler"):
+            scaler.load_state_dict(resume_from["scaler"])
+        _restore_rng(resume_from["rng"], device, batcher)
+        state = _State(resume_from["step"], resume_from["tokens_seen"], resume_from["best_val_loss"])
+        log(f"resuming {out_dir} from step {state.step} (best val loss {state.best_val_loss:.4f})")
+
+    save_config(cfg, out_dir / "config.yaml")
+    ctx = autocast(device, dtype)
+    n_params = model.num_params()
+    log(
+        f"data: {corpus.path} ({len(corpus.train) + len(corpus.val):,} chars, vocab {tok.vocab_size}; "
+        f"{len(corpus.train):,} train / {len(corpus.val):,} val)"
+    )
+    log(f"model: {n_params / 1e6:.2f}M parameters | device {device} | dtype {str(dtype).replace('torch.', '')}")
+    compiled = _maybe_compile(model, cfg.train.compile, device)
+
+    writer = None
+    if cfg.log.tensorboard:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.utils.tensorboard import SummaryWriter
+        writer = SummaryWriter(log_dir=str(out_dir), purge_step=state.step if state.step else None)
+
+    def payload(val_loss: float | None) -> dict[str, Any]:
+        return {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict() if scaler.is_enabled() else None,
+            "rng": _rng_state(device, batcher),
+            "step": state.step,
+            "tokens_seen": state.tokens_seen,
+            "best_val_loss": state.best_val_loss,
+            "val_loss": val_loss,
+            "config": cfg.to_dict(),
+            "tokenizer": tok.to_dict(),
+            "data": {"path": str(corpus.path), "sha256": corpus.sha256},
+        }
+
+    max_steps = cfg.train.max_steps
+    tokens_per_step = cfg.train.batch_size * cfg.model.block_size
+    val_loss: float | None = None
+    bar = tqdm(total=max_steps, initial=state.step, desc="train", unit="step", file=sys.stderr, dynamic_ncols=True)
+    model.train()
+    loss_sum = torch.zeros((), device=device)
+    loss_count = 0
+    t_log, tokens_at_log = time.perf_counter(), state.tokens_seen
+    try:
+        with StopRequest() as stop:
+            while state.step < max_steps:
+                if stop.signum is not None:
+                    save_checkpoint(payload(val_loss), out_dir / LAST)
+                    code = 128 + stop.signum
+                    raise TrainingInterrupted(
+                        code,
+                        f"stopped at step {state.step}; saved {out_dir / LAST}. Resume with: "
+                        f"minigpt train --out {out_dir} --resume",
+                    )
+                lr = lr_at(state.step, cfg.optim, max_steps)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                step_loss = torch.zeros((), device=device)
+                for _ in range(cfg.train.grad_accum_steps):
+                    x, y = batcher.next()
+                    with ctx:
+                        _, loss = compiled(x, y)
+                    loss = loss / cfg.train.grad_accum_steps
+                    scaler.scale(loss).backward()
+                    step_loss += loss.detach()
+                scaler.unscale_(optimizer)
+                max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                state.step += 1
+                state.tokens_seen += tokens_per_step
+                loss_sum += step_loss
+                loss_count += 1
+                bar.update(1)
+
+                last_step = state.step == max_steps
+                if state.step % cfg.log.interval == 0 or last_step:
+                    train_loss = loss_sum.item() / loss_count  # the only host sync between evals
+                    loss_sum.zero_()
+                    loss_count = 0
+                    if not math.isfinite(train_loss):
+                        good = run_dir_checkpoint(out_dir)
+                        kept = f"the last good checkpoint is kept: {good}" if good else "no checkpoint was written"
+                        raise UserError(
+                            f"training diverged: the loss became {train_loss} by step {state.step} ({kept}); "
+                            f"try a lower optim.lr (now {cfg.optim.lr:g}), set optim.grad_clip, or check the data"
+                        )
+                    now = time.perf_counter()
+                    tps = (state.tokens_seen - tokens_at_log) / max(now - t_log, 1e-9)
+                    t_log, tokens_at_log = now, state.tokens_seen
+                    bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}", refresh=False)
+                    if writer is not None:
+                        writer.add_scalar("train/loss", train_loss, state.step)
+                        writer.add_scalar("lr", lr, state.step)
+                        writer.add_scalar("grad_norm", float(grad_norm), state.step)
+                        writer.add_scalar("tokens_per_sec", tps, state.step)
+
+                if state.step % cfg.train.eval_interval == 0 or last_step:
+                    t_eval = time.perf_counter()
+                    val_loss = estimate_loss(model, val_batches, ctx)
+                    improved = val_loss < state.best_val_loss
+                    if improved:
+                        state.best_val_loss = val_loss
+                    ckpt = payload(val_loss)
+                    save_checkpoint(ckpt, out_dir / LAST)
+                    if improved:
+                        save_checkpoint(ckpt, out_dir / BEST)
+                    log(
+                        f"step {state.step}: val loss {val_loss:.4f} ({val_loss / math.log(2):.3f} bpc)"
+                        + (" *best" if improved else "")
+                    )
+                    if writer is not None:
+                        writer.add_scalar("val/loss", val_loss, state.step)
+                        writer.add_scalar("val/bpc", val_loss / math.log(2), state.step)
+                        if cfg.log.sample_length > 0:
+                            text = sample_text(model, tok, cfg, cfg.log.sample_length, cfg.train.seed)
+                            # TensorBoard renders text as markdown: a code block keeps the line breaks
+                            writer.add_text("sample", "```\n" + text + "\n```", state.step)
+                        writer.flush()
+                    t_log += time.perf_counter() - t_eval  # keep eval time out of tokens/s
+                elif cfg.train.ckpt_interval and state.step % cfg.train.ckpt_interval == 0:
+                    save_checkpoint(payload(val_loss), out_dir / LAST)
+    finally:
+        bar.close()
+        if writer is not None:
+            writer.close()
+
+    wall = time.perf_counter() - t_start
+    log(
+        f"done: {state.step} steps in {wall:.1f}s, best val loss {state.best_val_loss:.4f} "
+        f"({state.best_val_loss / math.log(2):.3f} bpc)\n"
+        f"  sample:      minigpt sample {out_dir}\n"
+        f"  evaluate:    minigpt eval {out_dir}\n"
+        f"  tensorboard: tensorboard --logdir {out_dir.parent}"
+    )
+    return TrainResult(out_dir, state.step, state.best_val_loss, val_loss, wall)

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt import data as data_mod
+from minigpt.config import DataConfig
+from minigpt.data import Batcher, encode_file, fetch_tiny_shakespeare, load_corpus
+from minigpt.errors import UserError
+from minigpt.tokenizer import CharTokenizer
+
+from .conftest import make_text
+
+
+def test_tokenizer_round_trip_and_sorted_vocab() -> None:
+    text = "Hello, wörld!\nÜber 😀 alles."
+    tok = CharTokenizer.from_text(text)
+    assert tok.chars == sorted(set(text))
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.encode("lo") == [tok.stoi["l"], tok.stoi["o"]]
+    assert CharTokenizer.from_dict(tok.to_dict()).chars == tok.chars
+    assert tok.unknown("Hi? Hi!") == ["i", "?"]
+    with pytest.raises(KeyError):
+        tok.encode("?")
+
+
+def test_split_is_contiguous_and_last_fraction_is_val(text_file: Path) -> None:
+    corpus = load_corpus(DataConfig(path=str(text_file), val_fraction=0.1), block_size=16)
+    text = text_file.read_text()
+    split = int(len(text) * 0.9)
+    assert corpus.tokenizer.decode(corpus.train.tolist()) == text[:split]
+    assert corpus.tokenizer.decode(corpus.val.tolist()) == text[split:]
+
+
+def test_batches_are_shifted_windows_and_seeded(text_file: Path) -> None:
+    corpus = load_corpus(DataConfig(path=str(text_file)), block_size=16)
+    a = Batcher(corpus.train, 16, 4, seed=7, device=torch.device("cpu"))
+    b = Batcher(corpus.train, 16, 4, seed=7, device=torch.device("cpu"))
+    x, y = a.next()
+    assert x.shape == y.shape == (4, 16) and x.dtype == torch.long
+    assert torch.equal(x[:, 1:], y[:, :-1])  # y is x shifted by one
+    x2, y2 = b.next()
+    assert torch.equal(x, x2) and torch.equal(y, y2)  # same seed, same batches
+    # every row is a real window of the training text
+    train = corpus.train.long()
+    for row in x:
+        starts = [i for i in range(len(train) - 16) if torch.equal(train[i : i + 16], row)]
+        assert starts
+    state = a.state_dict()
+    nxt = a.next()
+    a.load_state_dict(state)
+    assert torch.equal(a.next()[0], nxt[0])  # the generator state restores the batch stream
+
+
+def test_encoding_is_cached_by_content_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.txt"
+    text = make_text(5000)
+    path.write_text(text, encoding="utf-8")
+    cache = tmp_path / "cache"
+    sha, tok, ids = encode_file(path, cache)
+    assert sha == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert (cache / f"{sha}.npy").exists() and (cache / f"{sha}.json").exists()
+
+    def boom(*a, **k):
+        raise AssertionError("the text was decoded again instead of read from the cache")
+
+    monkeypatch.setattr(data_mod, "decode_utf8", boom)
+    sha2, tok2, ids2 = encode_file(path, cache)
+    assert sha2 == sha and tok2.chars == tok.chars and (ids2 == ids).all()
+
+
+def test_nothing_is_written_next_to_the_data(tmp_path: Path) -> None:
+    """Data in a read-only folder works: encoding writes only into the cache directory."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "t.txt").write_text(make_text(3000))
+    before = sorted(p.name for p in folder.iterdir())
+    _, _, ids = encode_file(folder / "t.txt", tmp_path / "cache")
+    assert len(ids) == 3000
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_unwritable_cache_dir_is_not_fatal(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    path = tmp_path / "t.txt"
+    path.write_text(make_text(3000))
+    _, _, ids = encode_file(path, blocker / "cache")  # cannot mkdir under a file
+    assert len(ids) == 3000
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, r"does not exist \(pass --data FILE"),
+        (b"", r"is empty"),
+        (b"good text\nmore \xff\xfe bad", r"is not UTF-8 text: byte 0xff at offset 15 \(line 2, column 6\)"),
+        (b"too short", r"is too short: 9 characters give 8 for training and 1 for validation"),
+    ],
+)
+def test_bad_data_files(tmp_path: Path, content: bytes | None, message: str) -> None:
+    path = tmp_path / "t.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(UserError, match=message):
+        load_corpus(DataConfig(path=str(path)), block_size=16)
+
+
+def test_directory_as_data(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="is a directory"):
+        load_corpus(DataConfig(path=str(tmp_path)), block_size=16)
+
+
+def test_default_data_is_fetched_and_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The download path, against a local file URL (tests never use the network)."""
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "source.txt"
+    source.write_text("not shakespeare")
+    with pytest.raises(UserError, match="expected 86c4e6aa"):
+        fetch_tiny_shakespeare(tmp_path / "data" / "tinyshakespeare.txt", url=source.as_uri())
+    assert not (tmp_path / "data" / "tinyshakespeare.txt").exists()  # nothing half-written or wrong left behind
+    with pytest.raises(
+        UserError, match=r"put the file at .*x\.txt yourself, or train on your own text with --data FILE"
+    ):
+        fetch_tiny_shakespeare(tmp_path / "x.txt", url=(tmp_path / "missing").as_uri())
+
+
+def test_missing_default_data_without_network_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(data_mod, "TINY_SHAKESPEARE_URL", (tmp_path / "offline").as_uri())
+    with pytest.raises(UserError, match=r"data/tinyshakespeare\.txt is missing and downloading it .* failed"):
+        load_corpus(DataConfig(), block_size=16)
+
+
+def test_shipped_dataset_hash_matches_when_present() -> None:
+    """The real file, where a checkout has it (CI copies it from ../shared)."""
+    path = Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt"
+    if not path.exists():
+        pytest.skip("data/tinyshakespeare.txt not present")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == data_mod.TINY_SHAKESPEARE_SHA256
