@@ -215,6 +215,35 @@ def _check_resume_config(saved: Config, new: Config, source: str) -> list[str]:
     return changed
 
 
+def _prepare_run_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to the run directory {out_dir}: {e.strerror}; choose another --out") from None
+
+
+def _save(payload: dict[str, Any], path: Path) -> None:
+    """save_checkpoint, with a full disk or a vanished directory reported as what it is."""
+    try:
+        save_checkpoint(payload, path)
+    except OSError as e:
+        raise UserError(
+            f"cannot write {path}: {e.strerror}; the previous {path.name} is unchanged (free space, then --resume)"
+        ) from None
+
+
+def _diverged(what: str, value: float, step: int, cfg: Config, out_dir: Path) -> UserError:
+    good = run_dir_checkpoint(out_dir)
+    kept = f"the last good checkpoint is kept: {good}" if good else "no checkpoint was written"
+    return UserError(
+        f"training diverged: the {what} became {value} at step {step} ({kept}); try a lower optim.lr "
+        f"(now {cfg.optim.lr:g}), keep optim.grad_clip on (now {cfg.optim.grad_clip:g}), or check the data"
+    )
+
+
 def run_dir_checkpoint(out_dir: Path) -> Path | None:
     """The newest good checkpoint of a run directory (last.pt, else best.pt)."""
     for name in (LAST, BEST):
@@ -260,15 +289,8 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
     t_start = time.perf_counter()
     device = resolve_device(cfg.train.device)
     dtype = resolve_dtype(cfg.train.dtype, device)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"cannot write to the run directory {out_dir}: {e.strerror}; choose another --out") from None
-
-    corpus: Corpus = load_corpus(cfg.data, cfg.model.block_size)
+    corpus: Corpus = load_corpus(cfg.data, cfg.model.block_size)  # every input checked before anything is written
+    _prepare_run_dir(out_dir)
     tok = corpus.tokenizer
     if resume_from is not None:
         saved_sha = resume_from.get("data", {}).get("sha256")
@@ -345,7 +367,7 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
         with StopRequest() as stop:
             while state.step < max_steps:
                 if stop.signum is not None:
-                    save_checkpoint(payload(val_loss), out_dir / LAST)
+                    _save(payload(val_loss), out_dir / LAST)
                     code = 128 + stop.signum
                     raise TrainingInterrupted(
                         code,
@@ -376,17 +398,19 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
                 bar.update(1)
 
                 last_step = state.step == max_steps
+                do_eval = state.step % cfg.train.eval_interval == 0 or last_step
+                do_ckpt = bool(cfg.train.ckpt_interval) and state.step % cfg.train.ckpt_interval == 0
+                if do_eval or do_ckpt:
+                    # never checkpoint a broken model: check the losses since the last log first
+                    pending = loss_sum.item()
+                    if not math.isfinite(pending):
+                        raise _diverged("training loss", pending, state.step, cfg, out_dir)
                 if state.step % cfg.log.interval == 0 or last_step:
                     train_loss = loss_sum.item() / loss_count  # the only host sync between evals
                     loss_sum.zero_()
                     loss_count = 0
                     if not math.isfinite(train_loss):
-                        good = run_dir_checkpoint(out_dir)
-                        kept = f"the last good checkpoint is kept: {good}" if good else "no checkpoint was written"
-                        raise UserError(
-                            f"training diverged: the loss became {train_loss} by step {state.step} ({kept}); "
-                            f"try a lower optim.lr (now {cfg.optim.lr:g}), set optim.grad_clip, or check the data"
-                        )
+                        raise _diverged("training loss", train_loss, state.step, cfg, out_dir)
                     now = time.perf_counter()
                     tps = (state.tokens_seen - tokens_at_log) / max(now - t_log, 1e-9)
                     t_log, tokens_at_log = now, state.tokens_seen
@@ -397,16 +421,18 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
                         writer.add_scalar("grad_norm", float(grad_norm), state.step)
                         writer.add_scalar("tokens_per_sec", tps, state.step)
 
-                if state.step % cfg.train.eval_interval == 0 or last_step:
+                if do_eval:
                     t_eval = time.perf_counter()
                     val_loss = estimate_loss(model, val_batches, ctx)
+                    if not math.isfinite(val_loss):
+                        raise _diverged("validation loss", val_loss, state.step, cfg, out_dir)
                     improved = val_loss < state.best_val_loss
                     if improved:
                         state.best_val_loss = val_loss
                     ckpt = payload(val_loss)
-                    save_checkpoint(ckpt, out_dir / LAST)
+                    _save(ckpt, out_dir / LAST)
                     if improved:
-                        save_checkpoint(ckpt, out_dir / BEST)
+                        _save(ckpt, out_dir / BEST)
                     log(
                         f"step {state.step}: val loss {val_loss:.4f} ({val_loss / math.log(2):.3f} bpc)"
                         + (" *best" if improved else "")
@@ -420,8 +446,8 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
                             writer.add_text("sample", "```\n" + text + "\n```", state.step)
                         writer.flush()
                     t_log += time.perf_counter() - t_eval  # keep eval time out of tokens/s
-                elif cfg.train.ckpt_interval and state.step % cfg.train.ckpt_interval == 0:
-                    save_checkpoint(payload(val_loss), out_dir / LAST)
+                elif do_ckpt:
+                    _save(payload(val_loss), out_dir / LAST)
     finally:
         bar.close()
         if writer is not None:
