@@ -7,6 +7,7 @@ Exit codes: 0 success, 2 a user mistake (one line `error: ...` on stderr, no tra
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -58,11 +59,33 @@ def train(
         str | None, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps (shortcut for train.device).")
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt.")] = False,
+    nproc: Annotated[
+        int | None,
+        typer.Option("--nproc", help="Train with N local processes (DDP), launched through torchrun.", min=1),
+    ] = None,
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
+    config_path, overrides = _split_args(args or [])
+    if nproc is not None:
+        from minigpt.config import load_config
+        from minigpt.distributed import launch_local
+
+        if not resume:  # say what is wrong once, here, rather than from every process
+            cfg = load_config(config_path, overrides)
+            split = cfg.train.grad_accum_steps * nproc
+            if cfg.train.batch_size % split:
+                raise UserError(
+                    f"train.batch_size ({cfg.train.batch_size}) must be divisible by train.grad_accum_steps "
+                    f"({cfg.train.grad_accum_steps}) x --nproc ({nproc}); change one of them"
+                )
+
+        argv = ["train", *(args or [])]
+        for flag, value in (("--out", out), ("--data", data), ("--device", device)):
+            if value is not None:
+                argv += [flag, str(value)]
+        launch_local(nproc, argv + (["--resume"] if resume else []))
     from minigpt.trainer import train_command
 
-    config_path, overrides = _split_args(args or [])
     extra: list[str | tuple[str, object]] = list(overrides)
     if data is not None:
         extra.append(("data.path", str(data)))
@@ -151,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         result = app(args=argv, standalone_mode=False, prog_name="minigpt")
         return result if isinstance(result, int) else 0
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank hits the same mistake: say it once
+            print(f"error: {e}", file=sys.stderr)
         return 2
     except typer.TyperException as e:  # usage errors: unknown option, missing argument, bad value
         ctx = getattr(e, "ctx", None)
@@ -162,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         print("aborted", file=sys.stderr)
         return 130
     except TrainingInterrupted as e:
-        print(str(e), file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":
+            print(str(e), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

@@ -174,13 +174,24 @@ def load_corpus(cfg: DataConfig, block_size: int) -> Corpus:
 
 class Batcher:
     """Random windows of `block_size + 1` tokens from one split, drawn from its own seeded generator,
-    so the sequence of batches depends only on the seed (and is saved/restored for exact resume)."""
+    so the sequence of batches depends only on the seed (and is saved/restored for exact resume).
 
-    def __init__(self, data: torch.Tensor, block_size: int, batch_size: int, seed: int, device: torch.device):
+    With several ranks, every rank draws the same `batch_size` window starts and keeps its own
+    contiguous share of them: the ranks see different data, and together exactly the batches a
+    single process with the same seed would see.
+    """
+
+    def __init__(
+        self, data: torch.Tensor, block_size: int, batch_size: int, seed: int, device: torch.device,
+        rank: int = 0, world_size: int = 1,
+    ):  # fmt: skip
         if len(data) < block_size + 2:
             raise ValueError(f"split of {len(data)} tokens is too short for block_size {block_size}")
+        if batch_size % world_size:
+            raise ValueError(f"batch of {batch_size} does not split over {world_size} ranks")
         self.data = data
         self.batch_size = batch_size
+        self.share = slice(rank * batch_size // world_size, (rank + 1) * batch_size // world_size)
         self.device = device
         self.offsets = torch.arange(block_size + 1)
         self.high = len(data) - block_size  # exclusive bound on window starts
@@ -189,7 +200,7 @@ class Batcher:
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """x, y of shape (B, T) on the device, y being x shifted left by one."""
-        starts = torch.randint(self.high, (self.batch_size,), generator=self.generator)
+        starts = torch.randint(self.high, (self.batch_size,), generator=self.generator)[self.share]
         window = self.data[starts[:, None] + self.offsets].long()  # (B, T+1)
         if self.pin:
             window = window.pin_memory()

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from minigpt import distributed
 from minigpt.checkpoint import BEST, LAST, load_checkpoint, save_checkpoint
 from minigpt.config import Config, config_from_dict, load_config, save_config
 from minigpt.data import Batcher, Corpus, load_corpus
@@ -36,8 +37,9 @@ MODEL_DATA_KEYS = ("model.", "data.path", "data.val_fraction")
 
 
 def log(msg: str) -> None:
-    """Status for the person at the terminal: stderr, clear of the progress bar."""
-    tqdm.write(msg, file=sys.stderr)
+    """Status for the person at the terminal: stderr, clear of the progress bar; rank 0 only."""
+    if distributed.launched().is_main:
+        tqdm.write(msg, file=sys.stderr)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -118,12 +120,17 @@ class StopRequest:
     cut in half); a second signal exits at once (checkpoints are written atomically, so nothing on
     disk can be left half-written)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hard_exit: bool = True) -> None:
+        # under torchrun the launcher itself follows a Ctrl-C with SIGTERM to every worker and
+        # kills them after its own timeout: there, further signals only keep the stop request
+        self.hard_exit = hard_exit
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
+            if not self.hard_exit:
+                return
             log("second interrupt: exiting now without saving")
             raise SystemExit(128 + signum)
         self.signum = signum
@@ -165,11 +172,23 @@ def _rng_state(device: torch.device, batcher: Batcher) -> dict[str, Any]:
     return state
 
 
-def _restore_rng(state: dict[str, Any], device: torch.device, batcher: Batcher) -> None:
-    torch.set_rng_state(state["torch_cpu"])
-    batcher.load_state_dict(state["batcher"])
-    if device.type == "cuda" and "torch_cuda" in state and len(state["torch_cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["torch_cuda"])
+def _restore_rng(ckpt: dict[str, Any], device: torch.device, batcher: Batcher, dist: distributed.Dist,
+                 seed: int) -> None:  # fmt: skip
+    """Put every random-number stream back where the checkpoint left it.
+
+    The batch stream is shared by all ranks. The dropout streams are per rank: restored exactly
+    when the number of processes is unchanged, re-derived from the seed and step otherwise.
+    """
+    batcher.load_state_dict(ckpt["rng"]["batcher"])
+    ranks = ckpt.get("rng_ranks")
+    if dist.enabled == bool(ranks) and (not ranks or len(ranks) == dist.world_size):
+        state = ranks[dist.rank] if ranks else ckpt["rng"]
+        torch.set_rng_state(state["torch_cpu"])
+        if device.type == "cuda" and len(state.get("torch_cuda", [])) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(state["torch_cuda"])
+    else:
+        torch.manual_seed(seed + 1 + dist.rank + 7919 * ckpt["step"])
+        log("note: the number of processes changed since the checkpoint; dropout masks are re-seeded")
 
 
 def _maybe_compile(model: GPT, enabled: bool, device: torch.device) -> torch.nn.Module:
@@ -285,12 +304,12 @@ def train_command(
 
 
 def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None) -> TrainResult:
-    """Train `cfg` into `out_dir` (fresh, or continuing `resume_from`, a loaded checkpoint)."""
+    """Train `cfg` into `out_dir` (fresh, or continuing `resume_from`, a loaded checkpoint).
+
+    Launched by torchrun, every rank runs this; rank 0 alone writes files and prints.
+    """
     t_start = time.perf_counter()
-    device = resolve_device(cfg.train.device)
-    dtype = resolve_dtype(cfg.train.dtype, device)
     corpus: Corpus = load_corpus(cfg.data, cfg.model.block_size)  # every input checked before anything is written
-    _prepare_run_dir(out_dir)
     tok = corpus.tokenizer
     if resume_from is not None:
         saved_sha = resume_from.get("data", {}).get("sha256")
@@ -300,17 +319,42 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
                 "restore the original file or start a new run"
             )
         tok = CharTokenizer.from_dict(resume_from["tokenizer"])
+    dist = distributed.launched()
+    per_rank = cfg.train.grad_accum_steps * dist.world_size
+    if cfg.train.batch_size % per_rank:
+        raise UserError(
+            f"train.batch_size ({cfg.train.batch_size}) must be divisible by train.grad_accum_steps "
+            f"({cfg.train.grad_accum_steps}) x the number of processes ({dist.world_size}); change one of them"
+        )
+    dist, ddp_device = distributed.init(cfg.train.device)
+    try:
+        return _train(cfg, out_dir, resume_from, corpus, tok, dist, ddp_device, t_start)
+    finally:
+        distributed.shutdown()
 
-    torch.manual_seed(cfg.train.seed)  # weights and dropout (CPU and every CUDA device)
+
+def _train(
+    cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None, corpus: Corpus, tok: CharTokenizer,
+    dist: distributed.Dist, ddp_device: torch.device | None, t_start: float,
+) -> TrainResult:  # fmt: skip
+    device = ddp_device if ddp_device is not None else resolve_device(cfg.train.device)
+    dtype = resolve_dtype(cfg.train.dtype, device)
+    if dist.is_main:
+        _prepare_run_dir(out_dir)
+
+    torch.manual_seed(cfg.train.seed)  # weights (the same on every rank) and dropout
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     model = GPT(cfg.model, tok.vocab_size).to(device)
+    if dist.enabled:
+        torch.manual_seed(cfg.train.seed + 1 + dist.rank)  # each rank its own dropout masks
     optimizer = build_optimizer(model, cfg, device)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    micro = cfg.train.batch_size // cfg.train.grad_accum_steps
-    batcher = Batcher(corpus.train, cfg.model.block_size, micro, cfg.train.seed, device)
-    val_source = Batcher(corpus.val, cfg.model.block_size, micro, cfg.train.seed + 1, device)
+    micro = cfg.train.batch_size // cfg.train.grad_accum_steps  # sequences per micro-step, all ranks together
+    shard = {"rank": dist.rank, "world_size": dist.world_size}
+    batcher = Batcher(corpus.train, cfg.model.block_size, micro, cfg.train.seed, device, **shard)
+    val_source = Batcher(corpus.val, cfg.model.block_size, micro, cfg.train.seed + 1, device, **shard)
     val_batches = [val_source.next() for _ in range(cfg.train.eval_steps)]  # fixed for the whole run
     state = _State()
 
@@ -319,33 +363,43 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
         optimizer.load_state_dict(resume_from["optimizer"])
         if resume_from.get("scaler"):
             scaler.load_state_dict(resume_from["scaler"])
-        _restore_rng(resume_from["rng"], device, batcher)
+        _restore_rng(resume_from, device, batcher, dist, cfg.train.seed)
         state = _State(resume_from["step"], resume_from["tokens_seen"], resume_from["best_val_loss"])
         log(f"resuming {out_dir} from step {state.step} (best val loss {state.best_val_loss:.4f})")
 
-    save_config(cfg, out_dir / "config.yaml")
+    if dist.is_main:
+        save_config(cfg, out_dir / "config.yaml")
     ctx = autocast(device, dtype)
-    n_params = model.num_params()
     log(
         f"data: {corpus.path} ({len(corpus.train) + len(corpus.val):,} chars, vocab {tok.vocab_size}; "
         f"{len(corpus.train):,} train / {len(corpus.val):,} val)"
     )
-    log(f"model: {n_params / 1e6:.2f}M parameters | device {device} | dtype {str(dtype).replace('torch.', '')}")
+    where = f"{dist.world_size} processes ({device.type}, DDP)" if dist.enabled else f"device {device}"
+    log(f"model: {model.num_params() / 1e6:.2f}M parameters | {where} | dtype {str(dtype).replace('torch.', '')}")
     compiled = _maybe_compile(model, cfg.train.compile, device)
+    train_model: torch.nn.Module = compiled
+    if dist.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        train_model = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
 
     writer = None
-    if cfg.log.tensorboard:
+    if cfg.log.tensorboard and dist.is_main:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from torch.utils.tensorboard import SummaryWriter
         writer = SummaryWriter(log_dir=str(out_dir), purge_step=state.step if state.step else None)
 
     def payload(val_loss: float | None) -> dict[str, Any]:
+        """The checkpoint; a collective call under DDP (it gathers every rank's RNG state)."""
+        rng = _rng_state(device, batcher)
+        ranks = distributed.all_gather({k: v for k, v in rng.items() if k != "batcher"}, dist)
         return {
-            "model": model.state_dict(),
+            "model": model.state_dict(),  # the unwrapped model: loads anywhere, with or without DDP
             "optimizer": optimizer.state_dict(),
             "scaler": scaler.state_dict() if scaler.is_enabled() else None,
-            "rng": _rng_state(device, batcher),
+            "rng": rng,
+            "rng_ranks": ranks if dist.enabled else None,
             "step": state.step,
             "tokens_seen": state.tokens_seen,
             "best_val_loss": state.best_val_loss,
@@ -355,22 +409,32 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
             "data": {"path": str(corpus.path), "sha256": corpus.sha256},
         }
 
+    def save(payload_: dict[str, Any], name: str) -> None:
+        if dist.is_main:
+            _save(payload_, out_dir / name)
+
     max_steps = cfg.train.max_steps
+    accum = cfg.train.grad_accum_steps
     tokens_per_step = cfg.train.batch_size * cfg.model.block_size
     val_loss: float | None = None
-    bar = tqdm(total=max_steps, initial=state.step, desc="train", unit="step", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=max_steps, initial=state.step, desc="train", unit="step", file=sys.stderr, dynamic_ncols=True,
+        disable=not dist.is_main,
+    )  # fmt: skip
     model.train()
     loss_sum = torch.zeros((), device=device)
     loss_count = 0
+    stop_signal: int | None = None  # agreed by all ranks
     t_log, tokens_at_log = time.perf_counter(), state.tokens_seen
     try:
-        with StopRequest() as stop:
+        with StopRequest(hard_exit=not dist.enabled) as stop:
             while state.step < max_steps:
-                if stop.signum is not None:
-                    _save(payload(val_loss), out_dir / LAST)
-                    code = 128 + stop.signum
+                if not dist.enabled:
+                    stop_signal = stop.signum
+                if stop_signal is not None:
+                    save(payload(val_loss), LAST)
                     raise TrainingInterrupted(
-                        code,
+                        128 + stop_signal,
                         f"stopped at step {state.step}; saved {out_dir / LAST}. Resume with: "
                         f"minigpt train --out {out_dir} --resume",
                     )
@@ -378,11 +442,13 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 step_loss = torch.zeros((), device=device)
-                for _ in range(cfg.train.grad_accum_steps):
+                for micro_step in range(accum):
                     x, y = batcher.next()
-                    with ctx:
-                        _, loss = compiled(x, y)
-                    loss = loss / cfg.train.grad_accum_steps
+                    # under DDP, gradients are averaged over ranks only on the last micro-step
+                    sync = not dist.enabled or micro_step == accum - 1
+                    with contextlib.nullcontext() if sync else train_model.no_sync(), ctx:
+                        _, loss = train_model(x, y)
+                        loss = loss / accum
                     scaler.scale(loss).backward()
                     step_loss += loss.detach()
                 scaler.unscale_(optimizer)
@@ -400,39 +466,44 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
                 last_step = state.step == max_steps
                 do_eval = state.step % cfg.train.eval_interval == 0 or last_step
                 do_ckpt = bool(cfg.train.ckpt_interval) and state.step % cfg.train.ckpt_interval == 0
-                if do_eval or do_ckpt:
-                    # never checkpoint a broken model: check the losses since the last log first
-                    pending = loss_sum.item()
-                    if not math.isfinite(pending):
-                        raise _diverged("training loss", pending, state.step, cfg, out_dir)
-                if state.step % cfg.log.interval == 0 or last_step:
-                    train_loss = loss_sum.item() / loss_count  # the only host sync between evals
+                do_log = state.step % cfg.log.interval == 0 or last_step
+                if not (do_eval or do_ckpt or do_log):
+                    continue
+                # a sync point (the same steps on every rank): the mean loss over ranks since the last
+                # log, and whether any rank was asked to stop; the only host sync between evals
+                asked = float(stop.signum or 0)
+                reduced = distributed.all_sum(torch.stack([loss_sum.float(), loss_sum.new_tensor(asked)]), dist)
+                mean_loss = reduced[0].item() / dist.world_size / loss_count
+                if dist.enabled and reduced[1].item() > 0:
+                    stop_signal = stop.signum or signal.SIGTERM
+                if not math.isfinite(mean_loss):  # never checkpoint a broken model
+                    raise _diverged("training loss", mean_loss, state.step, cfg, out_dir)
+                if do_log:
                     loss_sum.zero_()
                     loss_count = 0
-                    if not math.isfinite(train_loss):
-                        raise _diverged("training loss", train_loss, state.step, cfg, out_dir)
                     now = time.perf_counter()
                     tps = (state.tokens_seen - tokens_at_log) / max(now - t_log, 1e-9)
                     t_log, tokens_at_log = now, state.tokens_seen
-                    bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}", refresh=False)
+                    bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}", refresh=False)
                     if writer is not None:
-                        writer.add_scalar("train/loss", train_loss, state.step)
+                        writer.add_scalar("train/loss", mean_loss, state.step)
                         writer.add_scalar("lr", lr, state.step)
                         writer.add_scalar("grad_norm", float(grad_norm), state.step)
                         writer.add_scalar("tokens_per_sec", tps, state.step)
 
                 if do_eval:
                     t_eval = time.perf_counter()
-                    val_loss = estimate_loss(model, val_batches, ctx)
+                    local = estimate_loss(model, val_batches, ctx)
+                    val_loss = distributed.all_sum(torch.tensor([local]), dist).item() / dist.world_size
                     if not math.isfinite(val_loss):
                         raise _diverged("validation loss", val_loss, state.step, cfg, out_dir)
                     improved = val_loss < state.best_val_loss
                     if improved:
                         state.best_val_loss = val_loss
                     ckpt = payload(val_loss)
-                    _save(ckpt, out_dir / LAST)
+                    save(ckpt, LAST)
                     if improved:
-                        _save(ckpt, out_dir / BEST)
+                        save(ckpt, BEST)
                     log(
                         f"step {state.step}: val loss {val_loss:.4f} ({val_loss / math.log(2):.3f} bpc)"
                         + (" *best" if improved else "")
@@ -447,7 +518,7 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
                         writer.flush()
                     t_log += time.perf_counter() - t_eval  # keep eval time out of tokens/s
                 elif do_ckpt:
-                    _save(payload(val_loss), out_dir / LAST)
+                    save(payload(val_loss), LAST)
     finally:
         bar.close()
         if writer is not None:

@@ -1,0 +1,462 @@
+#!/usr/bin/env python3
+"""Benchmark minigpt against the reference baseline script, side by side, on this machine.
+
+Every measurement runs as its own subprocess, one after another (never in parallel), with the
+same Python interpreter, so both programs see the same machine, the same threads and the same
+start-up costs. Three comparisons, all on the CPU:
+
+1. Time to quality. The reference with its defaults (4 layers, 128 channels, context 64,
+   batch 12, 2000 steps) against `minigpt train` with the built-in default config, each timed as
+   a whole process. minigpt's loss comes from `minigpt eval RUN --json` (the whole val split,
+   every position scored, like the reference's val_loss). Targets: minigpt's loss <= the
+   reference's, and minigpt_wall / reference_wall <= 0.5.
+2. Training throughput on the reference recipe (configs/reference_cpu.yaml, or the equivalent
+   overrides while that file does not exist), 300 steps each. minigpt's tokens/s is the median
+   of its TensorBoard `tokens_per_sec` scalars after the first few (steady state); the
+   reference's is its own tokens_per_s. Target: minigpt / reference >= 1.5.
+3. Sampling. The reference's `--generate 1000` (6 layers, 6 heads, 384 channels, context 256;
+   it times only its generation loop) against the whole `minigpt sample RUN
+   --max-new-tokens 3000` process, start-up included, on a checkpoint of the same size made by
+   a 1-step training run. Target: minigpt chars/s / reference chars/s >= 10.
+
+Run it from the repository root:
+
+    uv run python scripts/bench.py --data data/tinyshakespeare.txt
+    uv run python scripts/bench.py --quick        # smoke test of this script (~1-2 min)
+
+It prints a table (metric | minigpt | reference | ratio | target | met?) and then one line of
+JSON with every number (per-repeat raw values and their medians) and the machine. With the
+defaults and --repeats 1 it takes about 5-10 minutes on 2 cores. Child processes get a
+temporary MINIGPT_CACHE_DIR and PYTHONPATH=<repo root>; all run directories are temporary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_REFERENCE = REPO.parent / "shared" / "bench" / "reference_gpt.py"
+DEFAULT_DATA = REPO / "data" / "tinyshakespeare.txt"
+REFERENCE_CONFIG = REPO / "configs" / "reference_cpu.yaml"
+# the reference's default recipe as minigpt overrides (used while configs/reference_cpu.yaml is missing)
+REFERENCE_OVERRIDES = [
+    "model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.block_size=64", "model.dropout=0.0",
+    "train.batch_size=12", "optim.lr=1e-3", "optim.min_lr=1e-4", "optim.warmup_steps=100",
+    "train.eval_interval=1000", "train.eval_steps=5", "log.sample_length=0",
+]  # fmt: skip
+SAMPLE_MODEL = ["model.n_layer=6", "model.n_head=6", "model.n_embd=384", "model.block_size=256"]
+SAMPLE_REFERENCE_MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--ctx", "256"]
+STEADY_SKIP = 3  # tokens_per_sec logs dropped as warm-up (each covers log.interval steps)
+
+TARGET_WALL_RATIO = 0.5
+TARGET_TRAIN_RATIO = 1.5
+TARGET_SAMPLE_RATIO = 10.0
+
+
+class BenchError(Exception):
+    """A child process failed or printed something unexpected."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Step and character counts: the real benchmark, or tiny ones for --quick."""
+
+    quality_ref_steps: int | None  # None: the reference's own default (2000)
+    quality_minigpt_steps: int | None  # None: minigpt's default config
+    throughput_steps: int
+    ref_gen_chars: int
+    minigpt_gen_chars: int
+
+
+FULL_PLAN = Plan(None, None, 300, 1000, 3000)
+QUICK_PLAN = Plan(30, 30, 30, 100, 100)
+
+
+@dataclass
+class Proc:
+    """A finished child process: its output and its wall time measured from the outside."""
+
+    stdout: str
+    stderr: str
+    wall_s: float
+
+
+@dataclass
+class Series:
+    """One metric over the repeats."""
+
+    runs: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": self.runs, "median": self.median}
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    metric: str
+    minigpt: str
+    reference: str
+    ratio: str
+    target: str
+    met: str
+
+
+# ---------------------------------------------------------------------------------------- processes
+
+
+def progress(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def child_env(cache_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MINIGPT_CACHE_DIR"] = str(cache_dir)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_timed(args: list[str], env: dict[str, str]) -> Proc:
+    """Run `python ARGS` in the repo root; raise BenchError (with its stderr tail) if it fails."""
+    cmd = [sys.executable, *args]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, encoding="utf-8", errors="replace")
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise BenchError(f"{' '.join(cmd)} exited with {done.returncode}:\n{tail}")
+    return Proc(done.stdout, done.stderr, wall)
+
+
+def last_json(proc: Proc, what: str) -> dict[str, Any]:
+    """The last line of stdout that parses as a JSON object."""
+    for line in reversed(proc.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                break
+    raise BenchError(f"{what} printed no JSON line; stdout ends with: {proc.stdout[-300:]!r}")
+
+
+def minigpt(*args: str) -> list[str]:
+    return ["-m", "minigpt", *args]
+
+
+# ---------------------------------------------------------------------------------------- readers
+
+
+def read_tokens_per_sec(run_dir: Path) -> list[float]:
+    """The `tokens_per_sec` TensorBoard scalars of a run, in step order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    if "tokens_per_sec" not in acc.Tags().get("scalars", []):
+        raise BenchError(f"no tokens_per_sec scalars in {run_dir}")
+    return [e.value for e in sorted(acc.Scalars("tokens_per_sec"), key=lambda e: e.step)]
+
+
+def steady_state(values: list[float]) -> list[float]:
+    """Drop the first few (warm-up) values; keep at least half of a short list."""
+    skip = STEADY_SKIP if len(values) > 2 * STEADY_SKIP else len(values) // 2
+    return values[skip:]
+
+
+def read_run_config_int(run_dir: Path, section: str, key: str) -> int:
+    """An integer from the run's resolved config.yaml (flat two-level YAML; no YAML library needed)."""
+    current = None
+    for line in (run_dir / "config.yaml").read_text(encoding="utf-8").splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith(":"):
+            current = line.strip()[:-1]
+        elif current == section and line.strip().startswith(f"{key}:"):
+            return int(line.split(":", 1)[1].split("#")[0].strip())
+    raise BenchError(f"{section}.{key} not found in {run_dir / 'config.yaml'}")
+
+
+# ---------------------------------------------------------------------------------------- comparisons
+
+
+def quality_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Path, rep: int) -> dict[str, float]:
+    steps = [] if plan.quality_ref_steps is None else ["--steps", str(plan.quality_ref_steps)]
+    progress(f"time to quality [{rep}]: reference ({plan.quality_ref_steps or 'default'} steps)")
+    ref_proc = run_timed([str(ref), "--data", str(data), "--device", "cpu", *steps], env)
+    ref_out = last_json(ref_proc, "reference")
+
+    run_dir = tmp / f"quality-{rep}"
+    overrides = [] if plan.quality_minigpt_steps is None else [f"train.max_steps={plan.quality_minigpt_steps}"]
+    progress(f"time to quality [{rep}]: minigpt train (default config{', ' if overrides else ''}{' '.join(overrides)})")
+    train = run_timed(minigpt("train", "--data", str(data), "--out", str(run_dir), "--device", "cpu", *overrides), env)
+    progress(f"time to quality [{rep}]: minigpt eval")
+    ev = run_timed(minigpt("eval", str(run_dir), "--json", "--device", "cpu"), env)
+    ev_out = last_json(ev, "minigpt eval")
+    return {
+        "minigpt_wall_s": train.wall_s,
+        "minigpt_eval_wall_s": ev.wall_s,
+        "minigpt_val_loss": float(ev_out["loss"]),
+        "reference_wall_s": ref_proc.wall_s,
+        "reference_reported_wall_s": float(ref_out["wall_s"]),
+        "reference_val_loss": float(ref_out["val_loss"]),
+    }
+
+
+def reference_recipe() -> tuple[str, list[str]]:
+    """(what it is, the minigpt train arguments) for the reference recipe."""
+    if REFERENCE_CONFIG.is_file():
+        return "configs/reference_cpu.yaml", [str(REFERENCE_CONFIG)]
+    return "overrides (configs/reference_cpu.yaml is missing)", REFERENCE_OVERRIDES
+
+
+def throughput_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Path, rep: int) -> dict[str, float]:
+    steps = plan.throughput_steps
+    progress(f"train throughput [{rep}]: reference ({steps} steps)")
+    ref_proc = run_timed([str(ref), "--data", str(data), "--device", "cpu", "--steps", str(steps)], env)
+    ref_out = last_json(ref_proc, "reference")
+
+    run_dir = tmp / f"throughput-{rep}"
+    name, recipe = reference_recipe()
+    progress(f"train throughput [{rep}]: minigpt train ({name})")
+    train = run_timed(
+        minigpt("train", *recipe, "--data", str(data), "--out", str(run_dir), "--device", "cpu",
+                f"train.max_steps={steps}"),
+        env,
+    )  # fmt: skip
+    values = read_tokens_per_sec(run_dir)
+    tps = statistics.median(steady_state(values))
+    tokens_per_step = read_run_config_int(run_dir, "train", "batch_size") * read_run_config_int(
+        run_dir, "model", "block_size"
+    )
+    return {
+        "minigpt_tokens_per_s": tps,
+        "minigpt_ms_per_step": tokens_per_step / tps * 1000,
+        "minigpt_tokens_per_step": tokens_per_step,
+        "minigpt_wall_s": train.wall_s,
+        "reference_tokens_per_s": float(ref_out["tokens_per_s"]),
+        "reference_ms_per_step": float(ref_out["ms_per_step_median"]),
+        "reference_wall_s": ref_proc.wall_s,
+    }
+
+
+def make_sample_checkpoint(data: Path, env: dict[str, str], tmp: Path) -> Path:
+    """A 6-layer, 6-head, 384-channel, context-256 checkpoint, made by training 1 step."""
+    run_dir = tmp / "sample-model"
+    progress("sampling: making a 6x384 ctx-256 checkpoint (1 training step)")
+    run_timed(
+        minigpt("train", "--data", str(data), "--out", str(run_dir), "--device", "cpu", *SAMPLE_MODEL,
+                "train.max_steps=1", "train.batch_size=2", "train.eval_steps=1", "log.sample_length=0",
+                "log.tensorboard=false"),
+        env,
+    )  # fmt: skip
+    return run_dir
+
+
+def sampling_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], run_dir: Path, rep: int) -> dict[str, float]:
+    progress(f"sampling [{rep}]: reference --generate {plan.ref_gen_chars}")
+    ref_proc = run_timed(
+        [str(ref), "--data", str(data), "--device", "cpu", "--generate", str(plan.ref_gen_chars),
+         *SAMPLE_REFERENCE_MODEL],
+        env,
+    )  # fmt: skip
+    ref_out = last_json(ref_proc, "reference --generate")
+
+    n = plan.minigpt_gen_chars
+    progress(f"sampling [{rep}]: minigpt sample --max-new-tokens {n}")
+    proc = run_timed(minigpt("sample", str(run_dir), "--max-new-tokens", str(n), "--device", "cpu"), env)
+    return {
+        "minigpt_chars_per_s": n / proc.wall_s,
+        "minigpt_wall_s": proc.wall_s,
+        "minigpt_stdout_chars": len(proc.stdout),
+        "reference_chars_per_s": float(ref_out["gen_tokens_per_s"]),
+        "reference_wall_s": ref_proc.wall_s,
+    }
+
+
+def collect(runs: list[dict[str, float]]) -> dict[str, Series]:
+    return {key: Series([r[key] for r in runs]) for key in runs[0]}
+
+
+# ---------------------------------------------------------------------------------------- report
+
+
+def summarize_quality(s: dict[str, Series]) -> dict[str, Any]:
+    ratio = s["minigpt_wall_s"].median / s["reference_wall_s"].median
+    loss_ok = s["minigpt_val_loss"].median <= s["reference_val_loss"].median
+    return {
+        **{k: v.to_dict() for k, v in s.items()},
+        "loss_ok": loss_ok,
+        "wall_ratio": ratio,
+        "wall_ratio_target": TARGET_WALL_RATIO,
+        "wall_ratio_met": ratio <= TARGET_WALL_RATIO,
+        "met": loss_ok and ratio <= TARGET_WALL_RATIO,
+    }
+
+
+def summarize_throughput(s: dict[str, Series]) -> dict[str, Any]:
+    ratio = s["minigpt_tokens_per_s"].median / s["reference_tokens_per_s"].median
+    return {
+        **{k: v.to_dict() for k, v in s.items()},
+        "recipe": reference_recipe()[0],
+        "ratio": ratio,
+        "target": TARGET_TRAIN_RATIO,
+        "met": ratio >= TARGET_TRAIN_RATIO,
+    }
+
+
+def summarize_sampling(s: dict[str, Series]) -> dict[str, Any]:
+    ratio = s["minigpt_chars_per_s"].median / s["reference_chars_per_s"].median
+    return {
+        **{k: v.to_dict() for k, v in s.items()},
+        "ratio": ratio,
+        "target": TARGET_SAMPLE_RATIO,
+        "met": ratio >= TARGET_SAMPLE_RATIO,
+    }
+
+
+def yes_no(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def table_rows(results: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    if q := results.get("time_to_quality"):
+        mg, ref = q["minigpt_val_loss"]["median"], q["reference_val_loss"]["median"]
+        rows.append(Row("val loss (whole val split, nats)", f"{mg:.4f}", f"{ref:.4f}", f"{mg - ref:+.4f}",
+                        "<= ref", yes_no(q["loss_ok"])))  # fmt: skip
+        mg, ref = q["minigpt_wall_s"]["median"], q["reference_wall_s"]["median"]
+        rows.append(Row("time to quality: process wall (s)", f"{mg:.1f}", f"{ref:.1f}", f"{q['wall_ratio']:.2f}x",
+                        f"<= {TARGET_WALL_RATIO}x", yes_no(q["wall_ratio_met"])))  # fmt: skip
+        rows.append(Row("  reference's own wall_s", "", f"{q['reference_reported_wall_s']['median']:.1f}", "", "", ""))
+        rows.append(Row("  minigpt eval process wall (s)", f"{q['minigpt_eval_wall_s']['median']:.1f}", "", "", "", ""))
+    if t := results.get("train_throughput"):
+        mg, ref = t["minigpt_tokens_per_s"]["median"], t["reference_tokens_per_s"]["median"]
+        rows.append(Row("train tokens/s (reference recipe)", f"{mg:,.0f}", f"{ref:,.0f}", f"{t['ratio']:.2f}x",
+                        f">= {TARGET_TRAIN_RATIO}x", yes_no(t["met"])))  # fmt: skip
+        mg, ref = t["minigpt_ms_per_step"]["median"], t["reference_ms_per_step"]["median"]
+        rows.append(Row("  ms/step", f"{mg:.2f}", f"{ref:.2f}", f"{mg / ref:.2f}x", "", ""))
+    if s := results.get("sampling"):
+        mg, ref = s["minigpt_chars_per_s"]["median"], s["reference_chars_per_s"]["median"]
+        rows.append(Row("sampling chars/s (6x384, ctx 256)", f"{mg:,.1f}", f"{ref:,.1f}", f"{s['ratio']:.2f}x",
+                        f">= {TARGET_SAMPLE_RATIO:g}x", yes_no(s["met"])))  # fmt: skip
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    header = Row("metric", "minigpt", "reference", "ratio", "target", "met?")
+    cells = [[r.metric, r.minigpt, r.reference, r.ratio, r.target, r.met] for r in [header, *rows]]
+    widths = [max(len(c[i]) for c in cells) for i in range(6)]
+
+    def line(c: list[str]) -> str:
+        return " | ".join(c[0].ljust(widths[0]) if i == 0 else c[i].rjust(widths[i]) for i in range(6)).rstrip()
+
+    sep = "-+-".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), sep, *(line(c) for c in cells[1:])])
+
+
+def machine_info() -> dict[str, Any]:
+    import torch
+
+    return {
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+# ---------------------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE, help="reference_gpt.py to compare with")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="text file to train on")
+    ap.add_argument("--repeats", type=int, default=1, help="repeat each measurement N times; report medians")
+    ap.add_argument("--quick", action="store_true", help="tiny step counts: a smoke test of this script")
+    ap.add_argument("--skip-train", action="store_true", help="skip the two training comparisons")
+    ap.add_argument("--skip-sample", action="store_true", help="skip the sampling comparison")
+    ap.add_argument("--json-only", action="store_true", help="print only the JSON line on stdout")
+    return ap.parse_args(argv)
+
+
+def check_inputs(a: argparse.Namespace) -> str | None:
+    """A one-line problem with the arguments, or None."""
+    if not a.reference.is_file():
+        return f"reference script not found: {a.reference}"
+    if not a.data.is_file():
+        return f"data file not found: {a.data}"
+    if a.repeats < 1:
+        return f"--repeats must be >= 1, got {a.repeats}"
+    return None
+
+
+def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
+    cache = tmp / "cache"
+    cache.mkdir()
+    env = child_env(cache)
+    ref, data = a.reference.resolve(), a.data.resolve()
+    results: dict[str, Any] = {}
+    if not a.skip_train:
+        quality = [quality_once(ref, data, plan, env, tmp, i) for i in range(a.repeats)]
+        results["time_to_quality"] = summarize_quality(collect(quality))
+        throughput = [throughput_once(ref, data, plan, env, tmp, i) for i in range(a.repeats)]
+        results["train_throughput"] = summarize_throughput(collect(throughput))
+    if not a.skip_sample:
+        run_dir = make_sample_checkpoint(data, env, tmp)
+        sampling = [sampling_once(ref, data, plan, env, run_dir, i) for i in range(a.repeats)]
+        results["sampling"] = summarize_sampling(collect(sampling))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    if problem := check_inputs(a):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    plan = QUICK_PLAN if a.quick else FULL_PLAN
+    t0 = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="minigpt-bench-") as tmp:
+            results = run_all(a, plan, Path(tmp))
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    report = {
+        "machine": machine_info(),
+        "settings": {
+            "quick": a.quick,
+            "repeats": a.repeats,
+            "reference": str(a.reference.resolve()),
+            "data": str(a.data.resolve()),
+            "plan": asdict(plan),
+        },
+        **results,
+        "bench_wall_s": time.perf_counter() - t0,
+    }
+    if not a.json_only:
+        if a.quick:
+            print("quick mode: tiny step counts, a smoke test of this script; the numbers mean nothing")
+        print(format_table(table_rows(results)))
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""DDP through torchrun on the CPU (gloo): two real processes, checked against one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt.checkpoint import load_checkpoint
+
+from .conftest import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = [*TINY, "train.max_steps=12", "train.eval_interval=6", "model.dropout=0.0"]
+
+
+def launch(*args: str | Path, cache: Path, wait: bool = True, extra_path: Path | None = None):
+    """`minigpt train --nproc 2 ARGS` as a real process tree (torchrun + 2 workers)."""
+    path = [str(ROOT)] + ([str(extra_path)] if extra_path else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "MINIGPT_CACHE_DIR": str(cache)}
+    cmd = [sys.executable, "-m", "minigpt", "train", "--nproc", "2", *map(str, args)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    if wait:
+        proc.communicate_result = proc.communicate(timeout=240)
+    return proc
+
+
+def assert_close(a: Path, b: Path, atol: float = 1e-5) -> None:
+    wa, wb = load_checkpoint(a)["model"], load_checkpoint(b)["model"]
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=atol), (k, (wa[k] - wb[k]).abs().max())
+
+
+def test_two_processes_match_one_and_checkpoints_move_between_them(text_file: Path, tmp_path: Path, cli) -> None:
+    ddp, single = tmp_path / "ddp", tmp_path / "single"
+    proc = launch("--data", text_file, "--out", ddp, *RUN, cache=tmp_path / "cache")
+    _, err = proc.communicate_result
+    assert proc.returncode == 0, err
+    # rank 0 alone wrote the run: one event file, one progress report
+    names = sorted(p.name for p in ddp.iterdir())
+    assert [n for n in names if not n.startswith("events")] == ["best.pt", "config.yaml", "last.pt"]
+    assert sum(n.startswith("events.out.tfevents") for n in names) == 1
+    assert err.count("data: ") == 1 and err.count("step 12: val loss") == 1
+    assert "2 processes (cpu, DDP)" in err
+
+    # the same global batch in one process, in the same data order: the same run
+    assert cli("train", "--data", text_file, "--out", single, *RUN).code == 0
+    a, b = load_checkpoint(ddp / "last.pt"), load_checkpoint(single / "last.pt")
+    assert a["step"] == b["step"] == 12
+    assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-5)
+    assert_close(ddp / "last.pt", single / "last.pt")
+
+    # a DDP checkpoint samples and resumes in one process ...
+    r = cli("sample", ddp, "--max-new-tokens", "30", "--temperature", "0")
+    assert r.code == 0 and len(r.out) >= 30
+    assert cli("train", "--out", ddp, "--resume", "train.max_steps=16").code == 0
+    # ... and a single-process checkpoint resumes under DDP
+    proc = launch("--out", single, "--resume", "train.max_steps=16", cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.communicate_result[1]
+    assert load_checkpoint(single / "last.pt")["step"] == load_checkpoint(ddp / "last.pt")["step"] == 16
+    assert_close(ddp / "last.pt", single / "last.pt")
+
+
+def test_batch_that_does_not_split_is_refused_before_launch(text_file: Path, tmp_path: Path, cli) -> None:
+    r = cli("train", "--nproc", "2", "--data", text_file, "--out", tmp_path / "r", *TINY, "train.batch_size=5")
+    assert r.code == 2
+    assert r.err.strip() == (
+        "error: train.batch_size (5) must be divisible by train.grad_accum_steps (1) x --nproc (2); change one of them"
+    )
+
+
+@pytest.mark.slow  # two more torchrun launches (~1 minute on 2 cores): `uv run pytest -m slow`
+def test_interrupt_and_a_failing_rank_stop_the_whole_job(text_file: Path, tmp_path: Path) -> None:
+    # rank 1 fails at its 40th forward pass; everything must stop, nothing may hang
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK') == '1' and os.environ.get('FAIL_RANK_1'):\n"
+        "    import minigpt.model as m\n"
+        "    real, calls = m.GPT.forward, [0]\n"
+        "    def forward(self, *a, **k):\n"
+        "        calls[0] += 1\n"
+        "        if calls[0] == 40:\n"
+        "            raise RuntimeError('simulated failure on rank 1')\n"
+        "        return real(self, *a, **k)\n"
+        "    m.GPT.forward = forward\n"
+    )
+    long = [*TINY, "train.max_steps=100000", "train.eval_interval=1000", "train.ckpt_interval=5", "log.interval=1"]
+
+    out = tmp_path / "interrupted"
+    proc = launch("--data", text_file, "--out", out, *long, cache=tmp_path / "cache", wait=False)
+    deadline = time.monotonic() + 120
+    while not (out / "last.pt").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the whole process group
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode != 0
+    assert "Resume with: minigpt train --out" in err
+    step = load_checkpoint(out / "last.pt")["step"]
+    assert f"stopped at step {step}" in err
+
+    os.environ["FAIL_RANK_1"] = "1"
+    try:
+        failing = tmp_path / "failing"
+        t0 = time.monotonic()
+        proc = launch("--data", text_file, "--out", failing, *long, cache=tmp_path / "cache", extra_path=hook)
+    finally:
+        del os.environ["FAIL_RANK_1"]
+    assert proc.returncode != 0
+    assert "simulated failure on rank 1" in proc.communicate_result[1]
+    assert time.monotonic() - t0 < 200
+    load_checkpoint(failing / "last.pt")  # what rank 0 saved before the failure is intact
