@@ -57,7 +57,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. torch's note on a foreign pickle protocol: we refuse or load anyway
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+            # mmap: tensors are paged in when used, so sampling does not read the optimizer state
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else "unsupported content"
         raise UserError(

@@ -152,15 +152,23 @@ def encode_file(path: Path, cache_dir: Path | None) -> tuple[str, CharTokenizer,
     return sha, tok, ids
 
 
+def cache_dir_for(cfg: DataConfig) -> Path:
+    return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+
+
+def split_index(n: int, val_fraction: float) -> int:
+    """Where validation starts: the split is contiguous, the last val_fraction is validation."""
+    return int(n * (1.0 - val_fraction))
+
+
 def load_corpus(cfg: DataConfig, block_size: int) -> Corpus:
     """Read, encode (cached) and split the configured text; fetch tiny Shakespeare if it is the default."""
     path = Path(cfg.path).expanduser()
     if not path.exists() and Path(cfg.path) == Path(DEFAULT_DATA_PATH):
         fetch_tiny_shakespeare(path)
-    cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
-    sha, tok, ids = encode_file(path, cache_dir)
+    sha, tok, ids = encode_file(path, cache_dir_for(cfg))
     n = len(ids)
-    split = int(n * (1.0 - cfg.val_fraction))  # contiguous: the last val_fraction is validation
+    split = split_index(n, cfg.val_fraction)
     need = block_size + 2
     if split < need or n - split < need:
         raise UserError(

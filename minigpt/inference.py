@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 
 from minigpt.checkpoint import load_checkpoint, resolve_checkpoint
 from minigpt.config import Config, config_from_dict
-from minigpt.data import decode_utf8, read_text_bytes
+from minigpt.data import cache_dir_for, decode_utf8, encode_file, read_text_bytes, split_index
 from minigpt.errors import UserError
 from minigpt.model import GPT
 from minigpt.sampler import generate
@@ -150,14 +149,13 @@ def eval_ids_for(loaded: Loaded, data: Path | None) -> tuple[torch.Tensor, str]:
         return torch.from_numpy(tok.encode_array(text)), f"all of {data}"
     info = loaded.checkpoint.get("data", {})
     path = Path(info.get("path", loaded.config.data.path))
-    raw = read_text_bytes(path) if path.exists() else None
-    if raw is None:
+    if not path.exists():
         raise UserError(f"the run's data file {path} is gone; pass --data FILE to evaluate on a text file")
-    if info.get("sha256") and hashlib.sha256(raw).hexdigest() != info["sha256"]:
+    sha, file_tok, ids = encode_file(path, cache_dir_for(loaded.config.data))  # cached: encoded once
+    if info.get("sha256") and sha != info["sha256"] or file_tok.chars != tok.chars:
         raise UserError(f"{path} changed since this run was trained; pass --data FILE to evaluate on it anyway")
-    ids = tok.encode_array(decode_utf8(raw, path))
-    split = int(len(ids) * (1.0 - loaded.config.data.val_fraction))
-    return torch.from_numpy(np.ascontiguousarray(ids[split:])), f"validation split of {path}"
+    split = split_index(len(ids), loaded.config.data.val_fraction)
+    return torch.from_numpy(np.array(ids[split:], dtype=np.int64)), f"validation split of {path}"
 
 
 def evaluate(loaded: Loaded, data: Path | None) -> tuple[EvalResult, str]:
