@@ -9,15 +9,14 @@ old checkpoint or the new one, never a partial file.
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from minigpt.atomic import atomic_write
 from minigpt.errors import UserError
 
 FORMAT = "minigpt-checkpoint"
@@ -28,24 +27,7 @@ LAST, BEST = "last.pt", "best.pt"
 def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
     """Atomically write `payload` to `path` (tmp file + fsync + rename + directory fsync)."""
     payload = {"format": FORMAT, "version": VERSION, **payload}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # make the rename itself durable
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename is still atomic
+    atomic_write(path, lambda f: torch.save(payload, f))
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -54,6 +36,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise UserError(f"checkpoint {path} does not exist")
     if path.is_dir():
         raise UserError(f"{path} is a directory, not a checkpoint file")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"PK\x03\x04":  # torch.save writes a zip archive
+        raise UserError(f"{path} is not a minigpt checkpoint (not a PyTorch checkpoint file at all)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. torch's note on a foreign pickle protocol: we refuse or load anyway

@@ -7,6 +7,7 @@ Exit codes: 0 success, 2 a user mistake (one line `error: ...` on stderr, no tra
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -98,8 +99,8 @@ def _check_sampling_flags(max_new_tokens: int, temperature: float, top_k: int | 
                           num_samples: int) -> None:  # fmt: skip
     if max_new_tokens < 0:
         raise UserError(f"--max-new-tokens must be >= 0, got {max_new_tokens}")
-    if temperature < 0:
-        raise UserError(f"--temperature must be >= 0 (0 is greedy), got {temperature}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise UserError(f"--temperature must be a finite number >= 0 (0 is greedy), got {temperature}")
     if top_k is not None and top_k < 1:
         raise UserError(f"--top-k must be >= 1, got {top_k}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
@@ -109,8 +110,13 @@ def _check_sampling_flags(max_new_tokens: int, temperature: float, top_k: int | 
 
 
 def _write_stdout(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`minigpt sample RUN | head`): stop quietly, exit 0
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain
+        raise typer.Exit(0) from None
 
 
 @app.command()
@@ -134,6 +140,8 @@ def sample(
     from minigpt.trainer import resolve_device
 
     _check_sampling_flags(max_new_tokens, temperature, top_k, top_p, num_samples)
+    if not 0 <= seed < 2**63:
+        raise UserError(f"--seed must be in [0, 2**63), got {seed}")
     if unknown not in ("error", "skip"):
         raise UserError(f"--unknown must be error or skip, got '{unknown}'")
     loaded = load_model(target, resolve_device(device))
@@ -178,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
         return 2
     except typer.TyperException as e:  # usage errors: unknown option, missing argument, bad value
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `minigpt`: the help was shown
+            return 0
         ctx = getattr(e, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         print(f"error: {e.format_message()}{hint}", file=sys.stderr)

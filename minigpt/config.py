@@ -187,8 +187,9 @@ def _set_dotted(raw: dict[str, dict[str, Any]], key: str, value: Any, source: st
     raw.setdefault(section, {})[name] = value
 
 
-def config_from_dict(raw: Any, source: str) -> Config:
-    """Build and validate a Config from nested plain data (YAML or a checkpoint)."""
+def config_from_dict(raw: Any, source: str, check: bool = True) -> Config:
+    """Build a Config from nested plain data (YAML or a checkpoint): types always checked, values
+    and combinations too unless `check` is False (when overrides are still to come)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -213,7 +214,8 @@ def config_from_dict(raw: Any, source: str) -> Config:
             kwargs[name] = _coerce(key, value, hints[name], source)
         sections[sname] = cls(**kwargs)
     cfg = Config(**sections)
-    validate(cfg, source)
+    if check:
+        validate(cfg, source)
     return cfg
 
 
@@ -245,6 +247,8 @@ def validate(cfg: Config, source: str) -> None:
     ):
         if cfg.flat()[key] < 1:
             fail(f"{key} must be >= 1, got {cfg.flat()[key]}")
+    if not 0 <= t.seed < 2**63:
+        fail(f"train.seed must be in [0, 2**63), got {t.seed}")
     for key in ("train.ckpt_interval", "optim.warmup_steps", "log.sample_length"):
         if cfg.flat()[key] < 0:
             fail(f"{key} must be >= 0, got {cfg.flat()[key]}")
@@ -284,6 +288,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     key = key.strip()
     if not eq or not key:
         raise UserError(f"command line: override '{item}' must look like KEY=VALUE, e.g. train.max_steps=500")
+    if _is_text_key(key):
+        return key, _text_value(key, text)
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
@@ -328,14 +334,40 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str | tuple[
     if not isinstance(raw, dict):
         raise UserError(f"{source}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
     raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
-    cfg = config_from_dict(raw, source)  # YAML errors name the file, not the command line
-    if overrides:
-        merged = cfg.to_dict()
-        for item in overrides:
-            key, value = parse_override(item) if isinstance(item, str) else item
-            _set_dotted(merged, key, value, "command line")
-        cfg = config_from_dict(merged, "command line")
-    return cfg
+    if not overrides:
+        return config_from_dict(raw, source)
+    # the file's types are checked against the file; values only once the overrides are in, so a
+    # file + override combination that is valid together is accepted (defaults < file < overrides)
+    merged = config_from_dict(raw, source, check=False).to_dict()
+    for item in overrides:
+        key, value = parse_override(item) if isinstance(item, str) else item
+        _set_dotted(merged, key, value, "command line")
+    both = f"{source} with the command-line overrides" if path is not None else "command line"
+    return config_from_dict(merged, both)
+
+
+def _is_text_key(key: str) -> bool:
+    f = all_keys().get(key)
+    if f is None:
+        return False
+    section = key.split(".")[0]
+    typ = typing.get_type_hints(SECTIONS[section])[f.name]
+    return typ is str or (typing.get_origin(typ) in (typing.Union, types.UnionType) and str in typing.get_args(typ))
+
+
+def _text_value(key: str, text: str) -> str | None:
+    """A string key's override is taken as written ('no', 'ROMEO:', '#' stay text), with YAML's
+    escapes for quoted values; null or ~ clears an optional one."""
+    if text.strip() in ("null", "~") and all_keys()[key].default is None:
+        return None
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        try:
+            parsed = yaml.safe_load(text)
+            if isinstance(parsed, str):
+                return parsed
+        except yaml.YAMLError:
+            pass
+    return text
 
 
 def save_config(cfg: Config, path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from minigpt.atomic import atomic_write
 from minigpt.config import DEFAULT_DATA_PATH, DataConfig
 from minigpt.errors import UserError
 from minigpt.tokenizer import CharTokenizer
@@ -47,22 +47,9 @@ def fetch_tiny_shakespeare(dest: Path, url: str | None = None) -> None:
         raise UserError(f"the download from {url} has SHA-256 {digest}, expected {TINY_SHAKESPEARE_SHA256}: {how}")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write_bytes(dest, payload)
+        atomic_write(dest, lambda f: f.write(payload))
     except OSError as e:
         raise UserError(f"cannot write {dest}: {e.strerror}: {how}") from None
-
-
-def _atomic_write_bytes(path: Path, payload: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_text_bytes(path: Path) -> bytes:
@@ -126,12 +113,9 @@ def _store_cached(cache_dir: Path, sha: str, tok: CharTokenizer, ids: np.ndarray
     """Best effort: a read-only or full cache directory only costs re-encoding next time."""
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{sha}.", suffix=".npy")
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, ids, allow_pickle=False)
-        os.replace(tmp, cache_dir / f"{sha}.npy")
+        atomic_write(cache_dir / f"{sha}.npy", lambda f: np.save(f, ids, allow_pickle=False))
         meta = json.dumps({"version": CACHE_VERSION, "chars": tok.chars, "length": len(ids)})
-        _atomic_write_bytes(cache_dir / f"{sha}.json", meta.encode("utf-8"))
+        atomic_write(cache_dir / f"{sha}.json", lambda f: f.write(meta.encode("utf-8")))
     except OSError:
         pass
 

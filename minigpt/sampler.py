@@ -35,10 +35,11 @@ def sample_next_token(
     logits = logits.float()
     if temperature == 0:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
+    # shift so the largest logit is 0 before dividing: a tiny temperature cannot overflow
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        top = torch.topk(logits, top_k, dim=-1)  # exactly k survive, ties included or not
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, top.indices, top.values)
     if top_p is not None and top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         probs = F.softmax(sorted_logits, dim=-1)

@@ -28,12 +28,13 @@ from minigpt.schedule import lr_at
 from minigpt.tokenizer import CharTokenizer
 
 # keys that may change when a run is resumed: they do not change what the model is or what it learns from
+# what a checkpoint needs for --resume
+RESUME_KEYS = ("config", "tokenizer", "model", "optimizer", "rng", "step", "tokens_seen", "best_val_loss")
+# (data.path may change too when the file's content is the same: the SHA-256 is checked)
 RESUMABLE_KEYS = (
-    "train.max_steps", "train.eval_interval", "train.eval_steps", "train.ckpt_interval", "train.device",
-    "train.dtype", "train.compile", "data.cache_dir", "log.",
+    "train.max_steps", "train.eval_interval", "train.ckpt_interval", "train.device", "train.dtype",
+    "train.compile", "data.cache_dir", "data.path", "log.",
 )  # fmt: skip
-# keys whose change would make the checkpoint a different model or a different dataset
-MODEL_DATA_KEYS = ("model.", "data.path", "data.val_fraction")
 
 
 def log(msg: str) -> None:
@@ -50,6 +51,8 @@ def resolve_device(name: str) -> torch.device:
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
+    if name not in ("cpu", "mps", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise UserError(f"unknown device '{name}': use auto, cpu, cuda, cuda:N or mps")
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise UserError(f"device '{name}' requested but CUDA is not available here; use --device cpu or auto")
@@ -169,6 +172,8 @@ def _rng_state(device: torch.device, batcher: Batcher) -> dict[str, Any]:
     state: dict[str, Any] = {"torch_cpu": torch.get_rng_state(), "batcher": batcher.state_dict()}
     if device.type == "cuda":
         state["torch_cuda"] = torch.cuda.get_rng_state_all()
+    elif device.type == "mps":
+        state["torch_mps"] = torch.mps.get_rng_state()
     return state
 
 
@@ -186,16 +191,25 @@ def _restore_rng(ckpt: dict[str, Any], device: torch.device, batcher: Batcher, d
         torch.set_rng_state(state["torch_cpu"])
         if device.type == "cuda" and len(state.get("torch_cuda", [])) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(state["torch_cuda"])
+        elif device.type == "mps" and "torch_mps" in state:
+            torch.mps.set_rng_state(state["torch_mps"])
     else:
         torch.manual_seed(seed + 1 + dist.rank + 7919 * ckpt["step"])
         log("note: the number of processes changed since the checkpoint; dropout masks are re-seeded")
 
 
-def _maybe_compile(model: GPT, enabled: bool, device: torch.device) -> torch.nn.Module:
+def _maybe_compile(
+    model: GPT,
+    enabled: bool,
+    device: torch.device,
+    batch_shape: tuple[int, int],
+    ctx: contextlib.AbstractContextManager,
+) -> torch.nn.Module:
     """torch.compile with a fallback to eager when no working compiler is available.
 
-    Compilation is lazy, so a trial forward/backward on a dummy batch triggers it here, with the
-    random-number state forked so the trial does not change the run.
+    Compilation is lazy, so a trial forward/backward on a dummy batch of the training shape, under
+    the training autocast, triggers it here (the graph training will use), with the random-number
+    state forked so the trial does not change the run.
     """
     if not enabled:
         return model
@@ -207,8 +221,9 @@ def _maybe_compile(model: GPT, enabled: bool, device: torch.device) -> torch.nn.
     try:
         devices = [device.index or 0] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            x = torch.zeros((1, model.cfg.block_size), dtype=torch.long, device=device)
-            _, loss = compiled(x, x)
+            x = torch.zeros(batch_shape, dtype=torch.long, device=device)
+            with ctx:
+                _, loss = compiled(x, x)
             loss.backward()
         model.zero_grad(set_to_none=True)
     except Exception as e:  # any backend failure (no C++ compiler, unsupported op, ...)
@@ -224,7 +239,7 @@ def _check_resume_config(saved: Config, new: Config, source: str) -> list[str]:
     """Keys whose values differ; raises if any of them changes the model or the data."""
     a, b = saved.flat(), new.flat()
     changed = [k for k in a if a[k] != b[k]]
-    fixed = [k for k in changed if k.startswith(MODEL_DATA_KEYS) or not k.startswith(RESUMABLE_KEYS)]
+    fixed = [k for k in changed if not k.startswith(RESUMABLE_KEYS)]
     if fixed:
         diffs = ", ".join(f"{k}: {a[k]!r} -> {b[k]!r}" for k in fixed)
         raise UserError(
@@ -292,6 +307,9 @@ def train_command(
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
     ckpt = load_checkpoint(ckpt_path)
+    missing = [k for k in RESUME_KEYS if k not in ckpt]
+    if missing:
+        raise UserError(f"{ckpt_path} cannot be resumed: it lacks {', '.join(missing)} (a damaged or foreign file)")
     saved = config_from_dict(ckpt["config"], str(ckpt_path))
     if config_path is not None:
         cfg = load_config(config_path, overrides)
@@ -300,6 +318,13 @@ def train_command(
     changed = _check_resume_config(saved, cfg, str(config_path) if config_path else "these overrides")
     if changed:
         log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
+    if "train.max_steps" in changed and ckpt["step"] < cfg.train.max_steps:
+        before = lr_at(ckpt["step"] - 1, saved.optim, saved.train.max_steps) if ckpt["step"] else 0.0
+        after = lr_at(ckpt["step"], cfg.optim, cfg.train.max_steps)
+        log(
+            f"note: the {cfg.optim.schedule} schedule is re-planned over {cfg.train.max_steps} steps: "
+            f"the learning rate goes from {before:.3g} to {after:.3g} at step {ckpt['step']}"
+        )
     return train(cfg, out_dir, resume_from=ckpt)
 
 
@@ -310,6 +335,8 @@ def train(cfg: Config, out_dir: Path, resume_from: dict[str, Any] | None = None)
     """
     t_start = time.perf_counter()
     corpus: Corpus = load_corpus(cfg.data, cfg.model.block_size)  # every input checked before anything is written
+    # record the text's absolute path: the run resumes and evaluates from any working directory
+    cfg = cfg.replace(**{"data.path": str(corpus.path.resolve())})
     tok = corpus.tokenizer
     if resume_from is not None:
         saved_sha = resume_from.get("data", {}).get("sha256")
@@ -376,7 +403,7 @@ def _train(
     )
     where = f"{dist.world_size} processes ({device.type}, DDP)" if dist.enabled else f"device {device}"
     log(f"model: {model.num_params() / 1e6:.2f}M parameters | {where} | dtype {str(dtype).replace('torch.', '')}")
-    compiled = _maybe_compile(model, cfg.train.compile, device)
+    compiled = _maybe_compile(model, cfg.train.compile, device, (micro // dist.world_size, cfg.model.block_size), ctx)
     train_model: torch.nn.Module = compiled
     if dist.enabled:
         from torch.nn.parallel import DistributedDataParallel
@@ -388,7 +415,8 @@ def _train(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from torch.utils.tensorboard import SummaryWriter
-        writer = SummaryWriter(log_dir=str(out_dir), purge_step=state.step if state.step else None)
+        # on resume, drop events a crashed run logged after its checkpoint (steps > state.step)
+        writer = SummaryWriter(log_dir=str(out_dir), purge_step=state.step + 1 if state.step else None)
 
     def payload(val_loss: float | None) -> dict[str, Any]:
         """The checkpoint; a collective call under DDP (it gathers every rank's RNG state)."""
@@ -406,7 +434,7 @@ def _train(
             "val_loss": val_loss,
             "config": cfg.to_dict(),
             "tokenizer": tok.to_dict(),
-            "data": {"path": str(corpus.path), "sha256": corpus.sha256},
+            "data": {"path": cfg.data.path, "sha256": corpus.sha256},
         }
 
     def save(payload_: dict[str, Any], name: str) -> None:
@@ -432,6 +460,8 @@ def _train(
                 if not dist.enabled:
                     stop_signal = stop.signum
                 if stop_signal is not None:
+                    if loss_count and not math.isfinite(loss_sum.item()):  # never save a broken model
+                        raise _diverged("training loss", loss_sum.item(), state.step, cfg, out_dir)
                     save(payload(val_loss), LAST)
                     raise TrainingInterrupted(
                         128 + stop_signal,

@@ -89,6 +89,8 @@ def test_sample_seed_reproducible_and_greedy(trained_run: Path, cli) -> None:
 def test_sample_past_block_size(trained_run: Path, cli) -> None:
     r = cli("sample", trained_run, "--max-new-tokens", "200", "--prompt", "KING:\n")
     assert r.code == 0 and len(r.out) >= 200
+    tiny = cli("sample", trained_run, "--max-new-tokens", "50", "--temperature", "1e-45")
+    assert tiny.code == 0 and tiny.out == cli("sample", trained_run, "--max-new-tokens", "50", "--temperature", "0").out
 
 
 def test_eval_json_scores_the_whole_val_split(trained_run: Path, cli) -> None:
@@ -132,7 +134,7 @@ def test_user_mistakes_get_one_line_and_exit_2(trained_run: Path, text_file: Pat
     )
     assert "does not exist" in one_error_line(cli("train", "--data", tmp_path / "nope.txt", "--out", out))
     assert "must be >= 0" in one_error_line(cli("sample", trained_run, "--max-new-tokens", "-1"))
-    assert "--temperature must be >= 0" in one_error_line(cli("sample", trained_run, "--temperature", "-0.5"))
+    assert "--temperature must be a finite number >= 0" in one_error_line(cli("sample", trained_run, "--temperature", "-0.5"))
     assert "--top-p must be in (0, 1]" in one_error_line(cli("sample", trained_run, "--top-p", "0"))
     assert "--top-k must be >= 1" in one_error_line(cli("sample", trained_run, "--top-k", "0"))
     line = one_error_line(cli("sample", trained_run, "--prompt", "KING~@"))
@@ -145,6 +147,11 @@ def test_user_mistakes_get_one_line_and_exit_2(trained_run: Path, text_file: Pat
     trunc.write_bytes((trained_run / "best.pt").read_bytes()[:5000])
     assert "not a readable minigpt checkpoint" in one_error_line(cli("sample", trunc))
     assert "No such option" in one_error_line(cli("train", "--bogus"))
+    assert "unknown device 'foo'" in one_error_line(cli("sample", trained_run, "--device", "foo"))
+    assert "unknown device 'foo'" in one_error_line(cli("eval", trained_run, "--device", "foo"))
+    assert "--seed must be in" in one_error_line(cli("sample", trained_run, "--seed", str(2**70)))
+    assert "train.seed must be in" in one_error_line(cli("train", "--data", text_file, "--out", out, "train.seed=-1"))
+    assert "finite number" in one_error_line(cli("sample", trained_run, "--temperature", "nan"))
     assert "at most one CONFIG" in one_error_line(cli("train", "a.yaml", "b.yaml"))
     assert not out.exists() or not any(out.glob("*.pt"))
 
@@ -201,7 +208,28 @@ def test_resume_can_extend_a_finished_run(text_file: Path, tmp_path: Path, cli) 
     r = cli("train", "--out", out, "--resume", "train.max_steps=20")
     assert r.code == 0, r
     assert load_checkpoint(out / "last.pt")["step"] == 20
-    assert "resuming" in r.err
+    assert "resuming" in r.err and "schedule is re-planned over 20 steps" in r.err
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(out))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("val/loss")] == [5, 10, 15, 20]  # the resume step's events survive
+
+
+def test_a_run_resumes_and_evaluates_from_another_directory(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
+    monkeypatch.chdir(text_file.parent)
+    assert cli("train", "--data", text_file.name, "--out", "run", *TINY, "train.max_steps=5").code == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    run = text_file.parent / "run"
+    assert cli("eval", run, "--json").code == 0
+    assert cli("train", "--out", run, "--resume", "train.max_steps=8").code == 0
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(text_file.read_bytes())  # the same text at another path: fine (checked by SHA-256)
+    r = cli("train", "--out", run, "--resume", "--data", copy, "train.max_steps=10")
+    assert r.code == 0, r
+    assert load_checkpoint(run / "last.pt")["step"] == 10
 
 
 def test_python_dash_m_entry_point(tmp_path: Path) -> None:
@@ -218,3 +246,13 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     )  # fmt: skip
     assert r.returncode == 2
     assert r.stderr.strip() == f"error: {bad}: model.n_embd (128) must be divisible by model.n_head (3)"
+    bare = subprocess.run([sys.executable, "-m", "minigpt"], capture_output=True, text=True, env=env)
+    assert bare.returncode == 0 and "train" in bare.stdout  # the help, not an error
+
+
+def test_sample_into_a_closed_pipe_exits_quietly(trained_run: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = f"{sys.executable} -m minigpt sample {trained_run} --max-new-tokens 100000 | head -c 20"
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout) == 20 and "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr

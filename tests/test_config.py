@@ -48,6 +48,20 @@ def test_precedence_defaults_yaml_overrides(tmp_path: Path) -> None:
     assert cfg.model.n_embd == Config().model.n_embd  # default
 
 
+def test_string_keys_take_the_override_as_written() -> None:
+    assert parse_override("log.sample_prompt=no") == ("log.sample_prompt", "no")  # not YAML 1.1's False
+    assert parse_override("log.sample_prompt=ROMEO:") == ("log.sample_prompt", "ROMEO:")
+    assert parse_override('log.sample_prompt="\\nKING:"') == ("log.sample_prompt", "\nKING:")
+    assert parse_override("data.cache_dir=null") == ("data.cache_dir", None)
+
+
+def test_file_and_overrides_are_validated_together(tmp_path: Path) -> None:
+    path = write(tmp_path, "model:\n  n_head: 5\n")
+    assert load_config(path, ["model.n_embd=40"]).model.n_embd == 40
+    with pytest.raises(UserError, match=r"cfg\.yaml with the command-line overrides: model\.n_embd \(42\)"):
+        load_config(path, ["model.n_embd=42"])
+
+
 def test_override_values_are_yaml_scalars() -> None:
     assert parse_override("train.compile=true") == ("train.compile", True)
     assert parse_override("data.path=my file.txt") == ("data.path", "my file.txt")

@@ -181,7 +181,8 @@ def test_checkpoint_that_would_run_code_is_refused(how: str, tmp_path: Path, mon
     for command in (("sample", path), ("eval", path)):
         r = cli(*command)
         assert r.code == 2, r
-        assert r.err.startswith("error: ") and ("refusing to load" in r.err or "not a readable" in r.err)
+        expected = "refusing to load" if how == "torch.save" else "not a PyTorch checkpoint file at all"
+        assert r.err.startswith("error: ") and expected in r.err, r
     run = tmp_path / "run"
     run.mkdir()
     path.rename(run / "last.pt")
@@ -193,7 +194,7 @@ def test_checkpoint_that_would_run_code_is_refused(how: str, tmp_path: Path, mon
 def test_non_checkpoint_files(tmp_path: Path, cli) -> None:
     text = tmp_path / "notes.pt"
     text.write_text("hello")
-    assert "not a readable minigpt checkpoint" in cli("sample", text).err
+    assert "not a PyTorch checkpoint file at all" in cli("sample", text).err
     other = tmp_path / "other.pt"
     torch.save({"weights": torch.zeros(2)}, other)
     r = cli("eval", other)
@@ -262,3 +263,39 @@ def test_bad_data_through_the_cli_leaves_no_run_directory(tmp_path: Path, cli) -
     r = cli("train", "--data", bad, "--out", tmp_path / "r", *TINY)
     assert r.code == 2 and "not UTF-8" in r.err and "offset 3" in r.err
     assert not (tmp_path / "r").exists()
+
+
+def test_interrupt_never_saves_a_diverged_model(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
+    """Ctrl-C right after the loss went NaN (before any log noticed): stop with the error, keep last.pt."""
+    import minigpt.trainer as trainer_mod
+
+    out = tmp_path / "run"
+    args = ["--data", text_file, "--out", out, *TINY, "train.max_steps=40", "train.eval_interval=10",
+            "log.interval=30"]  # fmt: skip
+    real_forward, real_lr_at = GPT.forward, trainer_mod.lr_at
+
+    def forward(self, idx, targets=None, cache=None):
+        logits, loss = real_forward(self, idx, targets, cache)
+        if targets is not None and self.training and self.poisoned:
+            loss = loss * float("nan")
+        return logits, loss
+
+    def lr_at(step, cfg, max_steps):
+        GPT.poisoned = step >= 12
+        if step == 13:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_lr_at(step, cfg, max_steps)
+
+    monkeypatch.setattr(GPT, "forward", forward)
+    monkeypatch.setattr(GPT, "poisoned", False, raising=False)
+    monkeypatch.setattr(trainer_mod, "lr_at", lr_at)
+    r = cli("train", *args)
+    assert r.code == 2 and "training diverged" in r.err, r
+    assert load_checkpoint(out / "last.pt")["step"] == 10
+
+
+def test_checkpoints_get_ordinary_file_permissions(trained_run: Path) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("last.pt", "best.pt"):
+        assert (trained_run / name).stat().st_mode & 0o777 == 0o666 & ~umask

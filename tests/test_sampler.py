@@ -37,6 +37,17 @@ def test_top_k_only_draws_the_k_most_likely() -> None:
     assert set(picks.tolist()) == {1, 2}
 
 
+def test_top_k_keeps_exactly_k_even_with_ties() -> None:
+    logits = torch.tensor([[2.0, 2.0, 2.0, 0.0]]).repeat(3000, 1)
+    assert len(set(sample_next_token(logits, top_k=1, generator=gen(0)).tolist())) == 1
+    assert len(set(sample_next_token(logits, top_k=2, generator=gen(0)).tolist())) == 2
+
+
+def test_tiny_temperature_does_not_overflow() -> None:
+    logits = torch.tensor([[0.5, 3.0, 1.0]])
+    assert sample_next_token(logits, temperature=1e-45, generator=gen(0)).tolist() == [1]
+
+
 def test_top_p_keeps_the_smallest_nucleus() -> None:
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
     logits = probs.log().repeat(4000, 1)
