@@ -27,6 +27,9 @@ def test_every_shipped_config_loads_and_sets_every_key(path: Path) -> None:
     raw = yaml.safe_load(path.read_text())
     written = {f"{s}.{k}" for s, body in raw.items() for k in body}
     assert written == set(all_keys()), f"{path.name} should spell out every key"
+    for line in path.read_text().splitlines():
+        if line.startswith("  ") and ":" in line:
+            assert "#" in line, f"{path.name}: every key is commented: {line!r}"
     load_config(path)
 
 
