@@ -41,6 +41,18 @@ class ModelConfig:
     block_size: int = _f(64, "context length in characters")
     dropout: float = _f(0.0, "dropout probability in [0, 1); 0 for small data or short runs")
     bias: bool = _f(False, "use biases in Linear and LayerNorm layers")
+    pos_emb: str = _f(
+        "learned",
+        "positions: learned (a trained table, GPT-2), sinusoidal (the original Transformer's fixed "
+        "encoding) or rope (rotary, applied to queries and keys)",
+        ("learned", "sinusoidal", "rope"),
+    )
+    norm: str = _f(
+        "pre",
+        "LayerNorm placement: pre (before attention/MLP, GPT-2) or post (after each residual add, "
+        "the original Transformer)",
+        ("pre", "post"),
+    )
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,8 @@ def validate(cfg: Config, source: str) -> None:
             fail(f"{key} must be >= 0, got {cfg.flat()[key]}")
     if m.n_embd % m.n_head:
         fail(f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})")
+    if m.pos_emb == "rope" and (m.n_embd // m.n_head) % 2:
+        fail(f"model.pos_emb rope needs an even head size; n_embd / n_head is {m.n_embd // m.n_head}")
     if not 0.0 <= m.dropout < 1.0:
         fail(f"model.dropout must be in [0, 1), got {m.dropout}")
     if not 0.0 < d.val_fraction < 1.0:

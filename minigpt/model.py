@@ -1,6 +1,6 @@
-"""A decoder-only GPT: token + learned positional embeddings, pre-LayerNorm blocks of causal
-multi-head self-attention and a GELU MLP, a final LayerNorm and an LM head tied to the token
-embedding. No I/O, no device choice, no optimizer: only the model."""
+"""A decoder-only GPT: token embeddings plus positions (learned, sinusoidal or rotary), blocks of
+causal multi-head self-attention and a GELU MLP with pre- or post-LayerNorm residuals, and an LM
+head tied to the token embedding. No I/O, no device choice, no optimizer: only the model."""
 
 from __future__ import annotations
 
@@ -29,6 +29,31 @@ class KVCache:
         self.length = 0
 
 
+def sinusoidal_table(n_pos: int, dim: int) -> torch.Tensor:
+    """The fixed encoding of the original Transformer: (n_pos, dim), sin on even, cos on odd channels."""
+    pos = torch.arange(n_pos, dtype=torch.float32)[:, None]  # (P, 1)
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))  # (dim/2,)
+    table = torch.zeros(n_pos, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table
+
+
+def rope_tables(n_pos: int, head_size: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles: each (n_pos, head_size / 2)."""
+    inv_freq = base ** (-torch.arange(0, head_size, 2, dtype=torch.float32) / head_size)  # (hs/2,)
+    angles = torch.arange(n_pos, dtype=torch.float32)[:, None] * inv_freq[None, :]  # (P, hs/2)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs (i, i + hs/2) of x (B, nh, T, hs) by position-dependent angles (T, hs/2)."""
+    half = x.size(-1) // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -38,26 +63,47 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v in one matmul
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.keep_weights = False  # set by GPT.attention_maps: compute softmax(QK^T) explicitly and keep it
+        self.weights: torch.Tensor | None = None  # (B, nh, T, S) when kept
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         B, T, C = x.shape
         hs = C // self.n_head
         q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
-        if cache is None:
-            y = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-            )  # (B, nh, T, hs)
-        else:
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        start = 0
+        if cache is not None:
             start = cache.length
             end = start + T
             cache.k[layer, :, :, start:end] = k
             cache.v[layer, :, :, start:end] = v
             k, v = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, nh, end, hs)
-            if T == 1:
-                mask = None  # the one new query may look at every cached position
-            else:
-                # query i (absolute position start+i) sees keys 0..start+i
-                mask = torch.arange(end, device=x.device)[None, :] <= torch.arange(start, end, device=x.device)[:, None]
+        S = k.size(2)
+        if self.keep_weights:
+            # the same attention, written out so the weights can be kept (no dropout: eval only)
+            causal = (
+                torch.arange(S, device=x.device)[None, :] <= torch.arange(start, start + T, device=x.device)[:, None]
+            )
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, T, S)
+            weights = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+            self.weights = weights.detach()
+            y = weights @ v  # (B, nh, T, hs)
+        elif cache is None:
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+            )  # (B, nh, T, hs)
+        else:
+            # query i (absolute position start+i) sees keys 0..start+i; one new query sees them all
+            mask = None
+            if T > 1:
+                mask = torch.arange(S, device=x.device)[None, :] <= torch.arange(start, S, device=x.device)[:, None]
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return self.resid_dropout(self.c_proj(y))
@@ -75,18 +121,29 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm residual block: x + attn(ln(x)), then x + mlp(ln(x))."""
+    """Residual block. pre (GPT-2): x + attn(ln(x)), then x + mlp(ln(x)).
+    post (original Transformer): ln(x + attn(x)), then ln(x + mlp(x))."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        self.pre = cfg.norm == "pre"
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(cfg)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cache, layer)
-        return x + self.mlp(self.ln_2(x))
+    def forward(
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        if self.pre:
+            x = x + self.attn(self.ln_1(x), cache, layer, rope)
+            return x + self.mlp(self.ln_2(x))
+        x = self.ln_1(x + self.attn(x, cache, layer, rope))
+        return self.ln_2(x + self.mlp(x))
 
 
 class GPT(nn.Module):
@@ -95,10 +152,19 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.wte = nn.Embedding(vocab_size, cfg.n_embd)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        # positions: a learned table (wpe), a fixed sinusoidal table, or rotary angles used inside
+        # attention; the fixed tables are buffers recomputed at construction, not saved
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None
+        if cfg.pos_emb == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(cfg.block_size, cfg.n_embd), persistent=False)
+        if cfg.pos_emb == "rope":
+            cos, sin = rope_tables(cfg.block_size, cfg.n_embd // cfg.n_head)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        # post-norm blocks already end in a LayerNorm; pre-norm needs one before the head
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.norm == "pre" else nn.Identity()
         self.lm_head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one matrix reads and writes characters
         self.apply(self._init_weights)
@@ -118,9 +184,9 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, non_embedding: bool = True) -> int:
-        """Parameter count (the tied head counted once; positions excluded when non_embedding)."""
+        """Parameter count (the tied head counted once; learned positions excluded when non_embedding)."""
         n = sum(p.numel() for p in self.parameters())
-        return n - self.wpe.weight.numel() if non_embedding else n
+        return n - self.wpe.weight.numel() if non_embedding and self.wpe is not None else n
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (forward + backward), PaLM appendix B: 6N + 12 L T C."""
@@ -138,10 +204,17 @@ class GPT(nn.Module):
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         assert start + T <= self.cfg.block_size, f"sequence of {start + T} exceeds block_size {self.cfg.block_size}"
-        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
-        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        x = self.wte(idx)  # (B, T, C)
+        rope = None
+        if self.cfg.pos_emb == "learned":
+            x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
+        elif self.cfg.pos_emb == "sinusoidal":
+            x = x + self.pos_table[start : start + T].to(x.dtype)
+        else:
+            rope = (self.rope_cos[start : start + T], self.rope_sin[start : start + T])
+        x = self.drop(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, cache, i)
+            x = block(x, cache, i, rope)
         x = self.ln_f(x)
         if cache is not None:
             cache.length += T
@@ -151,3 +224,18 @@ class GPT(nn.Module):
             return logits, None
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    @torch.no_grad()
+    def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:
+        """The causal attention weights of every layer and head over idx (B, T): (L, B, nh, T, T).
+
+        The same forward pass as training, with each attention's softmax written out and kept."""
+        attns = [block.attn for block in self.blocks]
+        for a in attns:
+            a.keep_weights = True
+        try:
+            self(idx)
+            return torch.stack([a.weights for a in attns])
+        finally:
+            for a in attns:
+                a.keep_weights, a.weights = False, None

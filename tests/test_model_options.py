@@ -1,0 +1,128 @@
+"""Positional encodings (learned / sinusoidal / rope), LayerNorm placement (pre / post), and the
+attention weights that come out of the same forward pass as training."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt.checkpoint import load_checkpoint
+from minigpt.config import ModelConfig
+from minigpt.model import GPT, KVCache, apply_rope, rope_tables, sinusoidal_table
+from minigpt.optim import AdamW
+from minigpt.sampler import generate
+
+from .conftest import TINY
+
+V = 20
+OPTIONS = list(itertools.product(["learned", "sinusoidal", "rope"], ["pre", "post"]))
+
+
+def model(pos_emb: str, norm: str, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, pos_emb=pos_emb, norm=norm)
+    return GPT(cfg, V).eval()
+
+
+@pytest.mark.parametrize(("pos_emb", "norm"), OPTIONS)
+def test_every_option_is_causal_and_cacheable(pos_emb: str, norm: str) -> None:
+    m = model(pos_emb, norm)
+    idx = torch.randint(V, (2, 16))
+    full, _ = m(idx)
+    changed = idx.clone()
+    changed[:, 9] = (changed[:, 9] + 1) % V
+    assert torch.allclose(m(changed)[0][:, :9], full[:, :9], atol=1e-6)  # the future never leaks back
+    cache = KVCache(m.cfg, 2, 16, torch.device("cpu"), torch.float32)
+    with torch.no_grad():
+        first, _ = m(idx[:, :6], cache=cache)
+        assert torch.allclose(first[:, 0], full[:, 5], atol=1e-5)
+        for t in range(6, 16):
+            step, _ = m(idx[:, t : t + 1], cache=cache)
+            assert torch.allclose(step[:, 0], full[:, t], atol=1e-5)
+    out = generate(m, [1, 2], 40, generator=torch.Generator().manual_seed(0))  # past block_size too
+    assert len(out) == 40
+
+
+@pytest.mark.parametrize(("pos_emb", "norm"), OPTIONS)
+def test_every_option_learns(pos_emb: str, norm: str) -> None:
+    torch.manual_seed(0)
+    m = model(pos_emb, norm).train()
+    idx = torch.randint(V, (4, 16))
+    opt = AdamW([{"params": list(m.parameters()), "weight_decay": 0.0}], lr=3e-3)
+    first = None
+    for _ in range(60):
+        _, loss = m(idx, idx.roll(-1, dims=1))
+        first = loss.item() if first is None else first
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    assert loss.item() < 0.5 * first
+
+
+def test_positions_are_what_they_claim() -> None:
+    assert not hasattr(model("rope", "pre"), "pos_table") and model("rope", "pre").wpe is None
+    table = sinusoidal_table(8, 6)
+    assert torch.allclose(table[0], torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 1.0]))
+    assert torch.allclose(table[3, 0], torch.sin(torch.tensor(3.0)))
+    # fixed tables are not parameters and not saved: a checkpoint holds only what was learned
+    assert "pos_table" not in model("sinusoidal", "pre").state_dict()
+    # rotary: the score between a query at position a and a key at b depends only on b - a
+    cos, sin = rope_tables(32, 8)
+    q, k = torch.randn(8), torch.randn(8)
+
+    def score(a: int, b: int) -> float:
+        qa = apply_rope(q.view(1, 1, 1, 8), cos[a : a + 1], sin[a : a + 1])
+        kb = apply_rope(k.view(1, 1, 1, 8), cos[b : b + 1], sin[b : b + 1])
+        return float((qa * kb).sum())
+
+    assert score(3, 1) == pytest.approx(score(20, 18), abs=1e-5)
+    assert score(3, 1) != pytest.approx(score(3, 2), abs=1e-3)
+
+
+def test_post_norm_blocks_end_in_layernorm() -> None:
+    m = model("learned", "post")
+    assert isinstance(m.ln_f, torch.nn.Identity)
+    x = m.blocks[0](torch.randn(2, 16, 32))
+    assert torch.allclose(x.mean(-1), torch.zeros(2, 16), atol=1e-5)  # the block's output is normalised
+
+
+@pytest.mark.parametrize(("pos_emb", "norm"), [("learned", "pre"), ("rope", "post")])
+def test_attention_maps_are_causal_distributions_from_the_same_forward(pos_emb: str, norm: str) -> None:
+    m = model(pos_emb, norm)
+    idx = torch.randint(V, (3, 16))
+    maps = m.attention_maps(idx)
+    assert not any(b.attn.keep_weights or b.attn.weights is not None for b in m.blocks)  # back to normal
+    assert maps.shape == (2, 3, 2, 16, 16)  # (layers, batch, heads, query, key)
+    assert torch.all(maps.triu(diagonal=1) == 0)  # nothing above the diagonal: no peeking ahead
+    assert torch.allclose(maps.sum(-1), torch.ones(2, 3, 2, 16), atol=1e-6)  # each row is a distribution
+    assert torch.allclose(maps[:, :, :, 0, 0], torch.ones(2, 3, 2))  # the first character sees only itself
+    # the weights come from the same computation the model uses: keeping them changes nothing
+    plain, _ = m(idx)
+    for a in (b.attn for b in m.blocks):
+        a.keep_weights = True
+    kept, _ = m(idx)
+    assert torch.allclose(plain, kept, atol=1e-5)
+
+
+def test_options_train_sample_evaluate_and_resume_from_the_cli(text_file: Path, tmp_path: Path, cli) -> None:
+    out = tmp_path / "rope_post"
+    args = ["--data", text_file, "--out", out, *TINY, "model.pos_emb=rope", "model.norm=post", "train.max_steps=10"]
+    assert cli("train", *args).code == 0
+    assert load_checkpoint(out / "last.pt")["config"]["model"]["pos_emb"] == "rope"
+    r = cli("sample", out, "--max-new-tokens", "40")
+    assert r.code == 0 and len(r.out) >= 40
+    assert cli("eval", out, "--json").code == 0
+    assert cli("train", "--out", out, "--resume", "train.max_steps=14").code == 0
+    line = cli("train", "--out", out, "--resume", "model.pos_emb=learned").err
+    assert "model.pos_emb: 'rope' -> 'learned'" in line
+
+
+def test_rope_needs_an_even_head_size() -> None:
+    from minigpt.config import load_config
+    from minigpt.errors import UserError
+
+    with pytest.raises(UserError, match="rope needs an even head size"):
+        load_config(None, ["model.pos_emb=rope", "model.n_embd=30", "model.n_head=2"])
