@@ -176,6 +176,55 @@ def eval_(
         )
 
 
+def _surprise_colour(bits: float) -> str:
+    """An ANSI 256-colour background from green (expected) through yellow to red (surprising)."""
+    ramp = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # dark green .. dark red, white text reads on all
+    return f"\x1b[48;5;{ramp[min(len(ramp) - 1, int(bits))]}m\x1b[97m"
+
+
+@app.command()
+def score(
+    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.")],
+    text: Annotated[str | None, typer.Option("--text", help="The text to score.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Score this UTF-8 file instead.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="Plain columns: position, character, bits.")] = False,
+    device: DeviceOpt = "auto",
+) -> None:
+    """How surprised the model is by each character, in bits (-log2 p), and the bits per character.
+
+    The text is shown coloured from green (expected) to red (surprising); each whole bit of
+    surprise is one step of colour. The first character is not scored: nothing comes before it.
+    """
+    from minigpt.data import decode_utf8, read_text_bytes
+    from minigpt.inference import load_model, score_text
+    from minigpt.trainer import resolve_device
+
+    if (text is None) == (file is None):
+        raise UserError("give exactly one of --text TEXT or --file FILE")
+    if file is not None:
+        text = decode_utf8(read_text_bytes(file), file)
+    loaded = load_model(target, resolve_device(device))
+    result = score_text(loaded, text)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    if no_color or not sys.stdout.isatty() and os.environ.get("FORCE_COLOR") is None:
+        print("pos\tchar\tbits")
+        for i, (c, b) in enumerate(zip(result.text[1:], result.bits), start=1):
+            print(f"{i}\t{c!r}\t{b:.3f}")
+    else:
+        shown = [result.text[0]]
+        for c, b in zip(result.text[1:], result.bits):
+            visible = "\u21b5" if c == "\n" else c  # a line break shows as a coloured arrow, then breaks
+            shown.append(f"{_surprise_colour(b)}{visible}\x1b[0m" + ("\n" if c == "\n" else ""))
+        print("".join(shown))
+    print(
+        f"{result.bits_per_char:.4f} bits/char over {len(result.bits):,} characters "
+        f"({sum(result.bits):,.1f} bits in all; {loaded.path})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
     try:

@@ -161,3 +161,57 @@ def eval_ids_for(loaded: Loaded, data: Path | None) -> tuple[torch.Tensor, str]:
 def evaluate(loaded: Loaded, data: Path | None) -> tuple[EvalResult, str]:
     ids, what = eval_ids_for(loaded, data)
     return evaluate_ids(loaded.model, ids), what
+
+
+@dataclass
+class Scores:
+    """The model's surprise at each character of a text: bits[i] = -log2 p(text[i+1] | text[:i+1])."""
+
+    text: str
+    bits: list[float]  # one per character after the first (the first has no context to predict it)
+
+    @property
+    def bits_per_char(self) -> float:
+        return sum(self.bits) / len(self.bits)
+
+    def to_dict(self) -> dict:
+        return {
+            "chars": len(self.text),
+            "scored": len(self.bits),
+            "bits_per_char": self.bits_per_char,
+            "total_bits": sum(self.bits),
+            "per_char": [{"char": c, "bits": b} for c, b in zip(self.text[1:], self.bits)],
+        }
+
+
+@torch.no_grad()
+def score_text(loaded: Loaded, text: str) -> Scores:
+    """Surprise per character. Text longer than the context is scored in windows of block_size that
+    advance by half a window, each character scored once, with at least half a window of context
+    (all of it before the first window is full)."""
+    tok = loaded.tokenizer
+    missing = tok.unknown(text)
+    if missing:
+        names = ", ".join(repr(c) for c in missing[:10])
+        raise UserError(f"the text has characters the model never saw in training: {names}")
+    if len(text) < 2:
+        raise UserError("the text to score needs at least 2 characters (the first one has no context)")
+    ids = torch.from_numpy(tok.encode_array(text))
+    model = loaded.model
+    device = next(model.parameters()).device
+    block = model.cfg.block_size
+    stride = max(1, block // 2)
+    bits = torch.empty(len(ids) - 1)
+    done = 0  # predictions scored so far (prediction i is of ids[i + 1])
+    start = 0
+    while done < len(ids) - 1:
+        end = min(start + block, len(ids) - 1)
+        x = ids[start:end][None].to(device)
+        y = ids[start + 1 : end + 1].to(device)
+        logits, _ = model(x)
+        nll = F.cross_entropy(logits[0].float(), y, reduction="none") / math.log(2)  # bits
+        first_new = done - start  # positions before it were scored by the previous window
+        bits[done:end] = nll[first_new:].cpu()
+        done = end
+        start = max(0, end - block + stride) if end < len(ids) - 1 else end
+    return Scores(text, bits.tolist())

@@ -126,3 +126,39 @@ def test_rope_needs_an_even_head_size() -> None:
 
     with pytest.raises(UserError, match="rope needs an even head size"):
         load_config(None, ["model.pos_emb=rope", "model.n_embd=30", "model.n_head=2"])
+
+
+def test_score_per_character_surprise(trained_run: Path, tmp_path: Path, cli) -> None:
+    import json
+    import math
+
+    import torch.nn.functional as F
+
+    from minigpt.inference import load_model, score_text
+
+    loaded = load_model(trained_run, torch.device("cpu"))
+    short = "KING:\nSpeak now."  # 16 predictions: one window of block_size
+    result = score_text(loaded, short)
+    ids = torch.tensor([loaded.tokenizer.encode(short)])
+    logits, _ = loaded.model(ids[:, :-1])
+    direct = F.cross_entropy(logits[0], ids[0, 1:], reduction="none") / math.log(2)
+    assert torch.allclose(torch.tensor(result.bits), direct, atol=1e-4)  # bits = -log2 p, per character
+    long = (short + " ") * 6  # longer than block_size (16): windows advance by half a window
+    scores = score_text(loaded, long)
+    assert len(scores.bits) == len(long) - 1 and all(b >= 0 for b in scores.bits)
+    head = score_text(loaded, long[:16])
+    assert torch.allclose(torch.tensor(scores.bits[:15]), torch.tensor(head.bits), atol=1e-4)
+
+    r = cli("score", trained_run, "--text", short, "--json")
+    assert r.code == 0
+    out = json.loads(r.out)
+    assert out["scored"] == len(short) - 1 and len(out["per_char"]) == len(short) - 1
+    assert out["bits_per_char"] == pytest.approx(sum(result.bits) / len(result.bits), rel=1e-4)
+    plain = cli("score", trained_run, "--text", short, "--no-color")
+    assert plain.out.splitlines()[0] == "pos\tchar\tbits" and "\x1b[" not in plain.out
+    assert f"bits/char over {len(short) - 1} characters" in plain.out
+    f = tmp_path / "t.txt"
+    f.write_text(short)
+    assert json.loads(cli("score", trained_run, "--file", f, "--json").out)["scored"] == len(short) - 1
+    assert "exactly one of --text" in cli("score", trained_run).err
+    assert "never saw" in cli("score", trained_run, "--text", "KING~").err
