@@ -225,6 +225,31 @@ def score(
     )
 
 
+@app.command()
+def attention(
+    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.")],
+    text: Annotated[str, typer.Option("--text", help="The text to look at (up to block_size characters).")],
+    out: Annotated[Path, typer.Option("--out", help="The picture to write, e.g. attention.png.")],
+    layer: Annotated[int | None, typer.Option("--layer", help="Only this layer (0-based).")] = None,
+    head: Annotated[int | None, typer.Option("--head", help="Only this head (0-based).")] = None,
+    device: DeviceOpt = "auto",
+) -> None:
+    """Heat maps of the causal attention weights over TEXT: layers as rows, heads as columns.
+
+    Row i of a map is the character at position i deciding what comes next; column j is how much
+    it looks at character j. Whitespace is drawn as a visible symbol.
+    """
+    from minigpt.attention import write_attention_png
+    from minigpt.inference import load_model
+    from minigpt.trainer import resolve_device
+
+    loaded = load_model(target, resolve_device(device))
+    if len(text) > loaded.config.model.block_size:
+        print(f"note: using the first {loaded.config.model.block_size} characters (block_size)", file=sys.stderr)
+    path = write_attention_png(loaded.model, loaded.tokenizer, text, out, layer, head)
+    print(f"wrote {path} (from {loaded.path})", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
     try:

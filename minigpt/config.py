@@ -99,6 +99,10 @@ class LogConfig:
     interval: int = _f(10, "steps between train-loss / lr / throughput logs")
     sample_length: int = _f(200, "characters of sample text logged at each eval (0 = none)")
     sample_prompt: str = _f("\n", "prompt for the text sample logged at each eval")
+    attention_probe: str = _f(
+        "ROMEO:\nBut, soft! what light",
+        "text whose attention maps are logged to TensorBoard as images at each eval (empty = off)",
+    )
 
 
 @dataclass(frozen=True)

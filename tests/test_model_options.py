@@ -162,3 +162,38 @@ def test_score_per_character_surprise(trained_run: Path, tmp_path: Path, cli) ->
     assert json.loads(cli("score", trained_run, "--file", f, "--json").out)["scored"] == len(short) - 1
     assert "exactly one of --text" in cli("score", trained_run).err
     assert "never saw" in cli("score", trained_run, "--text", "KING~").err
+
+
+def test_attention_command_writes_a_real_picture(trained_run: Path, tmp_path: Path, cli) -> None:
+    out = tmp_path / "att.png"
+    r = cli("attention", trained_run, "--text", "KING:\nSpeak now.", "--out", out)
+    assert r.code == 0, r
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width > 600 and height > 400  # a 2x2 grid with labels and a colour bar
+    one = tmp_path / "one.png"
+    assert cli("attention", trained_run, "--text", "KING:", "--layer", "1", "--head", "0", "--out", one).code == 0
+    assert one.stat().st_size > 5000
+    assert "--layer must be in 0..1" in cli("attention", trained_run, "--text", "KING", "--layer", "2",
+                                              "--out", one).err  # fmt: skip
+    assert "--head must be in 0..1" in cli("attention", trained_run, "--text", "KING", "--head", "5",
+                                            "--out", one).err  # fmt: skip
+    assert "does not exist" in cli("attention", trained_run, "--text", "KING", "--out", tmp_path / "no" / "a.png").err
+    assert "never saw" in cli("attention", trained_run, "--text", "KING~", "--out", one).err
+
+
+def test_visible_whitespace_labels() -> None:
+    from minigpt.attention import visible
+
+    assert [visible(c) for c in "a \n\t"] == ["a", "\u2423", "\u21b5", "\u2192"]
+
+
+def test_attention_images_in_tensorboard(trained_run: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(trained_run), size_guidance={"images": 0})
+    acc.Reload()
+    assert "attention" in acc.Tags()["images"]
+    images = acc.Images("attention")
+    assert [i.step for i in images] == [30, 60] and images[0].width > 300
