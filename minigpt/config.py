@@ -42,7 +42,7 @@ class ModelConfig:
     dropout: float = _f(0.0, "dropout probability in [0, 1); 0 for small data or short runs")
     bias: bool = _f(False, "use biases in Linear and LayerNorm layers")
     pos_emb: str = _f(
-        "learned",
+        "rope",
         "positions: learned (a trained table, GPT-2), sinusoidal (the original Transformer's fixed "
         "encoding) or rope (rotary, applied to queries and keys)",
         ("learned", "sinusoidal", "rope"),
@@ -65,9 +65,9 @@ class DataConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     batch_size: int = _f(32, "sequences per optimizer step (split over grad_accum_steps micro-batches)")
-    max_steps: int = _f(800, "optimizer steps to train for")
+    max_steps: int = _f(480, "optimizer steps to train for")
     grad_accum_steps: int = _f(1, "micro-batches per optimizer step (must divide batch_size)")
-    eval_interval: int = _f(200, "steps between evaluations (val loss, checkpoints, text sample)")
+    eval_interval: int = _f(240, "steps between evaluations (val loss, checkpoints, text sample)")
     eval_steps: int = _f(10, "validation batches per evaluation (fixed for the whole run)")
     ckpt_interval: int = _f(0, "steps between extra last.pt saves, independent of eval (0 = only at eval)")
     seed: int = _f(1337, "one seed for weights, batches and dropout")
