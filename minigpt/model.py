@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 from minigpt.config import ModelConfig
 
+Rope = tuple[torch.Tensor, torch.Tensor] | None  # cos, sin (T, head_size / 2) of the current positions
+
 
 class KVCache:
     """Keys and values of the positions seen so far, for every layer, so that generating one more
@@ -66,13 +68,7 @@ class CausalSelfAttention(nn.Module):
         self.keep_weights = False  # set by GPT.attention_maps: compute softmax(QK^T) explicitly and keep it
         self.weights: torch.Tensor | None = None  # (B, nh, T, S) when kept
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None) -> torch.Tensor:
         B, T, C = x.shape
         hs = C // self.n_head
         q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
@@ -132,13 +128,7 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None) -> torch.Tensor:
         if self.pre:
             x = x + self.attn(self.ln_1(x), cache, layer, rope)
             return x + self.mlp(self.ln_2(x))
@@ -192,11 +182,6 @@ class GPT(nn.Module):
         """Parameter count (the tied head counted once; learned positions excluded when non_embedding)."""
         n = sum(p.numel() for p in self.parameters())
         return n - self.wpe.weight.numel() if non_embedding and self.wpe is not None else n
-
-    def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token (forward + backward), PaLM appendix B: 6N + 12 L T C."""
-        c = self.cfg
-        return 6 * self.num_params() + 12 * c.n_layer * seq_len * c.n_embd
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None
