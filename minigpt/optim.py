@@ -3,9 +3,12 @@
 The update is torch.optim.AdamW's, op for op (decoupled weight decay, bias-corrected moments), and
 a test holds the two to the same numbers. It exists for start-up time: the first use of any
 torch.optim optimizer imports torch._dynamo, which costs about 6 s on a 2-core machine before the
-first step, a tenth of a one-minute CPU run. It also applies each update to all parameters of a
-group at once (torch's foreach kernels) where torch.optim on the CPU loops over the parameters.
-On CUDA the trainer uses torch.optim.AdamW(fused=True) instead. The state dict has
+first step, a tenth of a one-minute CPU run. The update itself is torch's fused AdamW kernel
+(`torch._fused_adamw_`, the one behind `torch.optim.AdamW(fused=True)`, which has a CPU
+implementation): one vectorised pass over each parameter, its gradient and both moments, where the
+foreach formulation makes eight passes. On the reference recipe that is 0.75 ms a step instead of
+3.7 ms. Where the fused kernel is missing (an older torch, another device) the same update runs as
+foreach operations. On CUDA the trainer uses torch.optim.AdamW(fused=True) instead. The state dict has
 torch.optim.AdamW's layout, so checkpoints move between the two.
 """
 
@@ -47,6 +50,7 @@ class AdamW:
                 }
             )
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+        self.fused = hasattr(torch, "_fused_adamw_")  # cleared if the kernel turns out to be missing
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:
@@ -67,20 +71,41 @@ class AdamW:
             states = [self._state_of(p) for p in params]
             exp_avgs = [s["exp_avg"] for s in states]
             exp_avg_sqs = [s["exp_avg_sq"] for s in states]
-            for s in states:
-                s["step"] += 1
-            if wd != 0:
-                torch._foreach_mul_(params, 1 - lr * wd)
-            torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-            torch._foreach_mul_(exp_avg_sqs, beta2)
-            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-            steps = [s["step"].item() for s in states]
-            step_sizes = [-(lr / (1 - beta1**t)) for t in steps]
-            bias2_sqrt = [(1 - beta2**t) ** 0.5 for t in steps]
-            denom = torch._foreach_sqrt(exp_avg_sqs)
-            torch._foreach_div_(denom, bias2_sqrt)
-            torch._foreach_add_(denom, eps)
-            torch._foreach_addcdiv_(params, exp_avgs, denom, step_sizes)
+            steps = [s["step"] for s in states]
+            torch._foreach_add_(steps, 1)
+            if self.fused:
+                try:
+                    torch._fused_adamw_(
+                        params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
+                        weight_decay=wd, eps=eps, amsgrad=False, maximize=False,
+                    )  # fmt: skip
+                    continue
+                except (RuntimeError, NotImplementedError):  # no kernel for this device or dtype
+                    self.fused = False
+            self._foreach_update(params, grads, exp_avgs, exp_avg_sqs, [t.item() for t in steps], group)
+
+    @staticmethod
+    def _foreach_update(
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        exp_avgs: list[torch.Tensor],
+        exp_avg_sqs: list[torch.Tensor],
+        steps: list[float],
+        group: dict[str, Any],
+    ) -> None:
+        """The same update as the fused kernel, as foreach operations (torch.optim's formulation)."""
+        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        if wd != 0:
+            torch._foreach_mul_(params, 1 - lr * wd)
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        step_sizes = [-(lr / (1 - beta1**t)) for t in steps]
+        bias2_sqrt = [(1 - beta2**t) ** 0.5 for t in steps]
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denom, bias2_sqrt)
+        torch._foreach_add_(denom, eps)
+        torch._foreach_addcdiv_(params, exp_avgs, denom, step_sizes)
 
     def _state_of(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         state = self.state.get(p)
