@@ -103,6 +103,11 @@ class LogConfig:
         "ROMEO:\nBut, soft! what light",
         "text whose attention maps are logged to TensorBoard as images at each eval (empty = off)",
     )
+    peak_tflops: float = _f(
+        0.0,
+        "peak TFLOPS of one device, for the MFU figure (0 = look the GPU up in minigpt's table; "
+        "no MFU on a CPU unless set)",
+    )
 
 
 @dataclass(frozen=True)
@@ -290,6 +295,8 @@ def validate(cfg: Config, source: str) -> None:
         fail(f"optim.lr must be > 0, got {o.lr}")
     if o.min_lr > o.lr:
         fail(f"optim.min_lr ({o.min_lr}) must be <= optim.lr ({o.lr})")
+    if not math.isfinite(cfg.log.peak_tflops) or cfg.log.peak_tflops < 0:
+        fail(f"log.peak_tflops must be a finite number >= 0 (0 = look it up), got {cfg.log.peak_tflops}")
     for key in ("optim.beta1", "optim.beta2"):
         if not 0.0 <= cfg.flat()[key] < 1.0:
             fail(f"{key} must be in [0, 1), got {cfg.flat()[key]}")

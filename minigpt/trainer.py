@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import statistics
 import sys
 import time
 import warnings
@@ -22,6 +23,7 @@ from minigpt.checkpoint import BEST, LAST, load_checkpoint, save_checkpoint
 from minigpt.config import Config, config_from_dict, load_config, save_config
 from minigpt.data import Batcher, Corpus, load_corpus
 from minigpt.errors import TrainingInterrupted, UserError
+from minigpt.mfu import device_peak, flops_per_token, mfu_percent
 from minigpt.model import GPT
 from minigpt.optim import AdamW
 from minigpt.sampler import generate
@@ -438,6 +440,10 @@ def _train(
     )
     where = f"{dist.world_size} processes ({device.type}, DDP)" if dist.enabled else f"device {device}"
     log(f"model: {model.num_params() / 1e6:.2f}M parameters | {where} | dtype {str(dtype).replace('torch.', '')}")
+    flops_tok = flops_per_token(cfg.model, tok.vocab_size)
+    peak, peak_source = device_peak(device, cfg.log.peak_tflops)
+    if peak is not None or device.type == "cuda":
+        log(f"MFU: {flops_tok / 1e6:.1f} MFLOP per token trained; peak {peak_source}")
     compiled = _maybe_compile(model, cfg.train.compile, device, (micro // dist.world_size, cfg.model.block_size), ctx)
     train_model: torch.nn.Module = compiled
     if dist.enabled:
@@ -493,6 +499,7 @@ def _train(
     loss_count = 0
     stop_signal: int | None = None  # agreed by all ranks
     t_log, tokens_at_log = time.perf_counter(), state.tokens_seen
+    rates: list[float] = []  # tokens/s of each log interval, for the summary at the end
     try:
         with StopRequest(hard_exit=not dist.enabled) as stop:
             while state.step < max_steps:
@@ -553,12 +560,18 @@ def _train(
                     now = time.perf_counter()
                     tps = (state.tokens_seen - tokens_at_log) / max(now - t_log, 1e-9)
                     t_log, tokens_at_log = now, state.tokens_seen
-                    bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}", refresh=False)
+                    rates.append(tps)
+                    shown = {"loss": f"{mean_loss:.4f}", "lr": f"{lr:.2e}", "tok_s": f"{tps:,.0f}"}
+                    if peak is not None:
+                        shown["mfu"] = f"{mfu_percent(tps, flops_tok, peak, dist.world_size):.1f}%"
+                    bar.set_postfix(shown, refresh=False)
                     if writer is not None:
                         writer.add_scalar("train/loss", mean_loss, state.step)
                         writer.add_scalar("lr", lr, state.step)
                         writer.add_scalar("grad_norm", float(grad_norm), state.step)
                         writer.add_scalar("tokens_per_sec", tps, state.step)
+                        if peak is not None:
+                            writer.add_scalar("mfu", mfu_percent(tps, flops_tok, peak, dist.world_size), state.step)
 
                 if do_eval:
                     t_eval = time.perf_counter()
@@ -598,8 +611,14 @@ def _train(
             attention_logger.close()
 
     wall = time.perf_counter() - t_start
+    speed = ""
+    if rates:
+        rate = statistics.median(rates)
+        speed = f", {rate:,.0f} tokens/s" + (
+            f" (MFU {mfu_percent(rate, flops_tok, peak, dist.world_size):.1f}%)" if peak is not None else ""
+        )
     log(
-        f"done: {state.step} steps in {wall:.1f}s, best val loss {state.best_val_loss:.4f} "
+        f"done: {state.step} steps in {wall:.1f}s{speed}, best val loss {state.best_val_loss:.4f} "
         f"({state.best_val_loss / math.log(2):.3f} bpc)\n"
         f"  sample:      minigpt sample {out_dir}\n"
         f"  evaluate:    minigpt eval {out_dir}\n"

@@ -22,6 +22,7 @@ TINY = [
     "log.attention_probe=",  # drawing attention images costs ~0.5 s an eval: only trained_run draws them
     "optim.warmup_steps=5",
 ]
+TRAINED_RUN_PEAK_TFLOPS = 1.0  # a made-up CPU peak, so that trained_run logs MFU
 
 
 def make_text(n_chars: int = 20_000, seed: int = 0) -> str:
@@ -83,7 +84,8 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp.setenv("MINIGPT_CACHE_DIR", str(tmp / "cache"))
     try:
         code = main(["train", "--data", str(data), "--out", str(out), *TINY, "train.max_steps=60",
-                     "train.eval_interval=30", "log.attention_probe=KING:\nSpeak"])  # fmt: skip
+                     "train.eval_interval=30", "log.attention_probe=KING:\nSpeak",
+                     f"log.peak_tflops={TRAINED_RUN_PEAK_TFLOPS}"])  # fmt: skip
     finally:
         mp.undo()
     assert code == 0

@@ -1,0 +1,74 @@
+"""Model FLOPs utilisation (MFU): the model's training FLOPs per token, and the device's peak.
+
+MFU = tokens/s x training FLOPs per token / peak FLOP/s of the devices. FLOPs are counted in the
+convention of the PaLM paper's appendix B (the one nanoGPT's MFU uses), so figures compare with
+published ones: 6 FLOPs per weight of every matrix multiply per token (2 forward, 4 backward), plus
+12 x n_layer x n_embd x block_size for the attention scores and their weighted sum. The causal mask
+is not discounted, and recomputation is not counted.
+
+Peaks are the dense (no sparsity) bf16/fp16 tensor-core figures of the vendors' data sheets. A run
+in fp32 is still measured against them: MFU says how much of the hardware's best was used.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from minigpt.config import ModelConfig
+
+# dense bf16 / fp16 tensor-core TFLOPS per device; names match whole words of the device name
+# (so "A10" is not "A100" or "A10G", "L4" is not "L40S"); more specific names come first
+PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("B200", 2250.0),
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.0),
+    ("H800", 989.0),
+    ("A100", 312.0),
+    ("A800", 312.0),
+    ("L40S", 362.0),
+    ("L40", 181.0),
+    ("L4", 121.0),
+    ("A10", 125.0),
+    ("V100", 125.0),
+    ("T4", 65.0),
+    ("RTX 4090", 165.0),
+    ("RTX 3090", 71.0),
+    ("MI300X", 1307.0),
+    ("MI250X", 383.0),
+)
+
+
+def flops_per_token(cfg: ModelConfig, vocab_size: int) -> int:
+    """Training FLOPs (forward and backward) per token of this model."""
+    C, L, T = cfg.n_embd, cfg.n_layer, cfg.block_size
+    matmul_weights = L * 12 * C * C + vocab_size * C  # per block: qkv 3C^2, proj C^2, MLP 8C^2; the LM head
+    return 6 * matmul_weights + 12 * L * C * T
+
+
+def lookup_peak_tflops(device_name: str) -> float | None:
+    """The table's peak for a device name such as 'NVIDIA H100 80GB HBM3', or None if not listed."""
+    for name, tflops in PEAK_TFLOPS:
+        if re.search(rf"\b{re.escape(name)}\b", device_name):
+            return tflops
+    return None
+
+
+def device_peak(device: torch.device, override_tflops: float) -> tuple[float | None, str]:
+    """(peak FLOP/s of one device, or None when unknown; a description of where the figure came from)."""
+    if override_tflops > 0:
+        return override_tflops * 1e12, f"{override_tflops:g} TFLOPS from log.peak_tflops"
+    if device.type != "cuda":
+        return None, f"no peak FLOPS known for a {device.type} device; set log.peak_tflops to report MFU"
+    name = torch.cuda.get_device_name(device)
+    tflops = lookup_peak_tflops(name)
+    if tflops is None:
+        return None, f"no peak FLOPS known for {name}; set log.peak_tflops to report MFU"
+    return tflops * 1e12, f"{tflops:g} TFLOPS, {name} dense bf16 (override with log.peak_tflops)"
+
+
+def mfu_percent(tokens_per_s: float, flops_tok: int, peak: float, n_devices: int = 1) -> float:
+    """MFU in percent: tokens_per_s counts the tokens of all n_devices together."""
+    return 100.0 * tokens_per_s * flops_tok / (peak * n_devices)
