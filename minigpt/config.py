@@ -74,7 +74,8 @@ class TrainConfig:
     device: str = _f("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
     dtype: str = _f(
         "auto",
-        "compute precision: auto (bf16 autocast on CUDA where supported, else fp16; fp32 elsewhere), "
+        "compute precision: auto (bf16 autocast on CUDA where supported, else fp16; on a CPU with native "
+        "bf16 (AVX512-BF16 or AMX) bf16 autocast, else fp32), "
         "float32, bfloat16, float16",
         ("auto", "float32", "bfloat16", "float16"),
     )

@@ -67,11 +67,22 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). There, bf16
+    matrix multiplies run about 4x faster than float32 ones (750 against 190 GFLOP/s on 2 cores
+    of an AVX512-BF16 EPYC); without it bf16 is emulated and slower than float32."""
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """The autocast compute dtype; float32 means no autocast."""
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if device.type == "cpu" and cpu_has_native_bf16():
+            return torch.bfloat16
         return torch.float32
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
     if dtype == torch.float16 and device.type == "cpu":

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Does torch.compile change what the model learns? Train one config three times and compare.
+"""Does a speed option change what the model learns? Train one config three times and compare.
 
-    uv run python scripts/compile_check.py --data data/tinyshakespeare.txt            # CPU, ~4 min
-    PYTHONPATH=. python3 scripts/compile_check.py --data data/tinyshakespeare.txt --device cuda \\
+    uv run python scripts/quality_check.py --compare compile      # torch.compile vs eager, ~3 min on 2 cores
+    uv run python scripts/quality_check.py --compare bf16         # bf16 autocast vs float32 (CPU or GPU)
+    uv run python scripts/quality_check.py --compare bf16 --config configs/reference_cpu.yaml --steps 2000
+    PYTHONPATH=. python3 scripts/quality_check.py --compare compile --device cuda \\
         --config configs/shakespeare_char.yaml --steps 1000
 
-Runs: eager with the config's seed, compiled with the same seed, and eager with the next seed.
+Runs: the option off with the config's seed, on with the same seed, and off with the next seed.
 Each is scored with `minigpt eval --json` (the whole validation split). The seed-to-seed gap of
-the two eager runs is the noise; the check passes when the compiled run is within it of the eager
-run with the same seed (or within --tolerance nats, whichever is larger, since two seeds can land
+the two "off" runs is the noise; the check passes when the "on" run is within it of the "off" run
+with the same seed (or within --tolerance nats, whichever is larger, since two seeds can land
 close by chance). Prints a table and one JSON line; exit 0 when it passes, 1 when it does not.
 """
 
@@ -22,6 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import REPO, BenchError, child_env, last_json, minigpt, progress, run_timed  # noqa: E402
+
+# each option as (off, on) overrides; the rest of the config is left as it is
+OPTIONS = {
+    "compile": ("train.compile=false", "train.compile=true"),
+    "bf16": ("train.dtype=float32", "train.dtype=bfloat16"),
+}
 
 
 def train_and_eval(name: str, a: argparse.Namespace, overrides: list[str], tmp: Path, env: dict) -> dict:
@@ -42,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=REPO / "configs" / "default.yaml")
     ap.add_argument("--steps", type=int, default=480, help="optimizer steps per run (default: the default config's)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--compare", choices=sorted(OPTIONS), default="compile", help="the option to turn on and off")
     ap.add_argument("--tolerance", type=float, default=0.02, help="smallest gap (nats) counted as noise")
     a = ap.parse_args(argv)
     for what, path in (("--data", a.data), ("--config", a.config)):
@@ -50,27 +59,27 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     seed = int(__import__("yaml").safe_load(a.config.read_text())["train"]["seed"])
     try:
-        with tempfile.TemporaryDirectory(prefix="minigpt-compile-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="minigpt-quality-") as tmp:
             env = child_env(Path(tmp) / "cache")
+            off, on = OPTIONS[a.compare]
             runs = {
-                "eager": train_and_eval("eager", a, ["train.compile=false"], Path(tmp), env),
-                "compiled": train_and_eval("compiled", a, ["train.compile=true"], Path(tmp), env),
-                "eager_next_seed": train_and_eval(
-                    "eager_next_seed", a, ["train.compile=false", f"train.seed={seed + 1}"], Path(tmp), env
-                ),
+                "off": train_and_eval("off", a, [off], Path(tmp), env),
+                "on": train_and_eval("on", a, [on], Path(tmp), env),
+                "off_next_seed": train_and_eval("off_next_seed", a, [off, f"train.seed={seed + 1}"], Path(tmp), env),
             }
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    gap = abs(runs["compiled"]["val_loss"] - runs["eager"]["val_loss"])
-    noise = abs(runs["eager_next_seed"]["val_loss"] - runs["eager"]["val_loss"])
+    gap = abs(runs["on"]["val_loss"] - runs["off"]["val_loss"])
+    noise = abs(runs["off_next_seed"]["val_loss"] - runs["off"]["val_loss"])
     ok = gap <= max(noise, a.tolerance)
     for name, r in runs.items():
-        print(f"{name:16s} val loss {r['val_loss']:.4f}   train wall {r['train_wall_s']:.1f} s")
-    print(f"compiled - eager: {gap:.4f} nats; seed-to-seed noise {noise:.4f} (floor {a.tolerance}): "
+        setting = OPTIONS[a.compare][name.startswith("on")]
+        print(f"{name:14s} {setting:22s} val loss {r['val_loss']:.4f}   train wall {r['train_wall_s']:.1f} s")
+    print(f"on - off: {gap:.4f} nats; seed-to-seed noise {noise:.4f} (floor {a.tolerance}): "
           f"{'within noise' if ok else 'OUTSIDE noise'}")  # fmt: skip
-    print(json.dumps({"runs": runs, "gap": gap, "noise": noise, "tolerance": a.tolerance, "within_noise": ok,
-                      "steps": a.steps, "device": a.device, "config": str(a.config)}))  # fmt: skip
+    summary = {"runs": runs, "gap": gap, "noise": noise, "tolerance": a.tolerance, "within_noise": ok}
+    print(json.dumps({**summary, "compare": a.compare, "steps": a.steps, "device": a.device, "config": str(a.config)}))
     return 0 if ok else 1
 
 
