@@ -77,7 +77,8 @@ def generate(
     new: list[int] = []
     try:
         if use_cache:
-            dtype = next(model.parameters()).dtype
+            # float32 keys and values on the CPU, where attention runs in float32 (model.causal_attention)
+            dtype = torch.float32 if device.type == "cpu" else next(model.parameters()).dtype
             cache = KVCache(model.cfg, 1, block, device, dtype)
             window = seq[-block:]
             logits, _ = model(torch.tensor([window], device=device), cache=cache)

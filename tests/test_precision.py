@@ -1,13 +1,17 @@
-"""Mixed precision on the CPU: when bf16 autocast is chosen, and attention kept in float32 under it."""
+"""Mixed precision on the CPU: when bf16 is chosen (training and sampling), and attention kept in float32."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from minigpt import trainer
-from minigpt.model import causal_attention
+from minigpt.config import ModelConfig
+from minigpt.inference import sampling_dtype
+from minigpt.model import GPT, KVCache, causal_attention
 
 CPU = torch.device("cpu")
 
@@ -39,3 +43,39 @@ def test_attention_under_cpu_autocast_runs_in_float32() -> None:
     assert torch.equal(y, expected)
     y.float().sum().backward()
     assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 for t in (q, k, v))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_sampling_dtype_follows_the_cpu(native: bool, monkeypatch) -> None:
+    monkeypatch.setattr(trainer, "cpu_has_native_bf16", lambda: native)
+    assert sampling_dtype("auto", CPU) == (torch.bfloat16 if native else torch.float32)
+    assert sampling_dtype("float32", CPU) == torch.float32
+    assert sampling_dtype("bfloat16", CPU) == torch.bfloat16
+
+
+def test_bf16_model_decodes_against_a_float32_cache_close_to_float32() -> None:
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.0, pos_emb="rope")
+    torch.manual_seed(0)
+    m32 = GPT(cfg, 20).eval()
+    with torch.no_grad():  # logits of a useful size, so that bf16 rounding is visible
+        m32.wte.weight.mul_(20)
+    m16 = copy.deepcopy(m32).to(torch.bfloat16)
+    idx = torch.randint(20, (1, 12))
+    cache = KVCache(cfg, 1, cfg.block_size, CPU, torch.float32)  # what generate uses on the CPU
+    with torch.inference_mode():
+        m16(idx[:, :8], cache=cache)
+        for t in range(8, 12):  # one position at a time, attending to float32 keys and values
+            logits16, _ = m16(idx[:, t : t + 1], cache=cache)
+        full32, _ = m32(idx)
+    assert logits16.dtype == torch.bfloat16
+    diff = (logits16[0, -1].float() - full32[0, -1]).abs().max().item()
+    assert 0 < diff < 0.05 * full32[0, -1].abs().max().item()
+
+
+def test_sample_dtype_flag(trained_run, cli) -> None:
+    a = cli("sample", trained_run, "--max-new-tokens", "40", "--temperature", "0", "--dtype", "float32")
+    b = cli("sample", trained_run, "--max-new-tokens", "40", "--temperature", "0", "--dtype", "bfloat16")
+    assert a.code == b.code == 0 and len(a.out) == len(b.out) == 41  # newline prompt + 40
+    r = cli("sample", trained_run, "--dtype", "float16")
+    assert r.code == 2 and r.out == ""
+    assert r.err.strip() == "error: --dtype must be auto, float32 or bfloat16, got 'float16'"
