@@ -51,7 +51,7 @@ def rope_tables(n_pos: int, head_size: int, base: float = 10000.0) -> tuple[torc
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate channel pairs (i, i + hs/2) of x (B, nh, T, hs) by position-dependent angles, with
+    """Rotate channel pairs (i, i + hs/2) of x (..., T, hs) by position-dependent angles, with
     the tables of rope_tables (T, hs): (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin). The halves
     are swapped with one roll: the same numbers as splitting and concatenating them, in fewer operations."""
     return x * cos.to(x.dtype) + x.roll(x.size(-1) // 2, dims=-1) * sin.to(x.dtype)
@@ -93,9 +93,12 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None) -> torch.Tensor:
         B, T, C = x.shape
         hs = C // self.n_head
-        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            q, k = apply_rope(qkv[:2], *rope)  # queries and keys rotated together: half the operations
+            v = qkv[2]
+        else:
+            q, k, v = qkv
         start = 0
         if cache is not None:
             start = cache.length
@@ -122,7 +125,8 @@ class CausalSelfAttention(nn.Module):
                 mask = torch.arange(S, device=x.device)[None, :] <= torch.arange(start, S, device=x.device)[:, None]
             y = causal_attention(q, k, v, mask=mask)  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        y = self.c_proj(y)
+        return self.resid_dropout(y) if self.training else y  # (no module call per token when sampling)
 
 
 class MLP(nn.Module):
@@ -133,7 +137,8 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+        y = self.c_proj(F.gelu(self.c_fc(x)))
+        return self.dropout(y) if self.training else y
 
 
 class Block(nn.Module):
@@ -222,7 +227,8 @@ class GPT(nn.Module):
             x = x + self.pos_table[start : start + T].to(x.dtype)
         else:
             rope = (self.rope_cos[start : start + T], self.rope_sin[start : start + T])
-        x = self.drop(x)
+        if self.training:
+            x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, cache, i, rope)
         x = self.ln_f(x)
