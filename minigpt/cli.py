@@ -6,6 +6,7 @@ Exit codes: 0 success, 2 a user mistake (one line `error: ...` on stderr, no tra
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -293,4 +294,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    code = main()
+    # Shutting the interpreter down walks every object torch's import created (~0.3 s of the 0.45 s
+    # exit on a 2-core machine, a few percent of a short `sample`); frozen objects are left to the OS.
+    # Files are closed by then and atexit handlers still run.
+    gc.freeze()
+    sys.exit(code)
