@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -94,13 +95,15 @@ class Proc:
 
 @dataclass
 class Series:
-    """One metric over the repeats."""
+    """One metric over the repeats (numbers; or labels such as a dtype, summed up by the most common)."""
 
-    runs: list[float] = field(default_factory=list)
+    runs: list[Any] = field(default_factory=list)
 
     @property
-    def median(self) -> float:
-        return statistics.median(self.runs)
+    def median(self) -> Any:
+        if all(isinstance(r, int | float) for r in self.runs):
+            return statistics.median(self.runs)
+        return max(self.runs, key=self.runs.count)
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "median": self.median}
@@ -153,6 +156,18 @@ def last_json(proc: Proc, what: str) -> dict[str, Any]:
             except json.JSONDecodeError:
                 break
     raise BenchError(f"{what} printed no JSON line; stdout ends with: {proc.stdout[-300:]!r}")
+
+
+def compile_seconds(train: Proc) -> float:
+    """torch.compile's time as `minigpt train` reports it ("compiled the model in 41.2s"); 0 if eager."""
+    found = re.search(r"compiled the model in ([0-9.]+)s", train.stderr)
+    return float(found.group(1)) if found else 0.0
+
+
+def train_dtype(train: Proc) -> str:
+    """The compute dtype `minigpt train` chose ("model: ... | dtype bfloat16")."""
+    found = re.search(r"\| dtype (\w+)", train.stderr)
+    return found.group(1) if found else "?"
 
 
 def minigpt(*args: str) -> list[str]:
@@ -208,6 +223,8 @@ def quality_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Pa
     ev_out = last_json(ev, "minigpt eval")
     return {
         "minigpt_wall_s": train.wall_s,
+        "minigpt_compile_s": compile_seconds(train),
+        "minigpt_dtype": train_dtype(train),
         "minigpt_eval_wall_s": ev.wall_s,
         "minigpt_val_loss": float(ev_out["loss"]),
         "reference_wall_s": ref_proc.wall_s,
@@ -247,6 +264,8 @@ def throughput_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp:
         "minigpt_ms_per_step": tokens_per_step / tps * 1000,
         "minigpt_tokens_per_step": tokens_per_step,
         "minigpt_wall_s": train.wall_s,
+        "minigpt_compile_s": compile_seconds(train),
+        "minigpt_dtype": train_dtype(train),
         "reference_tokens_per_s": float(ref_out["tokens_per_s"]),
         "reference_ms_per_step": float(ref_out["ms_per_step_median"]),
         "reference_wall_s": ref_proc.wall_s,
@@ -343,12 +362,16 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
                         f"<= {TARGET_WALL_RATIO}x", yes_no(q["wall_ratio_met"])))  # fmt: skip
         rows.append(Row("  reference's own wall_s", "", f"{q['reference_reported_wall_s']['median']:.1f}", "", "", ""))
         rows.append(Row("  minigpt eval process wall (s)", f"{q['minigpt_eval_wall_s']['median']:.1f}", "", "", "", ""))
+        rows.append(Row("  of which compile (s), dtype", f"{q['minigpt_compile_s']['median']:.1f}, "
+                        f"{q['minigpt_dtype']['median']}", "0, float32", "", "", ""))  # fmt: skip
     if t := results.get("train_throughput"):
         mg, ref = t["minigpt_tokens_per_s"]["median"], t["reference_tokens_per_s"]["median"]
         rows.append(Row("train tokens/s (reference recipe)", f"{mg:,.0f}", f"{ref:,.0f}", f"{t['ratio']:.2f}x",
                         f">= {TARGET_TRAIN_RATIO}x", yes_no(t["met"])))  # fmt: skip
         mg, ref = t["minigpt_ms_per_step"]["median"], t["reference_ms_per_step"]["median"]
         rows.append(Row("  ms/step", f"{mg:.2f}", f"{ref:.2f}", f"{mg / ref:.2f}x", "", ""))
+        rows.append(Row("  compile (s, not in tokens/s), dtype", f"{t['minigpt_compile_s']['median']:.1f}, "
+                        f"{t['minigpt_dtype']['median']}", "0, float32", "", "", ""))  # fmt: skip
     if s := results.get("sampling"):
         mg, ref = s["minigpt_chars_per_s"]["median"], s["reference_chars_per_s"]["median"]
         rows.append(Row("sampling chars/s (6x384, ctx 256)", f"{mg:,.1f}", f"{ref:,.1f}", f"{s['ratio']:.2f}x",
