@@ -138,7 +138,7 @@ def sample(
         str,
         typer.Option(
             "--dtype",
-            help="auto, float32 or bfloat16: the weights' precision while sampling. auto is bfloat16 on a GPU "
+            help="auto, float32 or bfloat16: the weights' precision while sampling. auto is bfloat16 on a CUDA GPU "
             "with bf16 and on a CPU that multiplies bf16 in hardware (about 2x faster there), else float32.",
         ),
     ] = "auto",
@@ -157,7 +157,10 @@ def sample(
         raise UserError(f"--dtype must be auto, float32 or bfloat16, got '{dtype}'")
     torch_device = resolve_device(device)
     loaded = load_model(target, torch_device)
-    loaded.model.to(sampling_dtype(dtype, torch_device))
+    try:
+        loaded.model.to(sampling_dtype(dtype, torch_device))
+    except (TypeError, RuntimeError):  # e.g. an MPS without bf16
+        raise UserError(f"--dtype {dtype} is not supported on device '{device}' here; use --dtype float32") from None
     encode_prompt(loaded.tokenizer, prompt, unknown)  # refuse a bad prompt before anything is printed
     step, val = loaded.checkpoint.get("step"), loaded.checkpoint.get("val_loss")
     val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""

@@ -60,14 +60,17 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 def causal_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Scaled dot-product attention (flash kernel where there is one), causal unless `mask` is given
-    (the KV-cache path passes its own mask, or None for one query that sees every key).
+    """Scaled dot-product attention (flash kernel where there is one). Without `mask`, either as
+    many queries as keys, attended causally (training, a full forward), or one query that sees
+    every key (a KV-cache decoding step); the KV-cache path passes its own mask otherwise.
 
     On the CPU, bf16 queries (bf16 autocast, or a bf16 model sampling) are attended in float32: the
     CPU's bf16 flash-attention kernels are several times slower than its float32 ones (backward 3 ms
     against 0.5 ms a layer on the reference recipe; one decoding query over 256 cached keys 68 us
     against 12 us; torch 2.15), while the matrix multiplies around them gain 4x from bf16. float32
     is also the more accurate softmax. The result has the queries' dtype."""
+    if mask is None and q.size(2) not in (1, k.size(2)):
+        raise ValueError(f"{q.size(2)} queries over {k.size(2)} keys need an explicit attention mask")
     causal = mask is None and k.size(2) == q.size(2)
     if q.device.type == "cpu" and q.dtype == torch.bfloat16:
         with torch.autocast("cpu", enabled=False):
@@ -234,7 +237,9 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         if cache is not None:
             cache.length += T
-            return self.lm_head(x[:, -1:, :]), None  # (B, 1, V)
+            # float32 logits for sampling even from a bf16 model: rounded to bf16 (steps of ~0.03 near
+            # the top), the most likely characters can tie exactly (no-op casts for a float32 model)
+            return F.linear(x[:, -1:, :].float(), self.lm_head.weight.float()), None  # (B, 1, V)
         logits = self.lm_head(x)  # (B, T, V)
         if targets is None:
             return logits, None

@@ -6,7 +6,8 @@ on from there. This costs one half-window forward every block_size // 2 tokens i
 whole-window forward every token. Unlike recomputing the whole window each step, the model then
 sees between block_size // 2 and block_size tokens of context rather than always block_size, so
 text past the first window can differ slightly from what the uncached path would produce.
-Within block_size the two paths produce exactly the same tokens.
+Within block_size the two paths produce exactly the same tokens (in float32; a bf16 model rounds
+the two differently).
 """
 
 from __future__ import annotations

@@ -76,11 +76,19 @@ def cpu_has_native_bf16() -> bool:
     return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
 
 
+def cuda_has_native_bf16(device: torch.device) -> bool:
+    """bf16 in hardware (Ampere and later, or ROCm); torch.cuda.is_bf16_supported() also says yes
+    where bf16 is only emulated (T4, V100), which is slower than fp16 there."""
+    if torch.version.hip:
+        return torch.cuda.is_bf16_supported()
+    return torch.cuda.get_device_capability(device)[0] >= 8
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """The autocast compute dtype; float32 means no autocast."""
     if name == "auto":
         if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return torch.bfloat16 if cuda_has_native_bf16(device) else torch.float16
         if device.type == "cpu" and cpu_has_native_bf16():
             return torch.bfloat16
         return torch.float32

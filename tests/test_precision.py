@@ -8,10 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minigpt import trainer
+from minigpt import inference, trainer
 from minigpt.config import ModelConfig
 from minigpt.inference import sampling_dtype
 from minigpt.model import GPT, KVCache, causal_attention
+from minigpt.sampler import generate
 
 CPU = torch.device("cpu")
 
@@ -41,6 +42,8 @@ def test_attention_under_cpu_autocast_runs_in_float32() -> None:
     # the float32 attention of the same (bf16-rounded) inputs, rounded once at the end
     expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).bfloat16()
     assert torch.equal(y, expected)
+    with pytest.raises(ValueError, match="explicit attention mask"):  # neither causal nor one query
+        causal_attention(q[:, :, :4], k, v)
     y.float().sum().backward()
     assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 for t in (q, k, v))
 
@@ -67,15 +70,23 @@ def test_bf16_model_decodes_against_a_float32_cache_close_to_float32() -> None:
         for t in range(8, 12):  # one position at a time, attending to float32 keys and values
             logits16, _ = m16(idx[:, t : t + 1], cache=cache)
         full32, _ = m32(idx)
-    assert logits16.dtype == torch.bfloat16
-    diff = (logits16[0, -1].float() - full32[0, -1]).abs().max().item()
+    assert logits16.dtype == torch.float32  # sampling logits stay float32: no exact ties from bf16 rounding
+    diff = (logits16[0, -1] - full32[0, -1]).abs().max().item()
     assert 0 < diff < 0.05 * full32[0, -1].abs().max().item()
 
 
-def test_sample_dtype_flag(trained_run, cli) -> None:
+def test_sample_dtype_flag(trained_run, cli, monkeypatch) -> None:
+    seen = []
+
+    def recording_generate(model, *args, **kwargs):
+        seen.append(next(model.parameters()).dtype)
+        return generate(model, *args, **kwargs)
+
+    monkeypatch.setattr(inference, "generate", recording_generate)
     a = cli("sample", trained_run, "--max-new-tokens", "40", "--temperature", "0", "--dtype", "float32")
     b = cli("sample", trained_run, "--max-new-tokens", "40", "--temperature", "0", "--dtype", "bfloat16")
     assert a.code == b.code == 0 and len(a.out) == len(b.out) == 41  # newline prompt + 40
+    assert seen == [torch.float32, torch.bfloat16]
     r = cli("sample", trained_run, "--dtype", "float16")
     assert r.code == 2 and r.out == ""
     assert r.err.strip() == "error: --dtype must be auto, float32 or bfloat16, got 'float16'"
