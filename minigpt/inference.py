@@ -50,9 +50,9 @@ def sampling_dtype(name: str, device: torch.device) -> torch.dtype:
     supports it, a CPU with AVX512-BF16 or AMX), where it halves the weights streamed per character
     (generation at batch 1 is bound by reading them) and its matrix-vector products run about 4x
     faster on the CPU; float32 elsewhere. Attention and the KV cache stay float32 on the CPU."""
-    if name == "float32" or (name == "auto" and resolve_dtype("auto", device) != torch.bfloat16):
-        return torch.float32
-    return torch.bfloat16
+    if name == "auto":  # the training choice, except that fp16 (an older GPU) samples in float32
+        return torch.bfloat16 if resolve_dtype("auto", device) == torch.bfloat16 else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
 
 
 def encode_prompt(tok: CharTokenizer, prompt: str, unknown: str) -> list[int]:
