@@ -20,11 +20,6 @@ def visible(ch: str) -> str:
     return VISIBLE.get(ch, ch)
 
 
-def probe_ids(tok: CharTokenizer, text: str, block_size: int) -> list[int]:
-    """The ids of a probe text for logging: unknown characters dropped, cut to the context."""
-    return [tok.stoi[c] for c in text if c in tok.stoi][:block_size]
-
-
 def attention_figure(
     maps: torch.Tensor, chars: list[str], layers: list[int], heads: list[int], title: str = "", light: bool = False
 ) -> Any:
@@ -91,15 +86,11 @@ class AttentionFigure:
 
 def attention_maps_for(model: GPT, tok: CharTokenizer, text: str) -> tuple[torch.Tensor, list[str]]:
     """(L, nh, T, T) weights over `text` (at most block_size characters) and its characters."""
-    missing = tok.unknown(text)
-    if missing:
-        names = ", ".join(repr(c) for c in missing[:10])
-        raise UserError(f"--text has characters the model never saw in training: {names}")
     if not text:
         raise UserError("--text must not be empty")
+    ids = torch.from_numpy(tok.encode_checked(text, "--text", skip_hint=False))[None, : model.cfg.block_size]
     text = text[: model.cfg.block_size]
-    device = next(model.parameters()).device
-    ids = torch.tensor([tok.encode(text)], device=device)
+    ids = ids.to(next(model.parameters()).device)
     return model.attention_maps(ids)[:, 0], list(text)  # (L, nh, T, T)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -69,24 +68,20 @@ def train(
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
     config_path, overrides = _split_args(args or [])
     if nproc is not None:
-        from minigpt.config import load_config
+        from minigpt.config import batch_split_error, load_config
         from minigpt.distributed import launch_local
 
         if not resume:  # say what is wrong once, here, rather than from every process
-            cfg = load_config(config_path, overrides)
-            split = cfg.train.grad_accum_steps * nproc
-            if cfg.train.batch_size % split:
-                raise UserError(
-                    f"train.batch_size ({cfg.train.batch_size}) must be divisible by train.grad_accum_steps "
-                    f"({cfg.train.grad_accum_steps}) x --nproc ({nproc}); change one of them"
-                )
+            split = batch_split_error(load_config(config_path, overrides).train, nproc, "--nproc")
+            if split:
+                raise UserError(split)
 
         argv = ["train", *(args or [])]
         for flag, value in (("--out", out), ("--data", data), ("--device", device)):
             if value is not None:
                 argv += [flag, str(value)]
         launch_local(nproc, argv + (["--resume"] if resume else []))
-    from minigpt.trainer import train_command
+    from minigpt.runs import train_command
 
     extra: list[str | tuple[str, object]] = list(overrides)
     if data is not None:
@@ -94,20 +89,6 @@ def train(
     if device is not None:
         extra.append(("train.device", device))
     train_command(config_path, extra, out, resume)
-
-
-def _check_sampling_flags(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None,
-                          num_samples: int) -> None:  # fmt: skip
-    if max_new_tokens < 0:
-        raise UserError(f"--max-new-tokens must be >= 0, got {max_new_tokens}")
-    if not math.isfinite(temperature) or temperature < 0:
-        raise UserError(f"--temperature must be a finite number >= 0 (0 is greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise UserError(f"--top-k must be >= 1, got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise UserError(f"--top-p must be in (0, 1], got {top_p}")
-    if num_samples < 1:
-        raise UserError(f"--num-samples must be >= 1, got {num_samples}")
 
 
 def _write_stdout(text: str) -> None:
@@ -144,17 +125,12 @@ def sample(
     ] = "auto",
 ) -> None:
     """Generate text. Only the samples go to stdout, streamed as they are generated."""
-    from minigpt.inference import encode_prompt, load_model, sampling_dtype
+    from minigpt.config import SampleOptions
+    from minigpt.inference import encode_prompt, load_model
     from minigpt.inference import sample as run_sample
-    from minigpt.trainer import resolve_device
+    from minigpt.runtime import resolve_device, sampling_dtype
 
-    _check_sampling_flags(max_new_tokens, temperature, top_k, top_p, num_samples)
-    if not 0 <= seed < 2**63:
-        raise UserError(f"--seed must be in [0, 2**63), got {seed}")
-    if unknown not in ("error", "skip"):
-        raise UserError(f"--unknown must be error or skip, got '{unknown}'")
-    if dtype not in ("auto", "float32", "bfloat16"):
-        raise UserError(f"--dtype must be auto, float32 or bfloat16, got '{dtype}'")
+    opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
     torch_device = resolve_device(device)
     loaded = load_model(target, torch_device)
     try:
@@ -162,10 +138,10 @@ def sample(
     except (TypeError, RuntimeError):  # e.g. an MPS without bf16
         raise UserError(f"--dtype {dtype} is not supported on device '{device}' here; use --dtype float32") from None
     encode_prompt(loaded.tokenizer, prompt, unknown)  # refuse a bad prompt before anything is printed
-    step, val = loaded.checkpoint.get("step"), loaded.checkpoint.get("val_loss")
+    step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
     val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""
     print(f"sampling from {loaded.path} (step {step}{val_text})", file=sys.stderr)
-    run_sample(loaded, prompt, num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, _write_stdout)
+    run_sample(loaded, prompt, opts, _write_stdout)
 
 
 @app.command(name="eval")
@@ -179,7 +155,7 @@ def eval_(
 ) -> None:
     """Loss over the whole validation split (or --data FILE), every position scored."""
     from minigpt.inference import evaluate, load_model
-    from minigpt.trainer import resolve_device
+    from minigpt.runtime import resolve_device
 
     loaded = load_model(target, resolve_device(device))
     result, what = evaluate(loaded, data)
@@ -214,7 +190,7 @@ def score(
     """
     from minigpt.data import decode_utf8, read_text_bytes
     from minigpt.inference import load_model, score_text
-    from minigpt.trainer import resolve_device
+    from minigpt.runtime import resolve_device
 
     if (text is None) == (file is None):
         raise UserError("give exactly one of --text TEXT or --file FILE")
@@ -257,7 +233,7 @@ def attention(
     """
     from minigpt.attention import write_attention_png
     from minigpt.inference import load_model
-    from minigpt.trainer import resolve_device
+    from minigpt.runtime import resolve_device
 
     loaded = load_model(target, resolve_device(device))
     if len(text) > loaded.config.model.block_size:

@@ -28,18 +28,32 @@ from minigpt.errors import UserError
 DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
 
 
-def _f(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
-    """A dataclass field with its help text (and allowed values) in the metadata."""
-    return field(default=default, metadata={"help": help, "choices": choices})
+SEED_LIMIT = 2**63  # seeds are in [0, 2**63): what torch.Generator.manual_seed accepts
+DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
+
+
+def _f(
+    default: Any,
+    help: str,
+    choices: tuple[str, ...] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+) -> Any:
+    """A dataclass field with its help text, allowed values and bounds in the metadata; `validate`
+    checks every bound (and that floats are finite), so each rule is written once, here."""
+    bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le)) if v is not None}
+    return field(default=default, metadata={"help": help, "choices": choices, **bounds})
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    n_layer: int = _f(3, "number of transformer blocks")
-    n_head: int = _f(4, "attention heads per block (must divide n_embd)")
-    n_embd: int = _f(128, "width of the residual stream (embedding size)")
-    block_size: int = _f(64, "context length in characters")
-    dropout: float = _f(0.0, "dropout probability in [0, 1); 0 for small data or short runs")
+    n_layer: int = _f(3, "number of transformer blocks", ge=1)
+    n_head: int = _f(4, "attention heads per block (must divide n_embd)", ge=1)
+    n_embd: int = _f(128, "width of the residual stream (embedding size)", ge=1)
+    block_size: int = _f(64, "context length in characters", ge=1)
+    dropout: float = _f(0.0, "dropout probability in [0, 1); 0 for small data or short runs", ge=0, lt=1)
     bias: bool = _f(False, "use biases in Linear and LayerNorm layers")
     pos_emb: str = _f(
         "rope",
@@ -58,19 +72,19 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     path: str = _f(DEFAULT_DATA_PATH, "UTF-8 text file to train on (tiny Shakespeare is fetched if missing)")
-    val_fraction: float = _f(0.1, "fraction of the text, taken from its end, held out for validation")
+    val_fraction: float = _f(0.1, "fraction of the text, taken from its end, held out for validation", gt=0, lt=1)
     cache_dir: str | None = _f(None, "where encoded text is cached (default: the user's cache directory)")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = _f(32, "sequences per optimizer step (split over grad_accum_steps micro-batches)")
-    max_steps: int = _f(480, "optimizer steps to train for")
-    grad_accum_steps: int = _f(1, "micro-batches per optimizer step (must divide batch_size)")
-    eval_interval: int = _f(240, "steps between evaluations (val loss, checkpoints, text sample)")
-    eval_steps: int = _f(10, "validation batches per evaluation (fixed for the whole run)")
-    ckpt_interval: int = _f(0, "steps between extra last.pt saves, independent of eval (0 = only at eval)")
-    seed: int = _f(1337, "one seed for weights, batches and dropout")
+    batch_size: int = _f(32, "sequences per optimizer step (split over grad_accum_steps micro-batches)", ge=1)
+    max_steps: int = _f(480, "optimizer steps to train for", ge=1)
+    grad_accum_steps: int = _f(1, "micro-batches per optimizer step (must divide batch_size)", ge=1)
+    eval_interval: int = _f(240, "steps between evaluations (val loss, checkpoints, text sample)", ge=1)
+    eval_steps: int = _f(10, "validation batches per evaluation (fixed for the whole run)", ge=1)
+    ckpt_interval: int = _f(0, "steps between extra last.pt saves, independent of eval (0 = only at eval)", ge=0)
+    seed: int = _f(1337, "one seed for weights, batches and dropout", ge=0, lt=SEED_LIMIT)
     device: str = _f("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
     dtype: str = _f(
         "auto",
@@ -84,21 +98,21 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = _f(3e-3, "peak learning rate, reached at the end of warm-up")
-    min_lr: float = _f(3e-4, "learning rate at the end of the decay (<= lr)")
-    warmup_steps: int = _f(50, "linear warm-up steps from ~0 to lr")
+    lr: float = _f(3e-3, "peak learning rate, reached at the end of warm-up", ge=0)
+    min_lr: float = _f(3e-4, "learning rate at the end of the decay (<= lr)", ge=0)
+    warmup_steps: int = _f(50, "linear warm-up steps from ~0 to lr", ge=0)
     schedule: str = _f("cosine", "decay after warm-up: cosine, linear or constant", ("cosine", "linear", "constant"))
-    weight_decay: float = _f(0.1, "AdamW weight decay, applied to weight matrices only")
-    beta1: float = _f(0.9, "AdamW beta1")
-    beta2: float = _f(0.99, "AdamW beta2")
-    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)")
+    weight_decay: float = _f(0.1, "AdamW weight decay, applied to weight matrices only", ge=0)
+    beta1: float = _f(0.9, "AdamW beta1", ge=0, lt=1)
+    beta2: float = _f(0.99, "AdamW beta2", ge=0, lt=1)
+    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)", ge=0)
 
 
 @dataclass(frozen=True)
 class LogConfig:
     tensorboard: bool = _f(True, "write TensorBoard event files into the run directory")
-    interval: int = _f(10, "steps between train-loss / lr / throughput logs")
-    sample_length: int = _f(200, "characters of sample text logged at each eval (0 = none)")
+    interval: int = _f(10, "steps between train-loss / lr / throughput logs", ge=1)
+    sample_length: int = _f(200, "characters of sample text logged at each eval (0 = none)", ge=0)
     sample_prompt: str = _f("\n", "prompt for the text sample logged at each eval")
     attention_probe: str = _f(
         "ROMEO:\nBut, soft! what light",
@@ -108,6 +122,7 @@ class LogConfig:
         0.0,
         "peak TFLOPS of one device, for the MFU figure (0 = look the GPU up in minigpt's table; "
         "no MFU on a CPU unless set)",
+        ge=0,
     )
 
 
@@ -241,71 +256,83 @@ def config_from_dict(raw: Any, source: str, check: bool = True) -> Config:
     return cfg
 
 
+def _number(x: float) -> str:
+    return "2**63" if x == SEED_LIMIT else f"{x:g}"
+
+
+def field_error(name: str, value: Any, meta: Any, flag: bool = False) -> str | None:
+    """What is wrong with `value` for a field with these metadata (choices, bounds), or None.
+
+    `flag` words it for a command-line option (`--dtype must be auto, float32 or bfloat16`)
+    rather than a config key (`train.dtype must be one of ...`, with a "did you mean").
+    """
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        if flag:
+            return f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, got '{value}'"
+        close = difflib.get_close_matches(str(value), choices, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"{name} must be one of {', '.join(choices)}, got '{value}'{hint}"
+    if value is None or not any(b in meta for b in ("ge", "gt", "lt", "le")):
+        return None
+    lo, hi = meta.get("ge", meta.get("gt")), meta.get("lt", meta.get("le"))
+    if hi is not None:  # an interval: [0, 1), (0, 1], [0, 2**63)
+        inside = (lo <= value if "ge" in meta else lo < value) and (value < hi if "lt" in meta else value <= hi)
+        if not (isinstance(value, float) and not math.isfinite(value)) and inside:
+            return None
+        left, right = "[" if "ge" in meta else "(", ")" if "lt" in meta else "]"
+        return f"{name} must be in {left}{_number(lo)}, {_number(hi)}{right}, got {value}"
+    op = ">=" if "ge" in meta else ">"
+    ok = value >= lo if "ge" in meta else value > lo
+    if isinstance(value, float):
+        if ok and math.isfinite(value):
+            return None
+        return f"{name} must be a finite number {op} {_number(lo)}, got {value}"
+    return None if ok else f"{name} must be {op} {_number(lo)}, got {value}"
+
+
+def batch_split_error(t: TrainConfig, processes: int = 1, what: str = "the number of processes") -> str | None:
+    """train.batch_size must split evenly into grad_accum_steps micro-steps on every process."""
+    if t.batch_size % (t.grad_accum_steps * processes) == 0:
+        return None
+    msg = f"train.batch_size ({t.batch_size}) must be divisible by train.grad_accum_steps ({t.grad_accum_steps})"
+    return msg if processes == 1 else f"{msg} x {what} ({processes}); change one of them"
+
+
+def is_device_name(name: str) -> bool:
+    """auto, cpu, mps, cuda or cuda:N (whether it exists here is the runtime's question)."""
+    prefix, colon, index = name.partition(":")
+    return name in ("auto", "cpu", "mps", "cuda") or (prefix == "cuda" and bool(colon) and index.isdigit())
+
+
 def validate(cfg: Config, source: str) -> None:
-    """Reject impossible values and combinations, naming the key."""
+    """Reject impossible values and combinations, naming the key: the bounds and choices in the
+    fields' metadata, then the rules that involve two keys."""
 
     def fail(msg: str) -> None:
         raise UserError(f"{source}: {msg}")
 
+    flat = cfg.flat()
     for key, f in all_keys().items():
-        choices = f.metadata.get("choices")
-        value = cfg.flat()[key]
-        if choices and value not in choices:
-            close = difflib.get_close_matches(str(value), choices, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            fail(f"{key} must be one of {', '.join(choices)}, got '{value}'{hint}")
+        problem = field_error(key, flat[key], f.metadata)
+        if problem:
+            fail(problem)
     m, t, o, d = cfg.model, cfg.train, cfg.optim, cfg.data
-    for key in (
-        "model.n_layer",
-        "model.n_head",
-        "model.n_embd",
-        "model.block_size",
-        "train.batch_size",
-        "train.max_steps",
-        "train.grad_accum_steps",
-        "train.eval_interval",
-        "train.eval_steps",
-        "log.interval",
-    ):
-        if cfg.flat()[key] < 1:
-            fail(f"{key} must be >= 1, got {cfg.flat()[key]}")
-    if not 0 <= t.seed < 2**63:
-        fail(f"train.seed must be in [0, 2**63), got {t.seed}")
-    for key in ("train.ckpt_interval", "optim.warmup_steps", "log.sample_length"):
-        if cfg.flat()[key] < 0:
-            fail(f"{key} must be >= 0, got {cfg.flat()[key]}")
     if m.n_embd % m.n_head:
         fail(f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})")
     if m.pos_emb == "rope" and (m.n_embd // m.n_head) % 2:
         fail(f"model.pos_emb rope needs an even head size; n_embd / n_head is {m.n_embd // m.n_head}")
-    if not 0.0 <= m.dropout < 1.0:
-        fail(f"model.dropout must be in [0, 1), got {m.dropout}")
-    if not 0.0 < d.val_fraction < 1.0:
-        fail(f"data.val_fraction must be in (0, 1), got {d.val_fraction}")
     if not d.path:
         fail("data.path must not be empty")
-    if t.batch_size % t.grad_accum_steps:
-        fail(f"train.batch_size ({t.batch_size}) must be divisible by train.grad_accum_steps ({t.grad_accum_steps})")
-    if not t.device or not (t.device in ("auto", "cpu", "mps", "cuda") or _is_cuda_index(t.device)):
-        fail(f"train.device must be auto, cpu, cuda, cuda:N or mps, got '{t.device}'")
-    for key in ("optim.lr", "optim.min_lr", "optim.weight_decay", "optim.grad_clip"):
-        value = cfg.flat()[key]
-        if not math.isfinite(value) or value < 0:
-            fail(f"{key} must be a finite number >= 0, got {value}")
+    split = batch_split_error(t)
+    if split:
+        fail(split)
+    if not is_device_name(t.device):
+        fail(f"train.device must be {DEVICE_NAMES}, got '{t.device}'")
     if o.lr <= 0:
         fail(f"optim.lr must be > 0, got {o.lr}")
     if o.min_lr > o.lr:
         fail(f"optim.min_lr ({o.min_lr}) must be <= optim.lr ({o.lr})")
-    if not math.isfinite(cfg.log.peak_tflops) or cfg.log.peak_tflops < 0:
-        fail(f"log.peak_tflops must be a finite number >= 0 (0 = look it up), got {cfg.log.peak_tflops}")
-    for key in ("optim.beta1", "optim.beta2"):
-        if not 0.0 <= cfg.flat()[key] < 1.0:
-            fail(f"{key} must be in [0, 1), got {cfg.flat()[key]}")
-
-
-def _is_cuda_index(device: str) -> bool:
-    prefix, _, index = device.partition(":")
-    return prefix == "cuda" and index.isdigit()
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -400,3 +427,24 @@ def save_config(cfg: Config, path: Path) -> None:
     """Write the resolved config as YAML (the run directory's config.yaml)."""
     text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
     path.write_text("# resolved minigpt config of this run\n" + text, encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    """How to sample, built once from `minigpt sample`'s flags (or the Python API's arguments) and
+    checked by its constructor; each field's error names its flag."""
+
+    num_samples: int = _f(1, "how many samples", ge=1)
+    max_new_tokens: int = _f(500, "characters to generate", ge=0)
+    temperature: float = _f(0.8, "softmax temperature; 0 is greedy", ge=0)
+    top_k: int | None = _f(None, "keep the k most likely characters", ge=1)
+    top_p: float | None = _f(None, "nucleus: keep the most likely p of the probability mass", gt=0, le=1)
+    seed: int = _f(1337, "random seed; the same seed gives the same text", ge=0, lt=SEED_LIMIT)
+    unknown: str = _f("error", "prompt characters the model never saw: an error, or skipped", ("error", "skip"))
+    dtype: str = _f("auto", "the weights' precision while sampling", ("auto", "float32", "bfloat16"))
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            problem = field_error("--" + f.name.replace("_", "-"), getattr(self, f.name), f.metadata, flag=True)
+            if problem:
+                raise UserError(problem)

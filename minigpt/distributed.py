@@ -1,7 +1,8 @@
 """Multi-process training through torchrun (DistributedDataParallel).
 
-`torchrun --nproc_per_node=N -m minigpt train ...` sets RANK / WORLD_SIZE / LOCAL_RANK; `init`
-reads them, starts the process group (nccl on CUDA, gloo on CPU) and picks this rank's device.
+`torchrun --nproc_per_node=N -m minigpt train ...` sets RANK / WORLD_SIZE / LOCAL_RANK; `launched`
+reads them, `runtime.resolve_device` picks this rank's device and `init` starts the process group
+(nccl on CUDA, gloo on CPU).
 Without them everything here is a no-op and training runs in one process.
 
 The global batch keeps its single-process meaning: `train.batch_size` sequences per optimizer
@@ -49,32 +50,13 @@ def launched() -> Dist:
     return Dist(rank, local, world)
 
 
-def init(device_name: str) -> tuple[Dist, torch.device | None]:
-    """Start the process group when launched by torchrun; returns (dist, this rank's device or None).
-
-    None means single-process: the caller resolves the device itself.
-    """
-    dist = launched()
-    if not dist.enabled:
-        return dist, None
-    use_cuda = torch.cuda.is_available() and device_name in ("auto", "cuda") or device_name.startswith("cuda:")
-    if device_name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device '{device_name}' requested but CUDA is not available here; use --device cpu")
-    if use_cuda:
-        if dist.local_rank >= torch.cuda.device_count():
-            raise UserError(
-                f"LOCAL_RANK {dist.local_rank} but only {torch.cuda.device_count()} CUDA device(s): "
-                "lower --nproc_per_node"
-            )
-        device = torch.device("cuda", dist.local_rank)
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device = torch.device("cpu")
-        backend = "gloo"
-    if not tdist.is_initialized():
+def init(dist: Dist, device: torch.device) -> None:
+    """Start the process group when launched by torchrun: nccl for CUDA devices, gloo for the CPU."""
+    if dist.enabled and not tdist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
         tdist.init_process_group(backend=backend, timeout=timedelta(minutes=10))
-    return dist, device
 
 
 def shutdown() -> None:

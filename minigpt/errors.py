@@ -18,3 +18,9 @@ class TrainingInterrupted(Exception):
     def __init__(self, exit_code: int, message: str):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message, or its type's name when it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -11,14 +11,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from minigpt.checkpoint import load_checkpoint, resolve_checkpoint
-from minigpt.config import Config, config_from_dict
+from minigpt.checkpoint import BEST, Checkpoint, resolve_checkpoint
+from minigpt.config import Config, SampleOptions, config_from_dict
 from minigpt.data import cache_dir_for, decode_utf8, encode_file, read_text_bytes, split_index
-from minigpt.errors import UserError
+from minigpt.errors import UserError, first_line
 from minigpt.model import GPT
 from minigpt.sampler import generate
 from minigpt.tokenizer import CharTokenizer
-from minigpt.trainer import resolve_dtype
 
 
 @dataclass
@@ -27,78 +26,50 @@ class Loaded:
     tokenizer: CharTokenizer
     config: Config
     path: Path
-    checkpoint: dict
+    checkpoint: Checkpoint
 
 
 def load_model(target: Path, device: torch.device) -> Loaded:
     """The model of a run directory (its best.pt, else last.pt) or of a checkpoint file, in eval mode."""
-    path = resolve_checkpoint(target)
-    ckpt = load_checkpoint(path)
+    path = resolve_checkpoint(target, prefer=BEST)
+    ckpt = Checkpoint.load(path)
     try:
-        cfg = config_from_dict(ckpt["config"], str(path))
-        tok = CharTokenizer.from_dict(ckpt["tokenizer"])
+        cfg = config_from_dict(ckpt.config, str(path))
+        tok = CharTokenizer.from_dict(ckpt.tokenizer)
         model = GPT(cfg.model, tok.vocab_size)
-        model.load_state_dict(ckpt["model"])
+        model.load_state_dict(ckpt.model)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise UserError(f"{path} is a damaged minigpt checkpoint: {str(e).splitlines()[0]}") from None
+        raise UserError(f"{path} is a damaged minigpt checkpoint: {first_line(e)}") from None
     model.to(device).eval()
     return Loaded(model, tok, cfg, path, ckpt)
 
 
-def sampling_dtype(name: str, device: torch.device) -> torch.dtype:
-    """The weights' dtype for generation: `auto` is bfloat16 where bf16 is native (a CUDA GPU that
-    supports it, a CPU with AVX512-BF16 or AMX), where it halves the weights streamed per character
-    (generation at batch 1 is bound by reading them) and its matrix-vector products run about 4x
-    faster on the CPU; float32 elsewhere. Attention and the KV cache stay float32 on the CPU."""
-    if name == "auto":  # the training choice, except that fp16 (an older GPU) samples in float32
-        return torch.bfloat16 if resolve_dtype("auto", device) == torch.bfloat16 else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
-
-
 def encode_prompt(tok: CharTokenizer, prompt: str, unknown: str) -> list[int]:
     """Encode a prompt; characters outside the vocabulary are an error, or dropped with unknown='skip'."""
-    missing = tok.unknown(prompt)
-    if missing and unknown != "skip":
-        names = ", ".join(repr(c) for c in missing)
-        raise UserError(
-            f"--prompt has characters the model never saw in training: {names}; "
-            "remove them or pass --unknown skip to drop them"
-        )
-    return [tok.stoi[c] for c in prompt if c in tok.stoi]
+    return tok.encode_checked(prompt, "--prompt", unknown).tolist()
 
 
-def sample(
-    loaded: Loaded,
-    prompt: str,
-    num_samples: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    seed: int,
-    unknown: str,
-    write: Callable[[str], None],
-) -> list[str]:
-    """Generate `num_samples` continuations, streaming each character through `write`.
+def sample(loaded: Loaded, prompt: str, opts: SampleOptions, write: Callable[[str], None]) -> list[str]:
+    """Generate `opts.num_samples` continuations, streaming each character through `write`.
 
     Output is prompt + continuation per sample, samples separated by a blank line and '---'.
     An empty prompt starts from a newline (or the first character of the vocabulary).
     """
     tok = loaded.tokenizer
-    ids = encode_prompt(tok, prompt, unknown)
+    ids = encode_prompt(tok, prompt, opts.unknown)
     shown = tok.decode(ids)
     if not ids:
         start = tok.stoi.get("\n", 0)
         ids, shown = [start], ""
     device = next(loaded.model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(opts.seed)
     texts = []
-    for i in range(num_samples):
+    for i in range(opts.num_samples):
         if i:
             write("\n\n---\n")
         write(shown)
         new = generate(
-            loaded.model, ids, max_new_tokens, temperature, top_k, top_p, generator,
+            loaded.model, ids, opts.max_new_tokens, opts.temperature, opts.top_k, opts.top_p, generator,
             on_token=lambda t: write(tok.chars[t]),
         )  # fmt: skip
         texts.append(shown + tok.decode(new))
@@ -153,12 +124,8 @@ def eval_ids_for(loaded: Loaded, data: Path | None) -> tuple[torch.Tensor, str]:
     tok = loaded.tokenizer
     if data is not None:
         text = decode_utf8(read_text_bytes(data), data)
-        missing = tok.unknown(text)
-        if missing:
-            names = ", ".join(repr(c) for c in missing[:10])
-            raise UserError(f"data file {data} has characters the model never saw in training: {names}")
-        return torch.from_numpy(tok.encode_array(text)), f"all of {data}"
-    info = loaded.checkpoint.get("data", {})
+        return torch.from_numpy(tok.encode_checked(text, f"data file {data}", skip_hint=False)), f"all of {data}"
+    info = loaded.checkpoint.data
     path = Path(info.get("path", loaded.config.data.path))
     if not path.exists():
         raise UserError(f"the run's data file {path} is gone; pass --data FILE to evaluate on a text file")
@@ -200,14 +167,9 @@ def score_text(loaded: Loaded, text: str) -> Scores:
     """Surprise per character. Text longer than the context is scored in windows of block_size that
     advance by half a window, each character scored once, with at least half a window of context
     (all of it before the first window is full)."""
-    tok = loaded.tokenizer
-    missing = tok.unknown(text)
-    if missing:
-        names = ", ".join(repr(c) for c in missing[:10])
-        raise UserError(f"the text has characters the model never saw in training: {names}")
+    ids = torch.from_numpy(loaded.tokenizer.encode_checked(text, "the text", skip_hint=False))
     if len(text) < 2:
         raise UserError("the text to score needs at least 2 characters (the first one has no context)")
-    ids = torch.from_numpy(tok.encode_array(text))
     model = loaded.model
     device = next(model.parameters()).device
     block = model.cfg.block_size

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from minigpt.errors import UserError
+
 
 class CharTokenizer:
     """Maps characters to ids and back. Stored in checkpoints as plain data (`to_dict`)."""
@@ -33,6 +35,18 @@ class CharTokenizer:
     def unknown(self, text: str) -> list[str]:
         """Characters of `text` that are not in the vocabulary, in order of first appearance."""
         return list(dict.fromkeys(c for c in text if c not in self.stoi))
+
+    def encode_checked(self, text: str, what: str, unknown: str = "error", skip_hint: bool = True) -> np.ndarray:
+        """Ids of `text` (int64). Characters outside the vocabulary are an error naming them
+        (`what` says which input it was) or, with unknown='skip', dropped."""
+        missing = self.unknown(text)
+        if not missing:
+            return self.encode_array(text)
+        if unknown != "skip":
+            names = ", ".join(repr(c) for c in missing[:10]) + (", ..." if len(missing) > 10 else "")
+            hint = "; remove them or pass --unknown skip to drop them" if skip_hint else ""
+            raise UserError(f"{what} has characters the model never saw in training: {names}{hint}")
+        return np.array([self.stoi[c] for c in text if c in self.stoi], dtype=np.int64)
 
     def encode(self, text: str) -> list[int]:
         return self.encode_array(text).tolist()

@@ -14,10 +14,10 @@ import pytest
 import torch
 import yaml
 
-from minigpt import trainer as trainer_mod
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config import DataConfig
 from minigpt.data import load_corpus
+from minigpt.trainer import Trainer
 
 from .conftest import TINY, make_text
 
@@ -173,19 +173,19 @@ def test_interrupt_then_resume_is_bit_exact(text_file: Path, tmp_path: Path, cli
     args = ["--data", text_file, *TINY, "train.max_steps=30", "train.eval_interval=10", "model.dropout=0.1"]
     assert cli("train", "--out", tmp_path / "whole", *args).code == 0
 
-    real_lr_at = trainer_mod.lr_at
+    real_step = Trainer.train_step
 
-    def lr_at_with_interrupt(step, cfg, max_steps):
-        if step == 14:
+    def step_with_interrupt(self):
+        if self.state.step == 14:
             os.kill(os.getpid(), signal.SIGINT)  # lands mid-step: the step finishes, then training stops
-        return real_lr_at(step, cfg, max_steps)
+        return real_step(self)
 
-    monkeypatch.setattr(trainer_mod, "lr_at", lr_at_with_interrupt)
+    monkeypatch.setattr(Trainer, "train_step", step_with_interrupt)
     r = cli("train", "--out", tmp_path / "split", *args)
     assert r.code == 130, r
     assert "--resume" in r.err
     assert load_checkpoint(tmp_path / "split" / "last.pt")["step"] == 15
-    monkeypatch.setattr(trainer_mod, "lr_at", real_lr_at)
+    monkeypatch.setattr(Trainer, "train_step", real_step)
     r = cli("train", "--out", tmp_path / "split", "--resume")
     assert r.code == 0, r
     a = load_checkpoint(tmp_path / "whole" / "last.pt")

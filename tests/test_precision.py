@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minigpt import inference, trainer
+from minigpt import inference, runtime
 from minigpt.config import ModelConfig
-from minigpt.inference import sampling_dtype
 from minigpt.model import GPT, KVCache, causal_attention
+from minigpt.runtime import sampling_dtype
 from minigpt.sampler import generate
 
 CPU = torch.device("cpu")
@@ -19,18 +19,18 @@ CPU = torch.device("cpu")
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_dtype_on_the_cpu_is_bf16_only_where_the_cpu_has_it(native: bool, monkeypatch) -> None:
-    monkeypatch.setattr(trainer, "cpu_has_native_bf16", lambda: native)
-    assert trainer.resolve_dtype("auto", CPU) == (torch.bfloat16 if native else torch.float32)
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
+    assert runtime.resolve_dtype("auto", CPU) == (torch.bfloat16 if native else torch.float32)
     # an explicit choice is kept either way
-    assert trainer.resolve_dtype("float32", CPU) == torch.float32
-    assert trainer.resolve_dtype("bfloat16", CPU) == torch.bfloat16
+    assert runtime.resolve_dtype("float32", CPU) == torch.float32
+    assert runtime.resolve_dtype("bfloat16", CPU) == torch.bfloat16
 
 
 def test_native_bf16_check_reads_the_cpu_flags(monkeypatch) -> None:
     for avx512_bf16, amx, expected in [(True, False, True), (False, True, True), (False, False, False)]:
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v, raising=False)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v, raising=False)
-        assert trainer.cpu_has_native_bf16() is expected
+        assert runtime.cpu_has_native_bf16() is expected
 
 
 def test_attention_under_cpu_autocast_runs_in_float32() -> None:
@@ -50,7 +50,7 @@ def test_attention_under_cpu_autocast_runs_in_float32() -> None:
 
 @pytest.mark.parametrize("native", [True, False])
 def test_sampling_dtype_follows_the_cpu(native: bool, monkeypatch) -> None:
-    monkeypatch.setattr(trainer, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
     assert sampling_dtype("auto", CPU) == (torch.bfloat16 if native else torch.float32)
     assert sampling_dtype("float32", CPU) == torch.float32
     assert sampling_dtype("bfloat16", CPU) == torch.bfloat16

@@ -227,7 +227,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(text_file: Pat
 
 
 def test_full_disk_while_checkpointing_is_a_clear_error(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
-    import minigpt.trainer as trainer_mod
+    import minigpt.checkpoint as checkpoint_mod
 
     out = tmp_path / "run"
     calls = [0]
@@ -238,7 +238,7 @@ def test_full_disk_while_checkpointing_is_a_clear_error(text_file: Path, tmp_pat
             raise OSError(28, "No space left on device")
         save_checkpoint(payload, path)
 
-    monkeypatch.setattr(trainer_mod, "save_checkpoint", full_disk)
+    monkeypatch.setattr(checkpoint_mod, "save_checkpoint", full_disk)
     r = cli("train", "--data", text_file, "--out", out, *TINY, "train.max_steps=20", "train.eval_interval=5",
             "log.sample_length=0")  # fmt: skip
     assert r.code == 2
@@ -268,12 +268,12 @@ def test_bad_data_through_the_cli_leaves_no_run_directory(tmp_path: Path, cli) -
 
 def test_interrupt_never_saves_a_diverged_model(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
     """Ctrl-C right after the loss went NaN (before any log noticed): stop with the error, keep last.pt."""
-    import minigpt.trainer as trainer_mod
+    from minigpt.trainer import Trainer
 
     out = tmp_path / "run"
     args = ["--data", text_file, "--out", out, *TINY, "train.max_steps=40", "train.eval_interval=10",
             "log.interval=30"]  # fmt: skip
-    real_forward, real_lr_at = GPT.forward, trainer_mod.lr_at
+    real_forward, real_step = GPT.forward, Trainer.train_step
 
     def forward(self, idx, targets=None, cache=None):
         logits, loss = real_forward(self, idx, targets, cache)
@@ -281,15 +281,15 @@ def test_interrupt_never_saves_a_diverged_model(text_file: Path, tmp_path: Path,
             loss = loss * float("nan")
         return logits, loss
 
-    def lr_at(step, cfg, max_steps):
-        GPT.poisoned = step >= 12
-        if step == 13:
+    def train_step(self):
+        GPT.poisoned = self.state.step >= 12
+        if self.state.step == 13:
             os.kill(os.getpid(), signal.SIGINT)
-        return real_lr_at(step, cfg, max_steps)
+        return real_step(self)
 
     monkeypatch.setattr(GPT, "forward", forward)
     monkeypatch.setattr(GPT, "poisoned", False, raising=False)
-    monkeypatch.setattr(trainer_mod, "lr_at", lr_at)
+    monkeypatch.setattr(Trainer, "train_step", train_step)
     r = cli("train", *args)
     assert r.code == 2 and "training diverged" in r.err, r
     assert load_checkpoint(out / "last.pt")["step"] == 10

@@ -1,0 +1,78 @@
+"""The state a training run carries from step to step besides the weights and the optimizer:
+counters (`TrainState`) and every random-number stream (`RngStreams`), each with
+`state_dict()` / `load_state_dict()`, so a checkpoint gathers them and a resume is exact."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from minigpt import distributed
+from minigpt.data import Batcher
+from minigpt.runtime import log
+
+
+@dataclass
+class TrainState:
+    """Where the run is: optimizer steps taken, tokens trained on, the best validation loss."""
+
+    step: int = 0
+    tokens_seen: int = 0
+    best_val_loss: float = math.inf
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.tokens_seen = int(state["tokens_seen"])
+        self.best_val_loss = float(state["best_val_loss"])
+
+
+class RngStreams:
+    """Every random-number stream of a training process.
+
+    Weights and dropout use torch's global generator (per device); training batches come from the
+    batcher's own generator, which every rank shares (each keeps its share of the same draws).
+    Evaluation batches and logged samples use their own generators and are not part of this.
+    """
+
+    def __init__(self, device: torch.device, batcher: Batcher, dist: distributed.Dist, seed: int):
+        self.device, self.batcher, self.dist, self.seed = device, batcher, dist, seed
+
+    def _torch_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"torch_cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["torch_cuda"] = torch.cuda.get_rng_state_all()
+        elif self.device.type == "mps":
+            state["torch_mps"] = torch.mps.get_rng_state()
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """{"rng": this process's streams, "rng_ranks": every rank's torch streams or None}.
+        A collective call under DDP (it gathers every rank's state)."""
+        own = self._torch_state()
+        ranks = distributed.all_gather(own, self.dist)
+        return {"rng": {**own, "batcher": self.batcher.state_dict()}, "rng_ranks": ranks if self.dist.enabled else None}
+
+    def load_state_dict(self, state: dict[str, Any], step: int) -> None:
+        """Put every stream back where the checkpoint left it.
+
+        The batch stream is shared by all ranks. The dropout streams are per rank: restored exactly
+        when the number of processes is unchanged, re-derived from the seed and step otherwise.
+        """
+        self.batcher.load_state_dict(state["rng"]["batcher"])
+        ranks, dist = state.get("rng_ranks"), self.dist
+        if dist.enabled == bool(ranks) and (not ranks or len(ranks) == dist.world_size):
+            own = ranks[dist.rank] if ranks else state["rng"]
+            torch.set_rng_state(own["torch_cpu"])
+            if self.device.type == "cuda" and len(own.get("torch_cuda", [])) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(own["torch_cuda"])
+            elif self.device.type == "mps" and "torch_mps" in own:
+                torch.mps.set_rng_state(own["torch_mps"])
+        else:
+            torch.manual_seed(self.seed + 1 + dist.rank + 7919 * step)
+            log("note: the number of processes changed since the checkpoint; dropout masks are re-seeded")
