@@ -68,7 +68,8 @@ def train(
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
     config_path, overrides = _split_args(args or [])
     if nproc is not None:
-        from minigpt.config import batch_split_error, load_config
+        from minigpt.config import batch_split_error
+        from minigpt.config_files import load_config
         from minigpt.distributed import launch_local
 
         if not resume:  # say what is wrong once, here, rather than from every process

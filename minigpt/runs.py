@@ -11,7 +11,8 @@ from typing import Any
 
 from minigpt import distributed
 from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint
-from minigpt.config import Config, batch_split_error, config_from_dict, load_config, save_config
+from minigpt.config import Config, batch_split_error, config_from_dict
+from minigpt.config_files import load_config, save_config
 from minigpt.data import load_corpus
 from minigpt.errors import UserError
 from minigpt.runtime import log, resolve_device, resolve_dtype

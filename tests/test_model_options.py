@@ -121,7 +121,7 @@ def test_options_train_sample_evaluate_and_resume_from_the_cli(text_file: Path, 
 
 
 def test_rope_needs_an_even_head_size() -> None:
-    from minigpt.config import load_config
+    from minigpt.config_files import load_config
     from minigpt.errors import UserError
 
     with pytest.raises(UserError, match="rope needs an even head size"):

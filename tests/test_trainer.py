@@ -1,0 +1,79 @@
+"""The Trainer driven directly, without the command line: steps, state, and exact continuation."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import torch
+
+from minigpt.checkpoint import LAST, Checkpoint
+from minigpt.config_files import load_config
+from minigpt.data import load_corpus
+from minigpt.trainer import Trainer
+
+from .conftest import TINY
+
+CPU = torch.device("cpu")
+
+
+def make_trainer(text_file: Path, out: Path, *overrides: str) -> Trainer:
+    # dropout on, so the global RNG stream matters as much as the batch stream
+    cfg = load_config(None, [*TINY, f"data.path={text_file}", "train.max_steps=20", "model.dropout=0.1", *overrides])
+    corpus = load_corpus(cfg.data, cfg.model.block_size)
+    return Trainer(cfg, corpus, corpus.tokenizer, CPU, torch.float32, out)
+
+
+def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_state_dict_into_a_new_trainer_continues_exactly(text_file: Path, tmp_path: Path) -> None:
+    first = make_trainer(text_file, tmp_path / "a")
+    losses = [first.train_step().loss.item() for _ in range(3)]
+    assert first.state.step == 3 and first.state.tokens_seen == 3 * 8 * 16
+    snapshot = copy.deepcopy(first.state_dict())  # the live tensors change with the next steps
+    ahead = [first.train_step().loss.item() for _ in range(2)]
+    expected = weights(first)
+
+    second = make_trainer(text_file, tmp_path / "b")
+    second.load_state_dict(snapshot)
+    assert second.state.step == 3
+    again = [second.train_step().loss.item() for _ in range(2)]
+    assert again == ahead
+    got = weights(second)
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+    assert second.evaluate() == first.evaluate()
+
+    # without the state, the same two steps do something else (the test can tell the difference)
+    fresh = make_trainer(text_file, tmp_path / "c")
+    assert [fresh.train_step().loss.item() for _ in range(2)] != ahead
+    assert all(math.isfinite(x) for x in losses + ahead)
+
+
+def test_save_writes_a_checkpoint_that_resumes(text_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    trainer = make_trainer(text_file, out)
+    for _ in range(4):
+        trainer.train_step()
+    trainer.save(LAST)
+    ckpt = Checkpoint.load(out / LAST)
+    ckpt.check_resumable(out / LAST)
+    assert ckpt.step == 4 and ckpt.tokenizer == trainer.tok.to_dict()
+    expected = trainer.train_step().loss.item()  # before another trainer re-seeds torch's global RNG
+    resumed = make_trainer(text_file, tmp_path / "other")
+    resumed.load_state_dict(ckpt.to_dict())
+    assert resumed.train_step().loss.item() == expected
+
+
+def test_train_runs_to_max_steps_and_keeps_the_best(text_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    trainer = make_trainer(text_file, out, "train.max_steps=12", "train.eval_interval=6", "log.tensorboard=false")
+    result = trainer.train()
+    assert result.step == trainer.state.step == 12
+    assert result.best_val_loss == trainer.state.best_val_loss <= result.val_loss
+    assert {p.name for p in out.iterdir()} == {"last.pt", "best.pt"}
+    assert Checkpoint.load(out / "best.pt").val_loss == result.best_val_loss
