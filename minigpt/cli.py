@@ -127,17 +127,13 @@ def sample(
 ) -> None:
     """Generate text. Only the samples go to stdout, streamed as they are generated."""
     from minigpt.config import SampleOptions
-    from minigpt.inference import encode_prompt, load_model
+    from minigpt.inference import cast_for_sampling, encode_prompt, load_model
     from minigpt.inference import sample as run_sample
-    from minigpt.runtime import resolve_device, sampling_dtype
+    from minigpt.runtime import resolve_device
 
     opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
-    torch_device = resolve_device(device)
-    loaded = load_model(target, torch_device)
-    try:
-        loaded.model.to(sampling_dtype(dtype, torch_device))
-    except (TypeError, RuntimeError):  # e.g. an MPS without bf16
-        raise UserError(f"--dtype {dtype} is not supported on device '{device}' here; use --dtype float32") from None
+    loaded = load_model(target, resolve_device(device))
+    cast_for_sampling(loaded, dtype, device)
     encode_prompt(loaded.tokenizer, prompt, unknown)  # refuse a bad prompt before anything is printed
     step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
     val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""

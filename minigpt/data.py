@@ -170,7 +170,8 @@ class Batcher:
 
     With several ranks, every rank draws the same `batch_size` window starts and keeps its own
     contiguous share of them: the ranks see different data, and together exactly the batches a
-    single process with the same seed would see.
+    single process with the same seed would see. (That the batch splits evenly over the ranks is
+    config.batch_split_error's rule, checked before training starts.)
     """
 
     def __init__(
@@ -179,8 +180,6 @@ class Batcher:
     ):  # fmt: skip
         if len(data) < block_size + 2:
             raise ValueError(f"split of {len(data)} tokens is too short for block_size {block_size}")
-        if batch_size % world_size:
-            raise ValueError(f"batch of {batch_size} does not split over {world_size} ranks")
         self.data = data
         self.batch_size = batch_size
         self.share = slice(rank * batch_size // world_size, (rank + 1) * batch_size // world_size)

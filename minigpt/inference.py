@@ -16,6 +16,7 @@ from minigpt.config import Config, SampleOptions, config_from_dict
 from minigpt.data import cache_dir_for, decode_utf8, encode_file, read_text_bytes, split_index
 from minigpt.errors import UserError, first_line
 from minigpt.model import GPT
+from minigpt.runtime import sampling_dtype
 from minigpt.sampler import generate
 from minigpt.tokenizer import CharTokenizer
 
@@ -42,6 +43,16 @@ def load_model(target: Path, device: torch.device) -> Loaded:
         raise UserError(f"{path} is a damaged minigpt checkpoint: {first_line(e)}") from None
     model.to(device).eval()
     return Loaded(model, tok, cfg, path, ckpt)
+
+
+def cast_for_sampling(loaded: Loaded, dtype: str, device_name: str) -> None:
+    """Put the weights in the sampling dtype (`runtime.sampling_dtype`: auto is bf16 where native)."""
+    device = next(loaded.model.parameters()).device
+    try:
+        loaded.model.to(sampling_dtype(dtype, device))
+    except (TypeError, RuntimeError):  # e.g. an MPS without bf16
+        problem = f"--dtype {dtype} is not supported on device '{device_name}' here"
+        raise UserError(f"{problem}; use --dtype float32") from None
 
 
 def encode_prompt(tok: CharTokenizer, prompt: str, unknown: str) -> list[int]:
