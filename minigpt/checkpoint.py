@@ -39,11 +39,14 @@ class Checkpoint:
     step: int | None = None  # optimizer steps taken
     tokens_seen: int | None = None
     best_val_loss: float | None = None
+    best_step: int | None = None  # the step of best_val_loss
+    evals_since_best: int | None = None  # evaluations without an improvement that counts (patience)
     val_loss: float | None = None  # the fixed-batch estimate at this step, if evaluated
     optimizer: dict[str, Any] | None = None
     scaler: dict[str, Any] | None = None  # the fp16 GradScaler, when one is used
     rng: dict[str, Any] | None = None  # this process's torch RNG states and the batch generator
     rng_ranks: list[dict[str, Any]] | None = None  # every rank's torch RNG states under DDP
+    init_from: dict[str, Any] | None = None  # fine-tuned: {"path", "step", "val_loss"} of the starting checkpoint
 
     RESUME_KEYS = ("optimizer", "rng", "step", "tokens_seen", "best_val_loss")
 

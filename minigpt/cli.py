@@ -39,6 +39,24 @@ def _split_args(args: list[str]) -> tuple[Path | None, list[str]]:
     return (Path(configs[0]) if configs else None), overrides
 
 
+def _launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool,
+                      config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
+    """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
+    from minigpt.config import batch_split_error
+    from minigpt.config_files import load_config
+    from minigpt.distributed import launch_local
+
+    if not resume:  # say what is wrong once, here, rather than from every process
+        split = batch_split_error(load_config(config_path, overrides).train, nproc, "--nproc")
+        if split:
+            raise UserError(split)
+    argv = ["train", *args]
+    for flag, value in flags.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    launch_local(nproc, argv + (["--resume"] if resume else []))
+
+
 @app.command()
 def train(
     args: Annotated[
@@ -60,6 +78,16 @@ def train(
         str | None, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps (shortcut for train.device).")
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt.")] = False,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--init-from",
+            metavar="RUN_DIR|CHECKPOINT",
+            help="Start a new run from these weights (a run directory's best.pt): fine-tuning. Shortcut for "
+            "train.init_from; the model section is the checkpoint's.",
+            show_default=False,
+        ),
+    ] = None,
     nproc: Annotated[
         int | None,
         typer.Option("--nproc", help="Train with N local processes (DDP), launched through torchrun.", min=1),
@@ -67,21 +95,11 @@ def train(
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
     config_path, overrides = _split_args(args or [])
+    if init_from is not None and resume:
+        raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
     if nproc is not None:
-        from minigpt.config import batch_split_error
-        from minigpt.config_files import load_config
-        from minigpt.distributed import launch_local
-
-        if not resume:  # say what is wrong once, here, rather than from every process
-            split = batch_split_error(load_config(config_path, overrides).train, nproc, "--nproc")
-            if split:
-                raise UserError(split)
-
-        argv = ["train", *(args or [])]
-        for flag, value in (("--out", out), ("--data", data), ("--device", device)):
-            if value is not None:
-                argv += [flag, str(value)]
-        launch_local(nproc, argv + (["--resume"] if resume else []))
+        flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}
+        _launch_processes(nproc, args or [], flags, resume, config_path, overrides)
     from minigpt.runs import train_command
 
     extra: list[str | tuple[str, object]] = list(overrides)
@@ -89,6 +107,8 @@ def train(
         extra.append(("data.path", str(data)))
     if device is not None:
         extra.append(("train.device", device))
+    if init_from is not None:
+        extra.append(("train.init_from", str(init_from)))
     train_command(config_path, extra, out, resume)
 
 
@@ -237,6 +257,25 @@ def attention(
         print(f"note: using the first {loaded.config.model.block_size} characters (block_size)", file=sys.stderr)
     path = write_attention_png(loaded.model, loaded.tokenizer, text, out, layer, head)
     print(f"wrote {path} (from {loaded.path})", file=sys.stderr)
+
+
+@app.command()
+def runs(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The folder of run directories.")] = Path("runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per run, one per line.")] = False,
+) -> None:
+    """List the runs under DIR: steps, best val loss (~ marks the fixed-batch estimate, without ~ the
+    whole validation split from results.json), parameters, wall time and where a fine-tuned run started."""
+    from minigpt.runlist import format_runs, list_runs
+
+    found = list_runs(folder)
+    if as_json:
+        for run in found:
+            print(json.dumps(run.to_dict()))
+    elif found:
+        print(format_runs(found))
+    else:
+        print(f"no runs under {folder}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

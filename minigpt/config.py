@@ -36,11 +36,12 @@ def _f(
     gt: float | None = None,
     lt: float | None = None,
     le: float | None = None,
+    duration: bool = False,
 ) -> Any:
     """A dataclass field with its help text, allowed values and bounds in the metadata; `validate`
     checks every bound (and that floats are finite), so each rule is written once, here."""
     bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le)) if v is not None}
-    return field(default=default, metadata={"help": help, "choices": choices, **bounds})
+    return field(default=default, metadata={"help": help, "choices": choices, "duration": duration, **bounds})
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ class DataConfig:
     path: str = _f(DEFAULT_DATA_PATH, "UTF-8 text file to train on (tiny Shakespeare is fetched if missing)")
     val_fraction: float = _f(0.1, "fraction of the text, taken from its end, held out for validation", gt=0, lt=1)
     cache_dir: str | None = _f(None, "where encoded text is cached (default: the user's cache directory)")
+    new_chars: str = _f(
+        "error",
+        "fine-tuning (train.init_from) on text with characters the model never saw: error (name them) or add "
+        "(new embedding rows, initialised like the others)",
+        ("error", "add"),
+    )
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,15 @@ class TrainConfig:
         ("auto", "float32", "bfloat16", "float16"),
     )
     compile: bool = _f(False, "torch.compile the model (falls back to eager if compilation fails)")
+    init_from: str | None = _f(
+        None, "a run directory or checkpoint whose weights this new run starts from (fine-tuning; --init-from)"
+    )
+    patience: int = _f(0, "stop after this many evaluations without a new best val loss (0 = never)", ge=0)
+    min_delta: float = _f(0.0, "the least val-loss improvement that resets the patience count", ge=0)
+    max_time: str | None = _f(
+        None, "stop cleanly at the first step past this wall time, e.g. 90s, 10m, 1h (null = no limit)", duration=True
+    )
+    final_eval: bool = _f(True, "score the best checkpoint on the whole validation split at the end (results.json)")
 
 
 @dataclass(frozen=True)
@@ -194,6 +210,8 @@ def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
     if typ is str:
         if isinstance(value, str):
             return value
+        if key in all_keys() and all_keys()[key].metadata.get("duration") and _as_number(value) is not None:
+            return str(value)  # `max_time: 600` in YAML: seconds
         raise bad
     raise AssertionError(f"unsupported config type {typ!r} for {key}")
 
@@ -252,6 +270,18 @@ def config_from_dict(raw: Any, source: str, check: bool = True) -> Config:
     return cfg
 
 
+def parse_duration(text: str) -> float | None:
+    """'90', '90s', '10m', '1.5h' -> seconds (> 0); None if it is not such a duration."""
+    text = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], None)
+    number = text[:-1] if scale else text
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
 def _number(x: float) -> str:
     return "2**63" if x == SEED_LIMIT else f"{x:g}"
 
@@ -269,6 +299,8 @@ def field_error(name: str, value: Any, meta: Any, flag: bool = False) -> str | N
         close = difflib.get_close_matches(str(value), choices, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         return f"{name} must be one of {', '.join(choices)}, got '{value}'{hint}"
+    if meta.get("duration") and value is not None and parse_duration(value) is None:
+        return f"{name} must be a duration such as 90 (seconds), 90s, 10m or 1.5h, got '{value}'"
     if value is None or not any(b in meta for b in ("ge", "gt", "lt", "le")):
         return None
     lo, hi = meta.get("ge", meta.get("gt")), meta.get("lt", meta.get("le"))

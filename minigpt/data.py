@@ -3,6 +3,7 @@ hash), split it into train/val, and draw random windows from a seeded generator.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -88,6 +89,14 @@ class Corpus:
     tokenizer: CharTokenizer
     train: torch.Tensor
     val: torch.Tensor
+
+    def in_vocabulary(self, tok: CharTokenizer) -> Corpus:
+        """The same text with ids of `tok` (a model's vocabulary, which may order the characters
+        differently or hold more of them); itself when the vocabularies are equal."""
+        if tok.chars == self.tokenizer.chars:
+            return self
+        table = torch.from_numpy(tok.ids_of(self.tokenizer))
+        return dataclasses.replace(self, tokenizer=tok, train=table[self.train.long()], val=table[self.val.long()])
 
 
 def _storage_dtype(vocab_size: int) -> np.dtype:

@@ -15,6 +15,7 @@ from minigpt.checkpoint import BEST, Checkpoint, resolve_checkpoint
 from minigpt.config import Config, SampleOptions, config_from_dict
 from minigpt.data import cache_dir_for, decode_utf8, encode_file, read_text_bytes, split_index
 from minigpt.errors import UserError, first_line
+from minigpt.evaluation import EvalResult, evaluate_ids
 from minigpt.model import GPT
 from minigpt.runtime import sampling_dtype
 from minigpt.sampler import generate
@@ -88,48 +89,6 @@ def sample(loaded: Loaded, prompt: str, opts: SampleOptions, write: Callable[[st
     return texts
 
 
-@dataclass
-class EvalResult:
-    loss: float
-    tokens: int
-
-    @property
-    def bpc(self) -> float:
-        return self.loss / math.log(2)
-
-    @property
-    def perplexity(self) -> float:
-        return math.exp(self.loss)
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {"loss": self.loss, "bpc": self.bpc, "perplexity": self.perplexity, "tokens": self.tokens}
-
-
-@torch.no_grad()
-def evaluate_ids(model: GPT, ids: torch.Tensor, batch_windows: int = 64) -> EvalResult:
-    """Mean next-character loss over all of `ids`: non-overlapping windows of block_size, every
-    position scored (the last, shorter window too), so exactly len(ids) - 1 predictions."""
-    block = model.cfg.block_size
-    device = next(model.parameters()).device
-    n_pred = len(ids) - 1
-    if n_pred < 1:
-        raise UserError("the text to evaluate needs at least 2 characters")
-    n_full = n_pred // block
-    total = 0.0
-    xs = ids[: n_full * block].view(n_full, block)
-    ys = ids[1 : n_full * block + 1].view(n_full, block)
-    for i in range(0, n_full, batch_windows):
-        x, y = xs[i : i + batch_windows].to(device), ys[i : i + batch_windows].to(device)
-        logits, _ = model(x)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
-    if n_pred > n_full * block:  # the tail
-        x = ids[n_full * block : n_pred][None].to(device)
-        y = ids[n_full * block + 1 : n_pred + 1][None].to(device)
-        logits, _ = model(x)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
-    return EvalResult(total / n_pred, n_pred)
-
-
 def eval_ids_for(loaded: Loaded, data: Path | None) -> tuple[torch.Tensor, str]:
     """The ids to evaluate and a description: the run's validation split, or all of `data`."""
     tok = loaded.tokenizer
@@ -141,10 +100,13 @@ def eval_ids_for(loaded: Loaded, data: Path | None) -> tuple[torch.Tensor, str]:
     if not path.exists():
         raise UserError(f"the run's data file {path} is gone; pass --data FILE to evaluate on a text file")
     sha, file_tok, ids = encode_file(path, cache_dir_for(loaded.config.data))  # cached: encoded once
-    if info.get("sha256") and sha != info["sha256"] or file_tok.chars != tok.chars:
+    if info.get("sha256") and sha != info["sha256"] or file_tok.unknown_to(tok):
         raise UserError(f"{path} changed since this run was trained; pass --data FILE to evaluate on it anyway")
     split = split_index(len(ids), loaded.config.data.val_fraction)
-    return torch.from_numpy(np.array(ids[split:], dtype=np.int64)), f"validation split of {path}"
+    val = np.array(ids[split:], dtype=np.int64)
+    if file_tok.chars != tok.chars:  # a fine-tuned model's vocabulary orders or holds more characters
+        val = tok.ids_of(file_tok)[val]
+    return torch.from_numpy(val), f"validation split of {path}"
 
 
 def evaluate(loaded: Loaded, data: Path | None) -> tuple[EvalResult, str]:

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from minigpt import distributed, runtime
 from minigpt.config import Config
 from minigpt.data import Corpus
+from minigpt.evaluation import EvalResult
 from minigpt.mfu import device_peak, flops_per_token, mfu_percent
 from minigpt.model import GPT
 from minigpt.runtime import log
@@ -162,16 +163,30 @@ class Reporter:
         if self.attention is not None:
             self.attention.close()
 
-    def summary(self, steps: int, wall: float, best_val_loss: float) -> None:
+    def on_final(self, step: int, full: EvalResult) -> None:
+        """The best checkpoint's whole-validation-split loss (TensorBoard val/loss_full)."""
+        if self.writer is not None:
+            self.writer.add_scalar("val/loss_full", full.loss, step)
+            self.writer.add_scalar("val/bpc_full", full.bpc, step)
+            self.writer.flush()
+
+    def median_rate(self) -> float | None:
+        """The median tokens/s over the run's log intervals."""
+        return statistics.median(self.rates) if self.rates else None
+
+    def summary(self, steps: int, wall: float, best_val_loss: float, full: EvalResult | None) -> None:
         speed = ""
-        if self.rates:
-            rate = statistics.median(self.rates)
+        rate = self.median_rate()
+        if rate is not None:
             mfu = self._mfu(rate)
             speed = f", {rate:,.0f} tokens/s" + (f" (MFU {mfu:.1f}%)" if mfu is not None else "")
+        exact = ""
+        if full is not None:
+            exact = f"; whole val split {full.loss:.4f} ({full.bpc:.3f} bpc)"
         out = self.out_dir
         log(
             f"done: {steps} steps in {wall:.1f}s{speed}, best val loss {best_val_loss:.4f} "
-            f"({best_val_loss / math.log(2):.3f} bpc)\n"
+            f"({best_val_loss / math.log(2):.3f} bpc){exact}\n"
             f"  sample:      minigpt sample {out}\n"
             f"  evaluate:    minigpt eval {out}\n"
             f"  tensorboard: tensorboard --logdir {out.parent}"

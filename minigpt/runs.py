@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt import distributed
-from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint
+from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
 from minigpt.config import Config, batch_split_error, config_from_dict
 from minigpt.config_files import load_config, save_config
 from minigpt.data import load_corpus
@@ -34,17 +34,27 @@ def train_command(
     out_dir: Path | None,
     resume: bool,
 ) -> TrainResult:
-    """`minigpt train`: resolve the config (or the resumed run's), then train."""
+    """`minigpt train`: resolve the config (a new run's, a fine-tuning run's, or the resumed
+    run's), then train."""
     name = config_path.stem if config_path is not None else "default"
     out_dir = out_dir if out_dir is not None else Path("runs") / name
-    if not resume:
-        cfg = load_config(config_path, overrides)
-        existing = find_checkpoint(out_dir, prefer=LAST)
-        if existing is not None:
-            raise UserError(
-                f"{out_dir} already holds a run ({existing.name}); continue it with --resume, or pick another --out"
-            )
+    if resume:
+        return _resume(config_path, overrides, out_dir)
+    existing = find_checkpoint(out_dir, prefer=LAST)
+    if existing is not None:
+        raise UserError(
+            f"{out_dir} already holds a run ({existing.name}); continue it with --resume, or pick another --out"
+        )
+    cfg = load_config(config_path, overrides)
+    if cfg.train.init_from is None:
         return train(cfg, out_dir)
+    source = resolve_checkpoint(Path(cfg.train.init_from).expanduser(), prefer=BEST)
+    start = Checkpoint.load(source)
+    cfg = fine_tuning_config(config_path, overrides, config_from_dict(start.config, str(source)), source)
+    return train(cfg, out_dir, init_from=(source, start))
+
+
+def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], out_dir: Path) -> TrainResult:
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
@@ -61,6 +71,28 @@ def train_command(
     if "train.max_steps" in changed and ckpt.step < cfg.train.max_steps:
         log(replanned_schedule_note(saved, cfg, ckpt.step))
     return train(cfg, out_dir, resume_from=ckpt)
+
+
+def fine_tuning_config(
+    config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], start: Config, source: Path
+) -> Config:
+    """A fine-tuning run's config: without a CONFIG file, the model section is the starting
+    checkpoint's (everything else the defaults, then the overrides); with one, its model section
+    must match. Only model.dropout may differ: it is not part of the weights."""
+    if config_path is None:
+        model_keys = [(k, v) for k, v in start.flat().items() if k.startswith("model.")]
+        cfg = load_config(None, model_keys + list(overrides))
+    else:
+        cfg = load_config(config_path, overrides)
+    a, b = start.flat(), cfg.flat()
+    differ = [k for k in a if k.startswith("model.") and k != "model.dropout" and a[k] != b[k]]
+    if differ:
+        diffs = ", ".join(f"{k}: {a[k]!r} there, {b[k]!r} here" for k in differ)
+        raise UserError(
+            f"cannot start from {source}: the model differs in {diffs}; use the same model section "
+            "(leave out CONFIG and model.* overrides to take the checkpoint's)"
+        )
+    return cfg.replace(**{"train.init_from": str(source.resolve())})
 
 
 def resume_changes(saved: Config, new: Config, source: str) -> list[str]:
@@ -97,8 +129,46 @@ def prepare_run_dir(out_dir: Path) -> None:
         raise UserError(f"cannot write to the run directory {out_dir}: {e.strerror}; choose another --out") from None
 
 
-def train(cfg: Config, out_dir: Path, resume_from: Checkpoint | None = None) -> TrainResult:
-    """Train `cfg` into `out_dir` (fresh, or continuing `resume_from`).
+def starting_vocabulary(start: CharTokenizer, corpus_tok: CharTokenizer, new_chars: str, source: Path,
+                        corpus_path: Path) -> CharTokenizer:  # fmt: skip
+    """The fine-tuning run's vocabulary: the starting model's, each character keeping its id, plus
+    the new text's unseen characters at the end when data.new_chars is `add` (an error otherwise)."""
+    unseen = [c for c in corpus_tok.chars if c not in start.stoi]
+    if not unseen:
+        return start
+    if new_chars != "add":
+        names = ", ".join(repr(c) for c in unseen[:10]) + (", ..." if len(unseen) > 10 else "")
+        raise UserError(
+            f"{corpus_path} has {len(unseen)} character(s) the model in {source} never saw: {names}; set "
+            "data.new_chars=add to give them new embedding rows, or remove them from the text"
+        )
+    return start.extended(unseen)
+
+
+def starting_weights(fresh: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
+    """The starting checkpoint's weights in a model of the same shape, except that the token
+    embedding (and the tied output head) may have more rows: the extra rows keep `fresh`'s
+    initialisation, the old ones are copied."""
+    out = {}
+    for key, tensor in fresh.items():
+        old = start[key]
+        if old.shape == tensor.shape:
+            out[key] = old
+        else:  # wte.weight / lm_head.weight: (vocab, n_embd) with new characters appended
+            grown = tensor.clone()
+            grown[: old.shape[0]] = old
+            out[key] = grown
+    return out
+
+
+def train(
+    cfg: Config,
+    out_dir: Path,
+    resume_from: Checkpoint | None = None,
+    init_from: tuple[Path, Checkpoint] | None = None,
+) -> TrainResult:
+    """Train `cfg` into `out_dir`: fresh, continuing `resume_from`, or starting from the weights
+    of `init_from` (its path and checkpoint).
 
     Every input is checked before anything is written. Launched by torchrun, every rank runs
     this; rank 0 alone writes files and prints.
@@ -116,6 +186,10 @@ def train(cfg: Config, out_dir: Path, resume_from: Checkpoint | None = None) -> 
                 "restore the original file or start a new run"
             )
         tok = CharTokenizer.from_dict(resume_from.tokenizer)
+    if init_from is not None:
+        start_tok = CharTokenizer.from_dict(init_from[1].tokenizer)
+        tok = starting_vocabulary(start_tok, tok, cfg.data.new_chars, init_from[0], corpus.path)
+    corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
     dist = distributed.launched()
     split = batch_split_error(cfg.train, dist.world_size)
     if split:
@@ -130,8 +204,18 @@ def train(cfg: Config, out_dir: Path, resume_from: Checkpoint | None = None) -> 
         if resume_from is not None:
             trainer.load_state_dict(resume_from.to_dict())
             log(f"resuming {out_dir} from step {trainer.state.step} (best val loss {trainer.state.best_val_loss:.4f})")
+        if init_from is not None:
+            _start_from(trainer, *init_from)
         if dist.is_main:
             save_config(cfg, out_dir / "config.yaml")
         return trainer.train(started=t_start)
     finally:
         distributed.shutdown()
+
+
+def _start_from(trainer: Trainer, source: Path, start: Checkpoint) -> None:
+    trainer.model.load_state_dict(starting_weights(trainer.model.state_dict(), start.model))
+    trainer.init_from = {"path": str(source.resolve()), "step": start.step, "val_loss": start.val_loss}
+    added = trainer.tok.vocab_size - len(start.tokenizer["chars"])
+    extra = f"; {added} new character(s) get new embedding rows" if added else ""
+    log(f"starting from {source} (step {start.step}): its weights, a fresh optimizer and schedule{extra}")

@@ -61,6 +61,20 @@ class CharTokenizer:
             raise KeyError(chr(int(points[np.argmax(bad)])))
         return self._order[pos].astype(np.int64)
 
+    def unknown_to(self, other: CharTokenizer) -> list[str]:
+        """Characters of this vocabulary that `other` lacks."""
+        return [c for c in self.chars if c not in other.stoi]
+
+    def ids_of(self, other: CharTokenizer) -> np.ndarray:
+        """For each id of `other`, this vocabulary's id of the same character: a lookup table that
+        moves ids encoded with `other` into this vocabulary (every character must be known here)."""
+        return np.array([self.stoi[c] for c in other.chars], dtype=np.int64)
+
+    def extended(self, chars: Iterable[str]) -> CharTokenizer:
+        """This vocabulary with `chars` appended (sorted, new ones only): known characters keep their ids."""
+        new = sorted(set(chars) - set(self.chars))
+        return CharTokenizer(self.chars + new)
+
     def decode(self, ids: Iterable[int]) -> str:
         return "".join(self.chars[i] for i in ids)
 

@@ -17,11 +17,14 @@ from minigpt.runtime import log
 
 @dataclass
 class TrainState:
-    """Where the run is: optimizer steps taken, tokens trained on, the best validation loss."""
+    """Where the run is: optimizer steps taken, tokens trained on, the best validation loss and its
+    step, and how many evaluations have passed without an improvement that counts (patience)."""
 
     step: int = 0
     tokens_seen: int = 0
     best_val_loss: float = math.inf
+    best_step: int = 0
+    evals_since_best: int = 0
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -30,6 +33,18 @@ class TrainState:
         self.step = int(state["step"])
         self.tokens_seen = int(state["tokens_seen"])
         self.best_val_loss = float(state["best_val_loss"])
+        self.best_step = int(state.get("best_step") or 0)  # checkpoints from before early stopping
+        self.evals_since_best = int(state.get("evals_since_best") or 0)
+
+    def record_eval(self, val_loss: float, min_delta: float) -> bool:
+        """Count an evaluation; True when it is a new best (best.pt). Only an improvement of more
+        than `min_delta` over the best so far resets the patience count."""
+        counts = val_loss < self.best_val_loss - min_delta
+        improved = val_loss < self.best_val_loss
+        if improved:
+            self.best_val_loss, self.best_step = val_loss, self.step
+        self.evals_since_best = 0 if counts else self.evals_since_best + 1
+        return improved
 
 
 class RngStreams:

@@ -10,6 +10,8 @@ checkpoints and interrupts. Which config a run uses and whether it resumes is de
 from __future__ import annotations
 
 import contextlib
+import copy
+import json
 import math
 import signal
 import time
@@ -21,10 +23,12 @@ from typing import Any
 import torch
 
 from minigpt import distributed
+from minigpt.atomic import atomic_write
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
-from minigpt.config import Config
+from minigpt.config import Config, parse_duration
 from minigpt.data import Batcher, Corpus
 from minigpt.errors import TrainingInterrupted, UserError
+from minigpt.evaluation import EvalResult, evaluate_ids
 from minigpt.model import GPT
 from minigpt.optim import AdamW
 from minigpt.reporting import Reporter, describe_run
@@ -102,6 +106,8 @@ class TrainResult:
     best_val_loss: float
     val_loss: float | None
     wall_seconds: float
+    stopped: str | None = None  # why training ended before max_steps (patience, max_time)
+    full: EvalResult | None = None  # the best checkpoint on the whole validation split
 
 
 @dataclass
@@ -138,6 +144,8 @@ class Trainer:
         self.rng = RngStreams(device, self.batcher, self.dist, t.seed)
         self.ctx = autocast(device, dtype)
         self.val_loss: float | None = None  # the latest evaluation's
+        self.init_from: dict[str, Any] | None = None  # where a fine-tuned run's weights came from
+        self._agreed_signal: int | None = None  # under DDP: a stop signal every rank has seen
         self._loss_sum = torch.zeros((), device=device)  # training loss since the last log step
         self._loss_count = 0
         describe_run(cfg, corpus, tok, self.model, device, dtype, self.dist)
@@ -195,13 +203,15 @@ class Trainer:
         local = estimate_loss(self.model, self.val_batches, self.ctx)
         return distributed.all_sum(torch.tensor([local], device=self.device), self.dist).item() / self.dist.world_size
 
-    def _sync(self, stop: StopRequest) -> tuple[float, bool]:
+    def _sync(self, stop: StopRequest, late: bool) -> tuple[float, bool, bool]:
         """A sync point (the same steps on every rank): the mean training loss over ranks since the
-        last call, and whether any rank was asked to stop; the only host sync between evals."""
-        asked = float(stop.signum or 0)
-        both = torch.stack([self._loss_sum.float(), self._loss_sum.new_tensor(asked)])
-        reduced = distributed.all_sum(both, self.dist)
-        return reduced[0].item() / self.dist.world_size / max(self._loss_count, 1), reduced[1].item() > 0
+        last call, whether any rank was asked to stop, and whether any is past train.max_time; the
+        only host sync between evals."""
+        flags = [self._loss_sum.float(), self._loss_sum.new_tensor(float(stop.signum or 0)),
+                 self._loss_sum.new_tensor(float(late))]  # fmt: skip
+        reduced = distributed.all_sum(torch.stack(flags), self.dist)
+        mean = reduced[0].item() / self.dist.world_size / max(self._loss_count, 1)
+        return mean, reduced[1].item() > 0, reduced[2].item() > 0
 
     def _reset_loss(self) -> None:
         self._loss_sum.zero_()
@@ -220,6 +230,7 @@ class Trainer:
             val_loss=self.val_loss,
             optimizer=self.optimizer.state_dict(),
             scaler=self.scaler.state_dict() if self.scaler.is_enabled() else None,
+            init_from=self.init_from,
             **self.state.state_dict(),
             **self.rng.state_dict(),
         ).to_dict()
@@ -231,6 +242,7 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         self.state.load_state_dict(state)
         self.rng.load_state_dict(state, self.state.step)
+        self.init_from = state.get("init_from")
 
     def save(self, *names: str) -> None:
         """Write the current state as each of `names` (last.pt, best.pt) in the run directory."""
@@ -266,48 +278,94 @@ class Trainer:
             self.val_loss = self.evaluate()
             if not math.isfinite(self.val_loss):
                 raise self._diverged("validation loss", self.val_loss)
-            improved = self.val_loss < self.state.best_val_loss
-            if improved:
-                self.state.best_val_loss = self.val_loss
+            improved = self.state.record_eval(self.val_loss, self.cfg.train.min_delta)
             self.save(LAST, BEST) if improved else self.save(LAST)
             reporter.on_eval(self.state.step, self.val_loss, improved)
 
+    def _after_step(
+        self, stats: StepStats, reporter: Reporter, stop: StopRequest, deadline: float | None
+    ) -> str | None:
+        """Log, evaluate and save where this step calls for it; why training must end, or None."""
+        t, state = self.cfg.train, self.state
+        last = state.step == t.max_steps
+        do_eval = state.step % t.eval_interval == 0 or last
+        do_ckpt = bool(t.ckpt_interval) and state.step % t.ckpt_interval == 0
+        do_log = state.step % self.cfg.log.interval == 0 or last
+        late = deadline is not None and time.perf_counter() > deadline
+        if not (do_eval or do_ckpt or do_log or (late and not self.dist.enabled)):
+            return None  # under DDP, the time limit is agreed at the next sync point
+        mean_loss, any_stop, any_late = self._sync(stop, late)
+        if self.dist.enabled and any_stop:
+            self._agreed_signal = stop.signum or signal.SIGTERM
+        if not math.isfinite(mean_loss):  # never checkpoint a broken model
+            raise self._diverged("training loss", mean_loss)
+        if do_log:
+            self._reset_loss()
+            reporter.on_log(state.step, state.tokens_seen, mean_loss, stats.lr, float(stats.grad_norm))
+        if do_eval:
+            self._evaluate_and_save(reporter)
+            if t.patience and state.evals_since_best >= t.patience:
+                return (f"early stop at step {state.step}: {state.evals_since_best} evaluations without a new best "
+                        f"(train.patience {t.patience}); the best, {state.best_val_loss:.4f}, was at step "
+                        f"{state.best_step}")  # fmt: skip
+        elif do_ckpt:
+            self.save(LAST)
+        if any_late and not last:
+            if not do_eval:
+                self.save(LAST)
+            return f"stopped at step {state.step}: train.max_time ({t.max_time}) reached; saved {self.out_dir / LAST}"
+        return None
+
+    def final_eval(self) -> EvalResult:
+        """The best checkpoint (else the current weights) on the whole validation split, in float32,
+        as `minigpt eval` scores it."""
+        model = copy.deepcopy(self.model).float().eval()
+        best = find_checkpoint(self.out_dir, prefer=BEST)
+        if best is not None:
+            model.load_state_dict(Checkpoint.load(best).model)
+        return evaluate_ids(model, self.corpus.val.long())
+
+    def _write_results(self, result: TrainResult, tokens_per_s: float | None) -> None:
+        full = result.full
+        results = {
+            "steps": result.step, "wall_s": round(result.wall_seconds, 3), "tokens": self.state.tokens_seen,
+            "best_step": self.state.best_step, "best_val_loss": result.best_val_loss,
+            "val_loss_full": full.loss if full else None, "val_bpc_full": full.bpc if full else None,
+            "tokens_per_s": tokens_per_s, "stopped": result.stopped or "max_steps",
+        }  # fmt: skip
+        text = json.dumps(results, indent=1) + "\n"
+        atomic_write(self.out_dir / "results.json", lambda f: f.write(text.encode("utf-8")))
+
     def train(self, started: float | None = None) -> TrainResult:
-        """Train until train.max_steps, evaluating, logging and saving on the way. `started` is
-        the perf_counter time the command began (for the wall time in the summary)."""
+        """Train until train.max_steps (or patience / max_time), evaluating, logging and saving on the
+        way, then score the best checkpoint on the whole validation split. `started` is the
+        perf_counter time the command began (wall times and max_time count from it)."""
         t_start, t, state = started or time.perf_counter(), self.cfg.train, self.state
+        deadline = t_start + parse_duration(t.max_time) if t.max_time else None
         reporter = Reporter(self.cfg, self.out_dir, self.model, self.tok, self.device, self.dist, state.step,
                             state.tokens_seen)  # fmt: skip
         self.model.train()
-        stop_signal: int | None = None  # agreed by all ranks
+        stopped: str | None = None
+        full: EvalResult | None = None
         try:
             with StopRequest(hard_exit=not self.dist.enabled) as stop:
-                while state.step < t.max_steps:
-                    stop_signal = stop.signum if not self.dist.enabled else stop_signal
-                    if stop_signal is not None:
-                        self._stop_for_signal(stop_signal)
+                while state.step < t.max_steps and stopped is None:
+                    signum = stop.signum if not self.dist.enabled else self._agreed_signal
+                    if signum is not None:
+                        self._stop_for_signal(signum)
                     stats = self.train_step()
                     reporter.step()
-                    last = state.step == t.max_steps
-                    do_eval = state.step % t.eval_interval == 0 or last
-                    do_ckpt = bool(t.ckpt_interval) and state.step % t.ckpt_interval == 0
-                    do_log = state.step % self.cfg.log.interval == 0 or last
-                    if not (do_eval or do_ckpt or do_log):
-                        continue
-                    mean_loss, any_stop = self._sync(stop)
-                    if self.dist.enabled and any_stop:
-                        stop_signal = stop.signum or signal.SIGTERM
-                    if not math.isfinite(mean_loss):  # never checkpoint a broken model
-                        raise self._diverged("training loss", mean_loss)
-                    if do_log:
-                        self._reset_loss()
-                        reporter.on_log(state.step, state.tokens_seen, mean_loss, stats.lr, float(stats.grad_norm))
-                    if do_eval:
-                        self._evaluate_and_save(reporter)
-                    elif do_ckpt:
-                        self.save(LAST)
+                    stopped = self._after_step(stats, reporter, stop, deadline)
+            if stopped:
+                log(stopped)
+            if t.final_eval and self.dist.is_main:
+                full = self.final_eval()
+                reporter.on_final(state.step, full)
         finally:
             reporter.close()
-        wall = time.perf_counter() - t_start
-        reporter.summary(state.step, wall, state.best_val_loss)
-        return TrainResult(self.out_dir, state.step, state.best_val_loss, self.val_loss, wall)
+        result = TrainResult(self.out_dir, state.step, state.best_val_loss, self.val_loss,
+                             time.perf_counter() - t_start, stopped, full)  # fmt: skip
+        if self.dist.is_main:
+            self._write_results(result, reporter.median_rate())
+        reporter.summary(result.step, result.wall_seconds, result.best_val_loss, full)
+        return result

@@ -75,5 +75,5 @@ def test_train_runs_to_max_steps_and_keeps_the_best(text_file: Path, tmp_path: P
     result = trainer.train()
     assert result.step == trainer.state.step == 12
     assert result.best_val_loss == trainer.state.best_val_loss <= result.val_loss
-    assert {p.name for p in out.iterdir()} == {"last.pt", "best.pt"}
+    assert {p.name for p in out.iterdir()} == {"last.pt", "best.pt", "results.json"}
     assert Checkpoint.load(out / "best.pt").val_loss == result.best_val_loss
