@@ -90,6 +90,7 @@ class Reporter:
         self.flops_tok = flops_per_token(cfg.model, tok.vocab_size)
         self.peak = device_peak(device, cfg.log.peak_tflops)[0]
         self.rates: list[float] = []  # tokens/s of each log interval, for the summary
+        self.final_seconds = 0.0  # how long the final whole-split evaluation took
         self.t_log, self.tokens_at_log = time.perf_counter(), start_tokens
         self._exit = contextlib.ExitStack()
         self.writer: Any = None
@@ -155,16 +156,21 @@ class Reporter:
             self.attention.log(self.writer, step)
         self.writer.flush()
 
-    def close(self) -> None:
+    def end_progress(self) -> None:
+        """Close the progress bar (and give status lines back to plain stderr); idempotent."""
         self.bar.close()
         self._exit.close()
+
+    def close(self) -> None:
+        self.end_progress()
         if self.writer is not None:
             self.writer.close()
         if self.attention is not None:
             self.attention.close()
 
-    def on_final(self, step: int, full: EvalResult) -> None:
+    def on_final(self, step: int, full: EvalResult, seconds: float) -> None:
         """The best checkpoint's whole-validation-split loss (TensorBoard val/loss_full)."""
+        self.final_seconds = seconds
         if self.writer is not None:
             self.writer.add_scalar("val/loss_full", full.loss, step)
             self.writer.add_scalar("val/bpc_full", full.bpc, step)
@@ -182,7 +188,7 @@ class Reporter:
             speed = f", {rate:,.0f} tokens/s" + (f" (MFU {mfu:.1f}%)" if mfu is not None else "")
         exact = ""
         if full is not None:
-            exact = f"; whole val split {full.loss:.4f} ({full.bpc:.3f} bpc)"
+            exact = f"; whole val split {full.loss:.4f} ({full.bpc:.3f} bpc, scored in {self.final_seconds:.1f}s)"
         out = self.out_dir
         log(
             f"done: {steps} steps in {wall:.1f}s{speed}, best val loss {best_val_loss:.4f} "

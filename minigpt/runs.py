@@ -24,7 +24,8 @@ from minigpt.trainer import Trainer, TrainResult
 # learns from (data.path may change too when the file's content is the same: its SHA-256 is checked)
 MAY_CHANGE_ON_RESUME = (
     "train.max_steps", "train.eval_interval", "train.ckpt_interval", "train.device", "train.dtype",
-    "train.compile", "data.cache_dir", "data.path", "log.",
+    "train.compile", "train.patience", "train.min_delta", "train.max_time", "train.final_eval", "data.cache_dir",
+    "data.path", "log.",
 )  # fmt: skip
 
 

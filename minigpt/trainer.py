@@ -356,11 +356,13 @@ class Trainer:
                     stats = self.train_step()
                     reporter.step()
                     stopped = self._after_step(stats, reporter, stop, deadline)
+            reporter.end_progress()  # the bar stops at the last step; the final evaluation is its own line
             if stopped:
                 log(stopped)
             if t.final_eval and self.dist.is_main:
+                t_full = time.perf_counter()
                 full = self.final_eval()
-                reporter.on_final(state.step, full)
+                reporter.on_final(state.step, full, time.perf_counter() - t_full)
         finally:
             reporter.close()
         result = TrainResult(self.out_dir, state.step, state.best_val_loss, self.val_loss,
