@@ -42,14 +42,19 @@ def _split_args(args: list[str]) -> tuple[Path | None, list[str]]:
 def _launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool,
                       config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
     """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
-    from minigpt.config import batch_split_error
+    from minigpt.config import MPS_PROCESSES, batch_split_error
     from minigpt.config_files import load_config
     from minigpt.distributed import launch_local
 
+    if flags["--device"] == "mps":
+        raise UserError(MPS_PROCESSES)
     if not resume:  # say what is wrong once, here, rather than from every process
-        split = batch_split_error(load_config(config_path, overrides).train, nproc, "--nproc")
+        cfg = load_config(config_path, overrides)
+        split = batch_split_error(cfg.train, nproc, "--nproc")
         if split:
             raise UserError(split)
+        if cfg.train.device == "mps" and flags["--device"] is None:
+            raise UserError(MPS_PROCESSES)
     argv = ["train", *args]
     for flag, value in flags.items():
         if value is not None:

@@ -26,6 +26,9 @@ DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
 
 SEED_LIMIT = 2**63  # seeds are in [0, 2**63): what torch.Generator.manual_seed accepts
 DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
+MPS_PROCESSES = (
+    "multi-process training (--nproc / torchrun) runs on CUDA or the CPU, not on mps; use --device cpu or one process"
+)
 
 
 def _f(

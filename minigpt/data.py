@@ -204,7 +204,9 @@ class Batcher:
         window = self.data[starts[:, None] + self.offsets].long()  # (B, T+1)
         if self.pin:
             window = window.pin_memory()
-        window = window.to(self.device, non_blocking=True)
+        # non_blocking only from pinned memory (CUDA): from an ordinary temporary it may read memory
+        # that is already released by the time the copy runs (reported for CPU -> MPS copies)
+        window = window.to(self.device, non_blocking=self.pin)
         return window[:, :-1], window[:, 1:]
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -18,26 +18,30 @@ import torch
 
 from minigpt.config import ModelConfig
 
-# dense bf16 / fp16 tensor-core TFLOPS per device; names match whole words of the device name
-# (so "A10" is not "A100" or "A10G", "L4" is not "L40S"); more specific names come first
-PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("B200", 2250.0),
-    ("H200", 989.0),
-    ("H100 PCIe", 756.0),
-    ("H100", 989.0),
-    ("H800", 989.0),
-    ("A100", 312.0),
-    ("A800", 312.0),
-    ("L40S", 362.0),
-    ("L40", 181.0),
-    ("L4", 121.0),
-    ("A10", 125.0),
-    ("V100", 125.0),
-    ("T4", 65.0),
-    ("RTX 4090", 165.0),
-    ("RTX 3090", 71.0),
-    ("MI300X", 1307.0),
-    ("MI250X", 383.0),
+# dense (no sparsity) tensor-core TFLOPS per device and the 16-bit type that figure is for (T4 and
+# V100 have no bf16); names match whole words of the device name (so "A10" is not "A100" or "A10G",
+# "L4" is not "L40S"), and the more specific names (NVL, PCIe variants) come first
+PEAK_TFLOPS: tuple[tuple[str, float, str], ...] = (
+    ("B200", 2250.0, "bf16"),
+    ("H200 NVL", 835.0, "bf16"),
+    ("H200", 989.0, "bf16"),
+    ("H100 NVL", 835.0, "bf16"),
+    ("H100 PCIe", 756.0, "bf16"),
+    ("H100", 989.0, "bf16"),
+    ("H800 PCIe", 756.0, "bf16"),
+    ("H800", 989.0, "bf16"),
+    ("A100", 312.0, "bf16"),
+    ("A800", 312.0, "bf16"),
+    ("L40S", 362.0, "bf16"),
+    ("L40", 181.0, "bf16"),
+    ("L4", 121.0, "bf16"),
+    ("A10", 125.0, "bf16"),
+    ("V100", 125.0, "fp16"),
+    ("T4", 65.0, "fp16"),
+    ("RTX 4090", 165.0, "bf16"),
+    ("RTX 3090", 71.0, "bf16"),
+    ("MI300X", 1307.0, "bf16"),
+    ("MI250X", 383.0, "bf16"),
 )
 
 
@@ -50,9 +54,14 @@ def flops_per_token(cfg: ModelConfig, vocab_size: int) -> int:
 
 def lookup_peak_tflops(device_name: str) -> float | None:
     """The table's peak for a device name such as 'NVIDIA H100 80GB HBM3', or None if not listed."""
-    for name, tflops in PEAK_TFLOPS:
-        if re.search(rf"\b{re.escape(name)}\b", device_name):
-            return tflops
+    entry = _lookup(device_name)
+    return entry[1] if entry else None
+
+
+def _lookup(device_name: str) -> tuple[str, float, str] | None:
+    for entry in PEAK_TFLOPS:
+        if re.search(rf"\b{re.escape(entry[0])}\b", device_name):
+            return entry
     return None
 
 
@@ -63,10 +72,11 @@ def device_peak(device: torch.device, override_tflops: float) -> tuple[float | N
     if device.type != "cuda":
         return None, f"no peak FLOPS known for a {device.type} device; set log.peak_tflops to report MFU"
     name = torch.cuda.get_device_name(device)
-    tflops = lookup_peak_tflops(name)
-    if tflops is None:
+    entry = _lookup(name)
+    if entry is None:
         return None, f"no peak FLOPS known for {name}; set log.peak_tflops to report MFU"
-    return tflops * 1e12, f"{tflops:g} TFLOPS, {name} dense bf16 (override with log.peak_tflops)"
+    tflops, kind = entry[1], entry[2]
+    return tflops * 1e12, f"{tflops:g} TFLOPS, {name} dense {kind} (override with log.peak_tflops)"
 
 
 def mfu_percent(tokens_per_s: float, flops_tok: int, peak: float, n_devices: int = 1) -> float:

@@ -111,7 +111,7 @@ class AdamW:
         state = self.state.get(p)
         if state is None:
             state = {
-                "step": torch.tensor(0.0, dtype=torch.float32),
+                "step": torch.tensor(0.0, dtype=torch.float32, device=p.device),  # where the fused kernel wants it
                 "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                 "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
             }
@@ -147,7 +147,7 @@ class AdamW:
         for i, s in state_dict["state"].items():
             p = params[int(i)]
             self.state[p] = {
-                "step": torch.as_tensor(s["step"], dtype=torch.float32).clone(),
+                "step": torch.as_tensor(s["step"], dtype=torch.float32).to(p.device).clone(),
                 "exp_avg": s["exp_avg"].to(p.device, p.dtype).clone(),
                 "exp_avg_sq": s["exp_avg_sq"].to(p.device, p.dtype).clone(),
             }

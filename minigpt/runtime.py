@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from minigpt import distributed
-from minigpt.config import DEVICE_NAMES, is_device_name
+from minigpt.config import DEVICE_NAMES, MPS_PROCESSES, is_device_name
 from minigpt.errors import UserError, first_line
 
 _sink: Callable[[str], None] | None = None  # set by reporting while a progress bar is on screen
@@ -63,8 +63,7 @@ def resolve_device(name: str, dist: distributed.Dist | None = None) -> torch.dev
     if dist is None or not dist.enabled:
         return torch.device(name)
     if name == "mps":
-        raise UserError("multi-process training (--nproc / torchrun) runs on CUDA or the CPU, not on mps; "
-                        "use --device cpu or a single process")  # fmt: skip
+        raise UserError(MPS_PROCESSES)
     if name.startswith("cuda"):
         if dist.local_rank >= torch.cuda.device_count():
             raise UserError(
@@ -136,30 +135,42 @@ def enable_fast_matmul(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def maybe_compile(
-    model: torch.nn.Module, enabled: bool, trial: Callable[[torch.nn.Module], Any], device: torch.device
-) -> torch.nn.Module:
-    """torch.compile with a fallback to eager when no working compiler is available.
+def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
+    """Fork the CPU random state and the training device's (CUDA or MPS), restored on exit."""
+    if device.type in ("cuda", "mps"):
+        return torch.random.fork_rng(devices=[device.index or 0], device_type=device.type)
+    return torch.random.fork_rng(devices=[])
 
-    Compilation is lazy, so `trial(compiled)` (a forward and backward of the training shape, under
-    the training autocast) triggers it here, with the random-number state forked so the trial
-    does not change the run.
+
+def maybe_compile(
+    model: torch.nn.Module,
+    enabled: bool,
+    wrap: Callable[[torch.nn.Module], torch.nn.Module],
+    trial: Callable[[torch.nn.Module], Any],
+    device: torch.device,
+) -> torch.nn.Module:
+    """`wrap(torch.compile(model))` (wrap: DDP or nothing), with a fallback to `wrap(model)`, eager,
+    when no working compiler is available.
+
+    Compilation is lazy, so `trial(wrapped)` triggers it here: a forward and backward on batches of
+    the training shape, layout and autocast, through the same wrapper training uses, so the first
+    real step finds the graph it needs and compiles nothing more. The random-number state is
+    forked, so the trial does not change the run.
     """
     if not enabled:
-        return model
+        return wrap(model)
     if not hasattr(torch, "compile"):
         log("warning: this PyTorch has no torch.compile; training eagerly")
-        return model
-    compiled = torch.compile(model)
+        return wrap(model)
     t0 = time.perf_counter()
     try:
-        devices = [device.index or 0] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            trial(compiled)
+        wrapped = wrap(torch.compile(model))
+        with fork_rng(device):
+            trial(wrapped)
         model.zero_grad(set_to_none=True)
     except Exception as e:  # any backend failure (no C++ compiler, unsupported op, ...)
         model.zero_grad(set_to_none=True)
         log(f"warning: torch.compile failed ({first_line(e)[:200]}); training eagerly")
-        return model
+        return wrap(model)
     log(f"compiled the model in {time.perf_counter() - t0:.1f}s")
-    return compiled
+    return wrapped

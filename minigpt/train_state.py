@@ -84,10 +84,26 @@ class RngStreams:
         if dist.enabled == bool(ranks) and (not ranks or len(ranks) == dist.world_size):
             own = ranks[dist.rank] if ranks else state["rng"]
             torch.set_rng_state(own["torch_cpu"])
-            if self.device.type == "cuda" and len(own.get("torch_cuda", [])) == torch.cuda.device_count():
-                torch.cuda.set_rng_state_all(own["torch_cuda"])
+            if self.device.type == "cuda":
+                self._restore_cuda(own.get("torch_cuda", []))
             elif self.device.type == "mps" and "torch_mps" in own:
                 torch.mps.set_rng_state(own["torch_mps"])
         else:
             torch.manual_seed(self.seed + 1 + dist.rank + 7919 * step)
             log("note: the number of processes changed since the checkpoint; dropout masks are re-seeded")
+
+    def _restore_cuda(self, saved: list[torch.Tensor]) -> None:
+        """Every GPU's stream when the same number are visible; otherwise the training device's
+        own, taken from the saved one of the same index (or the first), and a note saying so."""
+        if len(saved) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(saved)
+            return
+        if not saved:
+            log("note: the checkpoint holds no CUDA random state; dropout masks on the GPU start afresh")
+            return
+        index = self.device.index or 0
+        torch.cuda.set_rng_state(saved[index if index < len(saved) else 0], self.device)
+        log(
+            f"note: the checkpoint saved {len(saved)} GPU random state(s) and {torch.cuda.device_count()} GPU(s) "
+            f"are visible; restored {self.device}'s from the saved GPU {index if index < len(saved) else 0}"
+        )

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import inspect
 import json
 import math
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,19 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -
     return AdamW(groups, lr=cfg.optim.lr, betas=betas)  # same update, ~6 s less start-up (see optim.py)
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer | AdamW, saved: dict[str, Any]) -> None:
+    """Load a saved optimizer state, keeping the live optimizer's settings.
+
+    torch's Optimizer.load_state_dict takes every group setting from the saved groups, so a
+    checkpoint written by the CPU optimizer (fused: None) would turn a CUDA run's fused AdamW into
+    the foreach one, leave its `step` tensors on the CPU and, under fp16, trip GradScaler's
+    found_inf path. The settings belong to this run's device (and its config, which a resume may
+    not change); only the state tensors come from the checkpoint."""
+    live = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    groups = [{**group, **settings} for group, settings in zip(saved["param_groups"], live)]
+    optimizer.load_state_dict({**saved, "param_groups": groups})
+
+
 @torch.no_grad()
 def estimate_loss(model: GPT, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], ctx) -> float:
     """Mean loss over fixed batches, in eval mode (no dropout)."""
@@ -63,6 +78,19 @@ def estimate_loss(model: GPT, batches: Sequence[tuple[torch.Tensor, torch.Tensor
         total += loss.float()
     model.train(was_training)
     return total.item() / len(batches)
+
+
+def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """DistributedDataParallel for training. broadcast_buffers is off: the model's buffers are the
+    constant position tables, rebuilt identically on every rank, so broadcasting them at every
+    synced forward would only cost time."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [device.index] if device.type == "cuda" else None
+    # newer torch renames the setting (and warns about the old name); both keep the sync at start-up
+    newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    no_sync = {"forward_sync_buffers": False} if newer else {"broadcast_buffers": False}
+    return DistributedDataParallel(model, device_ids=device_ids, **no_sync)
 
 
 class StopRequest:
@@ -149,23 +177,21 @@ class Trainer:
         self._loss_sum = torch.zeros((), device=device)  # training loss since the last log step
         self._loss_count = 0
         describe_run(cfg, corpus, tok, self.model, device, dtype, self.dist)
-        self.train_model = self._wrap(maybe_compile(self.model, t.compile, self._compile_trial(micro // world), device))
+        wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
+        self.train_model = maybe_compile(self.model, t.compile, wrap, self._compile_trial(micro // world), device)
 
-    def _compile_trial(self, rows: int):
-        def trial(compiled: torch.nn.Module) -> None:
-            x = torch.zeros((rows, self.cfg.model.block_size), dtype=torch.long, device=self.device)
-            with self.ctx:
-                _, loss = compiled(x, x)
+    def _compile_trial(self, rows: int) -> Callable[[torch.nn.Module], None]:
+        """A forward and backward shaped like a real micro-step: x and y are views of one (B, T+1)
+        window, as the batcher gives them (torch.compile guards on strides), under DDP's no_sync."""
+
+        def trial(wrapped: torch.nn.Module) -> None:
+            window = torch.zeros((rows, self.cfg.model.block_size + 1), dtype=torch.long, device=self.device)
+            no_sync = wrapped.no_sync() if self.dist.enabled else contextlib.nullcontext()
+            with no_sync, self.ctx:
+                _, loss = wrapped(window[:, :-1], window[:, 1:])
             loss.backward()
 
         return trial
-
-    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        if not self.dist.enabled:
-            return model
-        from torch.nn.parallel import DistributedDataParallel
-
-        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     # -- one step, one evaluation -------------------------------------------------------------
 
@@ -237,7 +263,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.state.load_state_dict(state)

@@ -30,6 +30,9 @@ def test_flops_per_token_counts_every_matmul() -> None:
         ("NVIDIA H200", 989.0),
         ("NVIDIA H100 80GB HBM3", 989.0),
         ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),  # not the SXM part's 989
+        ("NVIDIA H200 NVL", 835.0),
+        ("NVIDIA H800 PCIe", 756.0),
         ("NVIDIA A100-SXM4-80GB", 312.0),
         ("NVIDIA A10", 125.0),
         ("NVIDIA L4", 121.0),
@@ -67,3 +70,10 @@ def test_trainer_logs_mfu_consistent_with_tokens_per_sec(trained_run: Path) -> N
         expected = 100 * tps[step] * flops / (TRAINED_RUN_PEAK_TFLOPS * 1e12)
         assert value == pytest.approx(expected, rel=1e-4)
         assert 0 < value < 100
+
+
+@pytest.mark.parametrize(("name", "kind"), [("Tesla T4", "dense fp16"), ("NVIDIA H100 NVL", "dense bf16")])
+def test_gpu_peak_names_the_type_its_figure_is_for(name: str, kind: str, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    peak, source = device_peak(torch.device("cuda"), 0.0)
+    assert peak == lookup_peak_tflops(name) * 1e12 and f"{name} {kind}" in source

@@ -1,0 +1,148 @@
+"""The CUDA / MPS / multi-process paths, checked on the CPU as far as their logic allows: where
+tensors for collectives live, optimizer settings after a cross-device load, no recompilation
+after the compile trial, and the device rules."""
+
+from __future__ import annotations
+
+import functools
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt import distributed, runtime
+from minigpt.config import ModelConfig
+from minigpt.data import Batcher
+from minigpt.errors import UserError
+from minigpt.model import GPT
+from minigpt.optim import AdamW
+from minigpt.train_state import RngStreams
+from minigpt.trainer import StopRequest, load_optimizer_state, wrap_ddp
+
+from .test_cli import one_error_line
+from .test_trainer import make_trainer
+
+TINY_MODEL = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8)
+
+
+def test_collectives_get_tensors_on_the_training_device(text_file: Path, tmp_path: Path, monkeypatch) -> None:
+    """Under nccl only CUDA tensors can be reduced. Here the default device for new tensors is
+    'meta' while training runs on the CPU: a tensor made without device=... shows up as meta."""
+    trainer = make_trainer(text_file, tmp_path / "run")
+    trainer.train_step()
+    seen = []
+
+    def all_sum(values: torch.Tensor, dist) -> torch.Tensor:
+        seen.append(values.device)
+        return values
+
+    monkeypatch.setattr(distributed, "all_sum", all_sum)
+    with torch.device("meta"):
+        trainer.evaluate()
+        trainer._sync(StopRequest(), late=False)
+    assert seen == [trainer.device, trainer.device]
+
+
+def test_a_cpu_optimizer_state_keeps_the_live_optimizers_settings() -> None:
+    torch.manual_seed(0)
+    model = GPT(TINY_MODEL, 10)
+    groups = [{"params": list(model.parameters()), "weight_decay": 0.1}]
+    cpu_opt = AdamW(groups, lr=1e-3)
+    model(torch.randint(10, (2, 8)), torch.randint(10, (2, 8)))[1].backward()
+    cpu_opt.step()
+    saved = cpu_opt.state_dict()
+    assert saved["param_groups"][0]["fused"] is None  # what a CPU/MPS checkpoint carries
+
+    plain = torch.optim.AdamW(groups, lr=1e-3, fused=True)
+    plain.load_state_dict(saved)
+    assert not plain.param_groups[0]["fused"]  # torch's own load drops the fused kernel: the bug
+
+    live = torch.optim.AdamW(groups, lr=1e-3, fused=True)  # the CUDA optimizer (fused exists on the CPU too)
+    load_optimizer_state(live, saved)
+    assert live.param_groups[0]["fused"] is True and live.param_groups[0]["foreach"] is None
+    p = next(iter(model.parameters()))
+    step = live.state[p]["step"]
+    assert step.device == p.device and step.dtype == torch.float32 and step.item() == 1  # placed for the fused kernel
+    assert torch.equal(live.state[p]["exp_avg"], cpu_opt.state[p]["exp_avg"])
+    live.step()  # and it steps
+    assert live.state[p]["step"].item() == 2
+
+
+def test_cpu_adamw_keeps_step_counts_on_the_parameters_device() -> None:
+    p = torch.nn.Parameter(torch.zeros(3, device="meta"))
+    opt = AdamW([{"params": [p]}], lr=1e-3)
+    assert opt._state_of(p)["step"].device == p.device
+    state = {"step": torch.tensor(5.0), "exp_avg": torch.zeros(3), "exp_avg_sq": torch.zeros(3)}
+    opt.load_state_dict({"state": {0: state}, "param_groups": [{"params": [0], "lr": 1e-3}]})
+    assert opt.state[p]["step"].device == p.device
+
+
+def test_the_compile_trial_leaves_nothing_to_compile_for_the_first_step(text_file, tmp_path, monkeypatch) -> None:
+    graphs = []
+
+    def counting_backend(gm, example_inputs):  # compiles nothing; counts the graphs dynamo hands over
+        graphs.append(len(gm.graph.nodes))
+        return gm.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting_backend))
+    trainer = make_trainer(text_file, tmp_path / "run", "train.compile=true", "model.n_layer=1")
+    assert len(graphs) == 1 and trainer.train_model is not trainer.model  # compiled by the trial
+    trainer.train_step()
+    trainer.train_step()
+    assert len(graphs) == 1  # the real batches (views of one window) matched the trial's guards
+
+
+def test_mps_is_refused_for_several_processes(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    with pytest.raises(UserError, match="not on mps"):
+        runtime.resolve_device("mps", distributed.Dist(rank=0, local_rank=0, world_size=2))
+    assert runtime.resolve_device("mps", distributed.Dist()) == torch.device("mps")
+    # auto never picks mps for several processes: they train on the CPU
+    assert runtime.resolve_device("auto", distributed.Dist(0, 0, 2)) == torch.device("cpu")
+    line = one_error_line(cli("train", "--nproc", "2", "--device", "mps", "--data", text_file, "--out", tmp_path / "r"))
+    assert "not on mps" in line and not (tmp_path / "r").exists()
+
+
+def test_ddp_does_not_broadcast_the_constant_buffers() -> None:
+    import torch.distributed as tdist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        wrapped = wrap_ddp(GPT(TINY_MODEL, 10), torch.device("cpu"))
+        # the setting's name depends on the torch version: forward_sync_buffers in newer ones
+        assert getattr(wrapped, "forward_sync_buffers", getattr(wrapped, "broadcast_buffers", None)) is False
+    finally:
+        tdist.destroy_process_group()
+
+
+def test_batches_are_copied_without_non_blocking_unless_pinned(monkeypatch) -> None:
+    calls = []
+
+    def fake_to(self, *args, **kwargs):
+        calls.append(kwargs.get("non_blocking", False))
+        return self
+
+    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    data = torch.arange(100) % 7
+    Batcher(data, 8, 4, 0, torch.device("mps")).next()
+    Batcher(data, 8, 4, 0, torch.device("cuda")).next()
+    assert calls == [False, True]
+
+
+def test_cuda_random_state_is_restored_for_the_local_gpu_when_counts_differ(monkeypatch, capsys) -> None:
+    restored = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.append((int(state[0]), device)))
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: restored.append(("all", len(states))))
+    data = torch.arange(100) % 7
+    streams = RngStreams(torch.device("cuda", 1), Batcher(data, 8, 4, 0, torch.device("cpu")), distributed.Dist(), 0)
+    streams._restore_cuda([torch.tensor([7], dtype=torch.uint8)])  # saved on a one-GPU machine
+    assert restored == [(7, torch.device("cuda", 1))]
+    assert "restored cuda:1's from the saved GPU 0" in capsys.readouterr().err
+    streams._restore_cuda([torch.tensor([1], dtype=torch.uint8), torch.tensor([2], dtype=torch.uint8)])
+    assert restored[-1] == ("all", 2)
