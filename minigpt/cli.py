@@ -25,6 +25,17 @@ app = typer.Typer(
 )
 
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")]
+ThreadsOpt = Annotated[
+    int, typer.Option("--threads", min=0, help="CPU threads (0 = the cores this process may use).", show_default=False)
+]
+
+
+def _device(name: str, threads: int):
+    """The device an inference command runs on, with the CPU thread count set first."""
+    from minigpt.runtime import configure_threads, resolve_device
+
+    configure_threads(threads)
+    return resolve_device(name)
 
 
 def _split_args(args: list[str]) -> tuple[Path | None, list[str]]:
@@ -141,6 +152,7 @@ def sample(
         str, typer.Option("--unknown", help="error or skip: what to do with prompt characters the model never saw.")
     ] = "error",
     device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
     dtype: Annotated[
         str,
         typer.Option(
@@ -154,10 +166,9 @@ def sample(
     from minigpt.config import SampleOptions
     from minigpt.inference import cast_for_sampling, encode_prompt, load_model
     from minigpt.inference import sample as run_sample
-    from minigpt.runtime import resolve_device
 
     opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
-    loaded = load_model(target, resolve_device(device))
+    loaded = load_model(target, _device(device, threads))
     cast_for_sampling(loaded, dtype, device)
     encode_prompt(loaded.tokenizer, prompt, unknown)  # refuse a bad prompt before anything is printed
     step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
@@ -174,12 +185,12 @@ def eval_(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
 ) -> None:
     """Loss over the whole validation split (or --data FILE), every position scored."""
     from minigpt.inference import evaluate, load_model
-    from minigpt.runtime import resolve_device
 
-    loaded = load_model(target, resolve_device(device))
+    loaded = load_model(target, _device(device, threads))
     result, what = evaluate(loaded, data)
     if as_json:
         print(json.dumps(result.to_dict()))
@@ -204,6 +215,7 @@ def score(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Plain columns: position, character, bits.")] = False,
     device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
 ) -> None:
     """How surprised the model is by each character, in bits (-log2 p), and the bits per character.
 
@@ -212,13 +224,12 @@ def score(
     """
     from minigpt.data import decode_utf8, read_text_bytes
     from minigpt.inference import load_model, score_text
-    from minigpt.runtime import resolve_device
 
     if (text is None) == (file is None):
         raise UserError("give exactly one of --text TEXT or --file FILE")
     if file is not None:
         text = decode_utf8(read_text_bytes(file), file)
-    loaded = load_model(target, resolve_device(device))
+    loaded = load_model(target, _device(device, threads))
     result = score_text(loaded, text)
     if as_json:
         print(json.dumps(result.to_dict()))
@@ -247,6 +258,7 @@ def attention(
     layer: Annotated[int | None, typer.Option("--layer", help="Only this layer (0-based).")] = None,
     head: Annotated[int | None, typer.Option("--head", help="Only this head (0-based).")] = None,
     device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
 ) -> None:
     """Heat maps of the causal attention weights over TEXT: layers as rows, heads as columns.
 
@@ -255,9 +267,8 @@ def attention(
     """
     from minigpt.attention import write_attention_png
     from minigpt.inference import load_model
-    from minigpt.runtime import resolve_device
 
-    loaded = load_model(target, resolve_device(device))
+    loaded = load_model(target, _device(device, threads))
     if len(text) > loaded.config.model.block_size:
         print(f"note: using the first {loaded.config.model.block_size} characters (block_size)", file=sys.stderr)
     path = write_attention_png(loaded.model, loaded.tokenizer, text, out, layer, head)

@@ -100,6 +100,7 @@ class TrainConfig:
         ("auto", "float32", "bfloat16", "float16"),
     )
     compile: bool = _f(False, "torch.compile the model (falls back to eager if compilation fails)")
+    threads: int = _f(0, "CPU threads for training (0 = the cores this process may use)", ge=0)
     init_from: str | None = _f(
         None, "a run directory or checkpoint whose weights this new run starts from (fine-tuning; --init-from)"
     )
@@ -126,6 +127,13 @@ class OptimConfig:
 @dataclass(frozen=True)
 class LogConfig:
     tensorboard: bool = _f(True, "write TensorBoard event files into the run directory")
+    progress: str = _f(
+        "auto",
+        "progress display: bar (a live bar), lines (a plain line every progress_seconds, for log files), off, "
+        "or auto (bar on a terminal, lines when stderr is a file or pipe)",
+        ("auto", "bar", "lines", "off"),
+    )
+    progress_seconds: float = _f(10.0, "seconds between progress lines in lines mode", gt=0)
     interval: int = _f(10, "steps between train-loss / lr / throughput logs", ge=1)
     sample_length: int = _f(200, "characters of sample text logged at each eval (0 = none)", ge=0)
     sample_prompt: str = _f("\n", "prompt for the text sample logged at each eval")

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -103,45 +104,72 @@ def _storage_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint8) if vocab_size <= 256 else np.dtype(np.int32)
 
 
+class DamagedCache(Exception):
+    """A cache entry whose content cannot be what was stored (a bad length, type or id)."""
+
+
 def _load_cached(cache_dir: Path, sha: str) -> tuple[CharTokenizer, np.ndarray] | None:
+    """The cached (tokenizer, ids) of a text, or None when there is no usable entry. An entry is
+    checked on every load at memory speed (length, integer type, no id past the vocabulary);
+    a bad one raises DamagedCache."""
     meta_path, ids_path = cache_dir / f"{sha}.json", cache_dir / f"{sha}.npy"
+    if not meta_path.exists() or not ids_path.exists():
+        return None
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("version") != CACHE_VERSION:
             return None
         ids = np.load(ids_path, mmap_mode="r", allow_pickle=False)
         tok = CharTokenizer(meta["chars"])
-        if len(ids) != meta["length"]:
-            return None
-        return tok, ids
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # missing or damaged cache entry: re-encode
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DamagedCache(f"unreadable ({e.__class__.__name__})") from None
+    if ids.ndim != 1 or len(ids) != meta.get("length"):
+        raise DamagedCache(f"holds {ids.shape} ids where {meta.get('length')} were stored")
+    if ids.dtype != _storage_dtype(tok.vocab_size):
+        raise DamagedCache(f"holds {ids.dtype} ids, not {_storage_dtype(tok.vocab_size)}")
+    if len(ids) and int(ids.max()) >= tok.vocab_size:
+        raise DamagedCache(f"holds id {int(ids.max())} for a vocabulary of {tok.vocab_size} characters")
+    return tok, ids
 
 
-def _store_cached(cache_dir: Path, sha: str, tok: CharTokenizer, ids: np.ndarray) -> None:
-    """Best effort: a read-only or full cache directory only costs re-encoding next time."""
+def _store_cached(cache_dir: Path, sha: str, tok: CharTokenizer, ids: np.ndarray) -> OSError | None:
+    """Best effort: a read-only or full cache directory only costs re-encoding next time (the
+    error is returned for the caller that must repair an entry)."""
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(cache_dir / f"{sha}.npy", lambda f: np.save(f, ids, allow_pickle=False))
         meta = json.dumps({"version": CACHE_VERSION, "chars": tok.chars, "length": len(ids)})
         atomic_write(cache_dir / f"{sha}.json", lambda f: f.write(meta.encode("utf-8")))
-    except OSError:
-        pass
+    except OSError as e:
+        return e
+    return None
 
 
 def encode_file(path: Path, cache_dir: Path | None) -> tuple[str, CharTokenizer, np.ndarray]:
     """(sha256, tokenizer, ids) of a text file, through the encoding cache."""
     raw = read_text_bytes(path)
     sha = hashlib.sha256(raw).hexdigest()
+    damaged = None
     if cache_dir is not None:
-        hit = _load_cached(cache_dir, sha)
+        try:
+            hit = _load_cached(cache_dir, sha)
+        except DamagedCache as e:
+            damaged, hit = str(e), None
+            print(f"warning: the encoding cache entry {cache_dir / sha}.npy {damaged}; re-encoding {path}",
+                  file=sys.stderr)  # fmt: skip
         if hit is not None:
             return sha, hit[0], hit[1]
     text = decode_utf8(raw, path)
     tok = CharTokenizer.from_text(text)
     ids = tok.encode_array(text).astype(_storage_dtype(tok.vocab_size))
     if cache_dir is not None:
-        _store_cached(cache_dir, sha, tok, ids)
+        failed = _store_cached(cache_dir, sha, tok, ids)
+        if failed is not None and damaged is not None:
+            raise UserError(
+                f"the encoding cache entry {cache_dir / sha}.npy is damaged and cannot be rewritten "
+                f"({failed.strerror}); delete {cache_dir / sha}.npy and {cache_dir / sha}.json (or the whole "
+                f"cache, {cache_dir}) and run again"
+            )
     return sha, tok, ids
 
 

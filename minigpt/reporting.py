@@ -78,6 +78,14 @@ def describe_run(cfg: Config, corpus: Corpus, tok: CharTokenizer, model: GPT, de
         log(f"MFU: {flops_per_token(cfg.model, tok.vocab_size) / 1e6:.1f} MFLOP per token trained; peak {peak_source}")
 
 
+def progress_mode(setting: str) -> str:
+    """log.progress resolved: auto is a bar on a terminal and plain lines in a file or a pipe (a bar
+    there leaves carriage-return fragments: ~500 KB of them for a 4-minute run)."""
+    if setting != "auto":
+        return setting
+    return "bar" if sys.stderr.isatty() else "lines"
+
+
 class Reporter:
     """Progress bar, TensorBoard and status lines for one training process (silent off rank 0).
 
@@ -102,9 +110,13 @@ class Reporter:
             self.writer = SummaryWriter(log_dir=str(out_dir), purge_step=start_step + 1 if start_step else None)
         probe = cfg.log.attention_probe
         self.attention = AttentionLogger(model, tok, probe) if self.writer is not None and probe else None
+        self.mode = progress_mode(cfg.log.progress)
         self.bar = tqdm(total=cfg.train.max_steps, initial=start_step, desc="train", unit="step", file=sys.stderr,
-                        dynamic_ncols=True, disable=not dist.is_main)  # fmt: skip
-        self._exit.enter_context(runtime.log_sink(lambda msg: tqdm.write(msg, file=sys.stderr)))
+                        dynamic_ncols=True, disable=not dist.is_main or self.mode != "bar")  # fmt: skip
+        if self.mode == "bar":
+            self._exit.enter_context(runtime.log_sink(lambda msg: tqdm.write(msg, file=sys.stderr)))
+        self.start_step, self.t_start = start_step, time.perf_counter()
+        self.t_line = self.t_start  # lines mode: when the last progress line was written
 
     def _mfu(self, tokens_per_s: float) -> float | None:
         if self.peak is None:
@@ -124,6 +136,10 @@ class Reporter:
         if mfu is not None:
             shown["mfu"] = f"{mfu:.1f}%"
         self.bar.set_postfix(shown, refresh=False)
+        last = step == self.cfg.train.max_steps
+        if self.mode == "lines" and (now - self.t_line >= self.cfg.log.progress_seconds or last):
+            self.t_line = now
+            log(self._progress_line(step, loss, lr, tps, mfu, now))
         if self.writer is not None:
             self.writer.add_scalar("train/loss", loss, step)
             self.writer.add_scalar("lr", lr, step)
@@ -131,6 +147,16 @@ class Reporter:
             self.writer.add_scalar("tokens_per_sec", tps, step)
             if mfu is not None:
                 self.writer.add_scalar("mfu", mfu, step)
+
+    def _progress_line(self, step: int, loss: float, lr: float, tps: float, mfu: float | None, now: float) -> str:
+        """One plain progress line (lines mode): what the bar shows, plus the time left."""
+        total = self.cfg.train.max_steps
+        rate = (step - self.start_step) / max(now - self.t_start, 1e-9)  # steps/s in this process
+        left = (total - step) / rate if rate > 0 else 0.0
+        eta = f"{int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
+        extra = f" | MFU {mfu:.1f}%" if mfu is not None else ""
+        return (f"step {step}/{total} ({100 * step / total:.0f}%) | loss {loss:.4f} | lr {lr:.2e} | "
+                f"{tps:,.0f} tokens/s{extra} | ETA {eta}")  # fmt: skip
 
     @contextlib.contextmanager
     def paused(self):

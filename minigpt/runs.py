@@ -4,6 +4,7 @@ resume, and the run directory itself. `minigpt train` calls `train_command`; the
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +16,7 @@ from minigpt.config import Config, batch_split_error, config_from_dict
 from minigpt.config_files import load_config, save_config
 from minigpt.data import load_corpus
 from minigpt.errors import UserError
-from minigpt.runtime import log, resolve_device, resolve_dtype
+from minigpt.runtime import configure_threads, log, resolve_device, resolve_dtype
 from minigpt.schedule import lr_at
 from minigpt.tokenizer import CharTokenizer
 from minigpt.trainer import Trainer, TrainResult
@@ -24,8 +25,8 @@ from minigpt.trainer import Trainer, TrainResult
 # learns from (data.path may change too when the file's content is the same: its SHA-256 is checked)
 MAY_CHANGE_ON_RESUME = (
     "train.max_steps", "train.eval_interval", "train.ckpt_interval", "train.device", "train.dtype",
-    "train.compile", "train.patience", "train.min_delta", "train.max_time", "train.final_eval", "data.cache_dir",
-    "data.path", "log.",
+    "train.compile", "train.threads", "train.patience", "train.min_delta", "train.max_time", "train.final_eval",
+    "data.cache_dir", "data.path", "log.",
 )  # fmt: skip
 
 
@@ -162,6 +163,44 @@ def starting_weights(fresh: dict[str, Any], start: dict[str, Any]) -> dict[str, 
     return out
 
 
+LOCK_NAME = ".lock"
+
+
+class RunLock:
+    """An exclusive lock on a run directory for the life of one training process: `fcntl.flock`
+    on RUN/.lock, which the kernel releases when the process ends in any way (kill -9 included).
+    The file holds the owner's pid, for the message the next one gets."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / LOCK_NAME
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system: no lock
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            run = self.path.parent
+            raise UserError(
+                f"{run} is in use by another minigpt training (pid {owner}); wait for it to end, or train into "
+                "another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+
 def train(
     cfg: Config,
     out_dir: Path,
@@ -195,12 +234,18 @@ def train(
     split = batch_split_error(cfg.train, dist.world_size)
     if split:
         raise UserError(split)
+    configure_threads(cfg.train.threads)
     device = resolve_device(cfg.train.device, dist)
     dtype = resolve_dtype(cfg.train.dtype, device)
     distributed.init(dist, device)
+    lock = RunLock(out_dir)
     try:
         if dist.is_main:
             prepare_run_dir(out_dir)
+            lock.acquire()
+            existing = find_checkpoint(out_dir, prefer=LAST)
+            if resume_from is None and existing is not None:  # written while this process was starting
+                raise UserError(f"{out_dir} already holds a run ({existing.name}); pick another --out")
         trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist)
         if resume_from is not None:
             trainer.load_state_dict(resume_from.to_dict())
@@ -211,6 +256,7 @@ def train(
             save_config(cfg, out_dir / "config.yaml")
         return trainer.train(started=t_start)
     finally:
+        lock.release()
         distributed.shutdown()
 
 

@@ -5,6 +5,7 @@ with a fallback to eager. Nothing here imports the trainer, tqdm or TensorBoard.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -72,6 +73,22 @@ def resolve_device(name: str, dist: distributed.Dist | None = None) -> torch.dev
             )
         return torch.device("cuda", dist.local_rank)
     return torch.device("cpu")
+
+
+def configure_threads(requested: int = 0) -> int:
+    """Set torch's intra-op thread count: `requested`; or (0, auto) OMP_NUM_THREADS when it is set
+    (torchrun sets 1 per process), else the cores this process may run on (os.sched_getaffinity,
+    so `taskset` and container CPU sets are honoured). Returns the count."""
+    if requested > 0:
+        count = requested
+    elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        count = int(os.environ["OMP_NUM_THREADS"])
+    elif hasattr(os, "sched_getaffinity"):
+        count = len(os.sched_getaffinity(0))
+    else:
+        count = os.cpu_count() or 1
+    torch.set_num_threads(count)
+    return count
 
 
 def cpu_has_native_bf16() -> bool:

@@ -48,7 +48,8 @@ def test_two_processes_match_one_and_checkpoints_move_between_them(text_file: Pa
     assert proc.returncode == 0, err
     # rank 0 alone wrote the run: one event file, one progress report
     names = sorted(p.name for p in ddp.iterdir())
-    assert [n for n in names if not n.startswith("events")] == ["best.pt", "config.yaml", "last.pt", "results.json"]
+    expected = [".lock", "best.pt", "config.yaml", "last.pt", "results.json"]
+    assert [n for n in names if not n.startswith("events")] == expected
     assert sum(n.startswith("events.out.tfevents") for n in names) == 1
     assert err.count("data: ") == 1 and err.count("step 12: val loss") == 1
     assert "2 processes (cpu, DDP)" in err

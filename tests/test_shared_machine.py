@@ -1,0 +1,134 @@
+"""Sharing a machine: the run lock, thread counts, damaged caches, and logs that are files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from minigpt import data as data_mod
+from minigpt import runtime
+from minigpt.checkpoint import load_checkpoint
+from minigpt.config import DataConfig
+from minigpt.data import encode_file, load_corpus
+from minigpt.errors import UserError
+
+from .conftest import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_second_training_is_refused_while_the_first_runs_and_welcome_after_kill_9(
+    text_file: Path, tmp_path: Path, cli
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "run"
+    long = [*TINY, "train.max_steps=1000000", "train.eval_interval=100000", "train.ckpt_interval=5"]
+    cmd = [sys.executable, "-m", "minigpt", "train", "--data", str(text_file), "--out", str(out), *long]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "last.pt").exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.1)
+        config_before = (out / "config.yaml").read_bytes()
+        # a second process (this one: flock locks belong to open files, so it counts as another)
+        second = cli("train", "--out", out, "--resume")
+        assert second.code == 2
+        assert second.err.strip() == (
+            f"error: {out} is in use by another minigpt training (pid {first.pid}); wait for it to end, or train "
+            "into another --out"
+        )
+        assert (out / "config.yaml").read_bytes() == config_before
+        # reading a run that is training works: the last complete checkpoint
+        sample = cli("sample", out, "--max-new-tokens", "5")
+        assert sample.code == 0 and len(sample.out) >= 5, sample
+    finally:
+        first.send_signal(signal.SIGKILL)  # the kernel releases the lock with the process
+        first.communicate()
+    step = load_checkpoint(out / "last.pt")["step"]
+    again = cli("train", "--out", out, "--resume", f"train.max_steps={step + 2}")
+    assert again.code == 0, again
+    assert load_checkpoint(out / "last.pt")["step"] == step + 2
+
+
+def test_threads_follow_the_request_the_environment_and_the_cpu_affinity(monkeypatch) -> None:
+    before = torch.get_num_threads()
+    try:
+        assert runtime.configure_threads(1) == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+        assert runtime.configure_threads(0) == 1  # a set OMP_NUM_THREADS (torchrun sets 1) is kept
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        assert runtime.configure_threads(0) == 3  # the cores this process may use, not the machine's
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_wait_policy_is_set_before_torch_loads_and_a_users_choice_is_kept() -> None:
+    # importing minigpt sets it and loads no torch yet (libgomp reads the variable when torch loads it)
+    code = "import os, sys, minigpt; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["PASSIVE", "False"]
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["ACTIVE", "False"]
+
+
+def test_a_damaged_cache_entry_is_re_encoded(text_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    cache = tmp_path / "cache"
+    sha, tok, ids = encode_file(text_file, cache)
+    good = np.array(ids)
+    damaged = good.copy()
+    damaged[100] = 250  # past the vocabulary (as an overwritten entry would be)
+    np.save(cache / f"{sha}.npy", damaged)
+    capsys.readouterr()
+    corpus = load_corpus(DataConfig(path=str(text_file), cache_dir=str(cache)), 16)
+    err = capsys.readouterr().err
+    assert "warning: the encoding cache entry" in err and f"holds id 250 for a vocabulary of {tok.vocab_size}" in err
+    assert np.array_equal(torch.cat([corpus.train, corpus.val]).numpy(), good)  # the right ids, from the text
+    assert np.array_equal(np.load(cache / f"{sha}.npy"), good)  # repaired on disk
+    assert load_corpus(DataConfig(path=str(text_file), cache_dir=str(cache)), 16) is not None
+    assert "warning" not in capsys.readouterr().err  # and trusted again
+
+    # a damaged entry that cannot be rewritten: a clear error saying what to delete
+    np.save(cache / f"{sha}.npy", damaged[:-5])
+
+    def read_only(path, write):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(data_mod, "atomic_write", read_only)
+    with pytest.raises(UserError, match=r"damaged and cannot be rewritten \(Permission denied\); delete .*\.npy"):
+        load_corpus(DataConfig(path=str(text_file), cache_dir=str(cache)), 16)
+
+
+def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(tmp_path / "cache")}
+    log = tmp_path / "train.log"
+    with log.open("w") as f:
+        r = subprocess.run([sys.executable, "-m", "minigpt", "train", "--data", str(text_file), "--out",
+                            str(tmp_path / "run"), *TINY, "train.max_steps=30", "train.eval_interval=15",
+                            "log.progress_seconds=0.01"], env=env, stdout=subprocess.DEVNULL, stderr=f)  # fmt: skip
+    assert r.returncode == 0
+    text = log.read_text()
+    assert "\r" not in text and "it/s" not in text  # no bar fragments
+    lines = text.splitlines()
+    progress = [ln for ln in lines if ln.startswith("step ") and "tokens/s" in ln]
+    assert [ln.split()[1] for ln in progress] == ["5/30", "10/30", "15/30", "20/30", "25/30", "30/30"]
+    assert (
+        progress[-1].startswith("step 30/30 (100%) | loss ")
+        and "| lr " in progress[-1]
+        and "ETA 0:00:00" in progress[-1]
+    )
+    assert any(ln.startswith("step 15: val loss") for ln in lines) and any(
+        ln.startswith("done: 30 steps") for ln in lines
+    )
