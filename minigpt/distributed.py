@@ -12,6 +12,7 @@ is batch_size / (grad_accum_steps x world_size).
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -94,3 +95,16 @@ def launch_local(nproc: int, argv: list[str]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, command)
+
+
+def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """DistributedDataParallel for training. broadcast_buffers is off: the model's buffers are the
+    constant position tables, rebuilt identically on every rank, so broadcasting them at every
+    synced forward would only cost time."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [device.index] if device.type == "cuda" else None
+    # newer torch renames the setting (and warns about the old name); both keep the sync at start-up
+    newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    no_sync = {"forward_sync_buffers": False} if newer else {"broadcast_buffers": False}
+    return DistributedDataParallel(model, device_ids=device_ids, **no_sync)

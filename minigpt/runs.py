@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from minigpt import distributed
+from minigpt import distributed, memory
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
 from minigpt.config import Config, batch_split_error, config_from_dict
 from minigpt.config_files import load_config, save_config
-from minigpt.data import load_corpus
+from minigpt.data import Corpus, load_corpus
 from minigpt.errors import UserError
 from minigpt.runtime import configure_threads, log, resolve_device, resolve_dtype
 from minigpt.schedule import lr_at
@@ -201,6 +201,26 @@ class RunLock:
             self.fd = None
 
 
+def model_vocabulary(
+    cfg: Config, corpus: Corpus, resume_from: Checkpoint | None, init_from: tuple[Path, Checkpoint] | None
+) -> CharTokenizer:
+    """The vocabulary the model trains with: the text's own for a new run; the checkpoint's for a
+    resume (of the same text: its SHA-256 is checked); the starting model's, perhaps extended, for
+    fine-tuning."""
+    if resume_from is not None:
+        saved_sha = resume_from.data.get("sha256")
+        if saved_sha and saved_sha != corpus.sha256:
+            raise UserError(
+                f"cannot resume: {corpus.path} is not the text this run was trained on (its SHA-256 changed); "
+                "restore the original file or start a new run"
+            )
+        return CharTokenizer.from_dict(resume_from.tokenizer)
+    if init_from is not None:
+        start_tok = CharTokenizer.from_dict(init_from[1].tokenizer)
+        return starting_vocabulary(start_tok, corpus.tokenizer, cfg.data.new_chars, init_from[0], corpus.path)
+    return corpus.tokenizer
+
+
 def train(
     cfg: Config,
     out_dir: Path,
@@ -217,18 +237,7 @@ def train(
     corpus = load_corpus(cfg.data, cfg.model.block_size)
     # record the text's absolute path: the run resumes and evaluates from any working directory
     cfg = cfg.replace(**{"data.path": str(corpus.path.resolve())})
-    tok = corpus.tokenizer
-    if resume_from is not None:
-        saved_sha = resume_from.data.get("sha256")
-        if saved_sha and saved_sha != corpus.sha256:
-            raise UserError(
-                f"cannot resume: {corpus.path} is not the text this run was trained on (its SHA-256 changed); "
-                "restore the original file or start a new run"
-            )
-        tok = CharTokenizer.from_dict(resume_from.tokenizer)
-    if init_from is not None:
-        start_tok = CharTokenizer.from_dict(init_from[1].tokenizer)
-        tok = starting_vocabulary(start_tok, tok, cfg.data.new_chars, init_from[0], corpus.path)
+    tok = model_vocabulary(cfg, corpus, resume_from, init_from)
     corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
     dist = distributed.launched()
     split = batch_split_error(cfg.train, dist.world_size)
@@ -237,6 +246,10 @@ def train(
     configure_threads(cfg.train.threads)
     device = resolve_device(cfg.train.device, dist)
     dtype = resolve_dtype(cfg.train.dtype, device)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+    too_big = memory.check(cfg, tok.vocab_size, device, dtype, local)
+    if too_big:
+        raise UserError(too_big)
     distributed.init(dist, device)
     lock = RunLock(out_dir)
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import inspect
 import json
 import math
 import signal
@@ -29,41 +28,16 @@ from minigpt.atomic import atomic_write
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
 from minigpt.config import Config, parse_duration
 from minigpt.data import Batcher, Corpus
+from minigpt.distributed import wrap_ddp
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.evaluation import EvalResult, evaluate_ids
 from minigpt.model import GPT
-from minigpt.optim import AdamW
+from minigpt.optim import build_optimizer, load_optimizer_state
 from minigpt.reporting import Reporter, describe_run
 from minigpt.runtime import autocast, enable_fast_matmul, log, maybe_compile
 from minigpt.schedule import lr_at
 from minigpt.tokenizer import CharTokenizer
 from minigpt.train_state import RngStreams, TrainState
-
-
-def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -> torch.optim.AdamW | AdamW:
-    """AdamW with weight decay on matrices (Linear weights, embeddings) only, fused where supported."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.optim.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    betas = (cfg.optim.beta1, cfg.optim.beta2)
-    if device.type == "cuda":
-        return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=betas, fused=True)
-    return AdamW(groups, lr=cfg.optim.lr, betas=betas)  # same update, ~6 s less start-up (see optim.py)
-
-
-def load_optimizer_state(optimizer: torch.optim.Optimizer | AdamW, saved: dict[str, Any]) -> None:
-    """Load a saved optimizer state, keeping the live optimizer's settings.
-
-    torch's Optimizer.load_state_dict takes every group setting from the saved groups, so a
-    checkpoint written by the CPU optimizer (fused: None) would turn a CUDA run's fused AdamW into
-    the foreach one, leave its `step` tensors on the CPU and, under fp16, trip GradScaler's
-    found_inf path. The settings belong to this run's device (and its config, which a resume may
-    not change); only the state tensors come from the checkpoint."""
-    live = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
-    groups = [{**group, **settings} for group, settings in zip(saved["param_groups"], live)]
-    optimizer.load_state_dict({**saved, "param_groups": groups})
 
 
 @torch.no_grad()
@@ -80,17 +54,7 @@ def estimate_loss(model: GPT, batches: Sequence[tuple[torch.Tensor, torch.Tensor
     return total.item() / len(batches)
 
 
-def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """DistributedDataParallel for training. broadcast_buffers is off: the model's buffers are the
-    constant position tables, rebuilt identically on every rank, so broadcasting them at every
-    synced forward would only cost time."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    device_ids = [device.index] if device.type == "cuda" else None
-    # newer torch renames the setting (and warns about the old name); both keep the sync at start-up
-    newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
-    no_sync = {"forward_sync_buffers": False} if newer else {"broadcast_buffers": False}
-    return DistributedDataParallel(model, device_ids=device_ids, **no_sync)
+OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 class StopRequest:
@@ -277,6 +241,21 @@ class Trainer:
             for name in names:
                 ckpt.save(self.out_dir / name)
 
+    def _out_of_memory(self) -> UserError:
+        """A device that ran out of memory despite the preflight: the same advice, nothing saved."""
+        t = self.cfg.train
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        micro = t.batch_size // t.grad_accum_steps // self.dist.world_size
+        split = [a for a in range(t.grad_accum_steps + 1, micro * t.grad_accum_steps + 1)
+                 if (t.batch_size // self.dist.world_size) % a == 0]  # fmt: skip
+        advice = f"; try train.grad_accum_steps={split[0]} (the same batch in smaller micro-batches)" if split else ""
+        return UserError(
+            f"out of memory on {self.device} at step {self.state.step} with micro-batches of {micro} sequences of "
+            f"{self.cfg.model.block_size}{advice}, or a smaller model; {self.out_dir / LAST} is unchanged"
+        )
+
     def _diverged(self, what: str, value: float) -> UserError:
         good = find_checkpoint(self.out_dir, prefer=LAST)
         kept = f"the last good checkpoint is kept: {good}" if good else "no checkpoint was written"
@@ -379,7 +358,10 @@ class Trainer:
                     signum = stop.signum if not self.dist.enabled else self._agreed_signal
                     if signum is not None:
                         self._stop_for_signal(signum)
-                    stats = self.train_step()
+                    try:
+                        stats = self.train_step()
+                    except OUT_OF_MEMORY:
+                        raise self._out_of_memory() from None
                     reporter.step()
                     stopped = self._after_step(stats, reporter, stop, deadline)
             reporter.end_progress()  # the bar stops at the last step; the final evaluation is its own line

@@ -14,11 +14,12 @@ import torch
 from minigpt import distributed, runtime
 from minigpt.config import ModelConfig
 from minigpt.data import Batcher
+from minigpt.distributed import wrap_ddp
 from minigpt.errors import UserError
 from minigpt.model import GPT
-from minigpt.optim import AdamW
+from minigpt.optim import AdamW, load_optimizer_state
 from minigpt.train_state import RngStreams
-from minigpt.trainer import StopRequest, load_optimizer_state, wrap_ddp
+from minigpt.trainer import StopRequest
 
 from .test_cli import one_error_line
 from .test_trainer import make_trainer

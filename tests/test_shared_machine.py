@@ -132,3 +132,58 @@ def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) 
     assert any(ln.startswith("step 15: val loss") for ln in lines) and any(
         ln.startswith("done: 30 steps") for ln in lines
     )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["model.pos_emb=learned", "model.bias=true"], ["model.norm=post", "model.n_layer=1", "model.n_embd=64"]],
+)
+def test_parameter_count_from_the_config_matches_the_model(overrides: list[str]) -> None:
+    from minigpt.config_files import load_config
+    from minigpt.memory import parameter_count
+    from minigpt.model import GPT
+
+    cfg = load_config(None, overrides)
+    assert parameter_count(cfg.model, 65) == sum(p.numel() for p in GPT(cfg.model, 65).parameters())
+
+
+def test_preflight_refuses_an_impossible_batch_and_names_a_grad_accum_that_fits(text_file, tmp_path, cli) -> None:
+    from minigpt.config_files import load_config
+    from minigpt.memory import available_bytes, check
+
+    huge = ["model.n_layer=2", "model.n_embd=1024", "model.n_head=8", "model.block_size=1024", "train.batch_size=4096"]
+    out = tmp_path / "r"
+    r = cli("train", "--data", text_file, "--out", out, "train.device=cpu", *huge)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r
+    line = r.err.strip()
+    assert line.startswith("error: train.batch_size=4096 in micro-batches of 4096") and "is MemAvailable" in line
+    assert not out.exists()
+    accum = int(line.split("train.grad_accum_steps=")[1].split()[0])
+    assert 4096 % accum == 0 and accum > 1
+    cpu = torch.device("cpu")
+    fixed = load_config(None, [*huge, f"train.grad_accum_steps={accum}"])
+    assert check(fixed, 65, cpu, torch.bfloat16) is None  # the suggestion fits
+    assert check(load_config(None), 65, cpu, torch.bfloat16) is None  # and the default run passes
+    assert available_bytes(cpu)[0] > 0
+
+
+def test_out_of_memory_during_a_step_is_one_line_and_keeps_last_pt(text_file, tmp_path, cli, monkeypatch) -> None:
+    from minigpt.model import GPT
+
+    out = tmp_path / "r"
+    args = ["--data", text_file, "--out", out, *TINY, "train.max_steps=20", "train.eval_interval=5"]
+    real, calls = GPT.forward, [0]
+
+    def forward(self, idx, targets=None, cache=None):
+        if targets is not None and self.training:
+            calls[0] += 1
+            if calls[0] == 8:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, idx, targets, cache)
+
+    monkeypatch.setattr(GPT, "forward", forward)
+    r = cli("train", *args)
+    assert r.code == 2 and "Traceback" not in r.err, r
+    line = [ln for ln in r.err.splitlines() if ln.startswith("error: ")][0]
+    assert "out of memory on cpu at step 7 with micro-batches of 8" in line and "train.grad_accum_steps=2" in line
+    assert load_checkpoint(out / "last.pt")["step"] == 5

@@ -51,3 +51,15 @@ def test_default_model_writes_shakespeare_like_text(default_run: Path, capsys: p
     words = re.findall(r"[a-z]+", text.lower())
     common = {"the", "and", "to", "of", "i", "you", "my", "a", "that", "in", "is", "not", "me", "it", "with"}
     assert sum(w in common for w in words) / max(1, len(words)) > 0.15, text
+
+
+def test_memory_estimate_is_within_30_percent_of_the_measured_peak() -> None:
+    """scripts/bench_memory.py on three CPU configs (about 40 s): estimate / measured in [0.7, 1.3]."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_memory", ROOT / "scripts" / "bench_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for config in (bench.CONFIGS[1], bench.CONFIGS[2], bench.CONFIGS[4]):
+        result = bench.measure(DATA, config.split())
+        assert 0.7 <= result["ratio"] <= 1.3, (config, result)

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""The memory preflight's estimate beside the memory training really takes, on the CPU.
+
+For each config it starts a child process that builds the trainer, notes its resident memory,
+runs three training steps and reads its peak resident memory (ru_maxrss). The difference is what
+training added on top of the loaded program and data; the estimate of `minigpt.memory` for the
+same config (minus the weights, which are resident before the steps) should be within 30% of it.
+
+    uv run python scripts/bench_memory.py                 # the built-in configs
+    uv run python scripts/bench_memory.py "train.batch_size=256" "model.n_layer=6 model.n_embd=384"
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = [
+    "train.batch_size=64",
+    "train.batch_size=256",
+    "model.n_layer=6 model.n_head=6 model.n_embd=384 model.block_size=256 train.batch_size=32",
+    "model.n_embd=512 model.n_head=8 model.block_size=256 train.batch_size=32 train.dtype=float32",
+    "model.n_layer=4 model.n_embd=256 model.block_size=512 train.batch_size=16 model.dropout=0.2",
+]
+CHILD = r"""
+import json, resource, sys, tempfile
+from pathlib import Path
+import torch
+from minigpt.config_files import load_config
+from minigpt.data import load_corpus
+from minigpt.memory import estimate, parameter_count, process_rss
+from minigpt.runtime import configure_threads, resolve_dtype
+from minigpt.trainer import Trainer
+
+cfg = load_config(None, [f"data.path={sys.argv[1]}", "train.device=cpu", "log.tensorboard=false", *sys.argv[2:]])
+configure_threads(cfg.train.threads)
+corpus = load_corpus(cfg.data, cfg.model.block_size)
+dtype = resolve_dtype(cfg.train.dtype, torch.device("cpu"))
+trainer = Trainer(cfg, corpus, corpus.tokenizer, torch.device("cpu"), dtype, Path(tempfile.mkdtemp()))
+before = process_rss()
+for _ in range(3):
+    trainer.train_step()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+n_params = parameter_count(cfg.model, corpus.tokenizer.vocab_size)
+micro = cfg.train.batch_size // cfg.train.grad_accum_steps
+est = estimate(cfg, corpus.tokenizer.vocab_size, n_params, dtype).total(micro) - 4 * n_params
+print(json.dumps({"measured": peak - before, "estimated": est}))
+"""
+
+
+def measure(data: Path, overrides: list[str]) -> dict[str, float]:
+    env_path = {"PYTHONPATH": str(REPO)}
+    import os
+
+    out = subprocess.run([sys.executable, "-c", CHILD, str(data), *overrides], capture_output=True, text=True,
+                         env={**os.environ, **env_path}, check=True).stdout  # fmt: skip
+    result = json.loads(out.strip().splitlines()[-1])
+    result["ratio"] = result["estimated"] / result["measured"]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    data = REPO / "data" / "tinyshakespeare.txt"
+    rows = []
+    for config in args or CONFIGS:
+        r = measure(data, config.split())
+        rows.append({"config": config, **r})
+        print(f"{r['measured'] / 2**20:8.0f} MB measured  {r['estimated'] / 2**20:8.0f} MB estimated  "
+              f"ratio {r['ratio']:.2f}  {config}", flush=True)  # fmt: skip
+    print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
