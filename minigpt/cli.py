@@ -294,8 +294,23 @@ def runs(
         print(f"no runs under {folder}", file=sys.stderr)
 
 
+def share_cores_when_training(args: list[str]) -> None:
+    """`minigpt train`: idle OpenMP threads sleep (OMP_WAIT_POLICY=PASSIVE) instead of spinning.
+
+    libgomp's threads spin for a while before sleeping; two processes on the same cores then spin
+    on each other's cores. Measured on 2 cores (scripts/bench_contention.py): two default trainings
+    side by side ran at 0.27 of one alone each with spinning, 0.79 with PASSIVE, and a training
+    alone within noise of spinning. Decoding one sequence is the opposite case (many tiny
+    operations: PASSIVE halves its speed), so the other commands keep libgomp's default. libgomp
+    reads the variable when torch loads it: this runs before anything imports torch, and a value
+    already in the environment is kept."""
+    if args[:1] == ["train"]:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
+    share_cores_when_training(list(sys.argv[1:] if argv is None else argv))
     try:
         result = app(args=argv, standalone_mode=False, prog_name="minigpt")
         return result if isinstance(result, int) else 0

@@ -72,16 +72,24 @@ def test_threads_follow_the_request_the_environment_and_the_cpu_affinity(monkeyp
         torch.set_num_threads(before)
 
 
-def test_the_wait_policy_is_set_before_torch_loads_and_a_users_choice_is_kept() -> None:
-    # importing minigpt sets it and loads no torch yet (libgomp reads the variable when torch loads it)
-    code = "import os, sys, minigpt; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+def test_training_sets_the_passive_wait_policy_before_torch_loads_and_keeps_a_users_choice() -> None:
+    code = (
+        "import os, sys\n"
+        "from minigpt.cli import main\n"
+        "main([sys.argv[1], '--help'])\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["PASSIVE", "False"]
-    env["OMP_WAIT_POLICY"] = "ACTIVE"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["ACTIVE", "False"]
+
+    def policy(command: str, **extra: str) -> list[str]:
+        run = subprocess.run([sys.executable, "-c", code, command], env={**env, **extra}, capture_output=True,
+                             text=True, check=True)  # fmt: skip
+        return run.stdout.split()[-2:]
+
+    assert policy("train") == ["PASSIVE", "False"]  # set, and torch (which loads libgomp) not yet loaded
+    assert policy("sample") == ["None", "False"]  # decoding keeps libgomp's default
+    assert policy("train", OMP_WAIT_POLICY="ACTIVE") == ["ACTIVE", "False"]
 
 
 def test_a_damaged_cache_entry_is_re_encoded(text_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
