@@ -310,7 +310,8 @@ class Trainer:
         if do_eval:
             self._evaluate_and_save(reporter)
             if t.patience and state.evals_since_best >= t.patience:
-                return (f"early stop at step {state.step}: {state.evals_since_best} evaluations without a new best "
+                what = "a new best" if not t.min_delta else f"an improvement of more than {t.min_delta:g} (min_delta)"
+                return (f"early stop at step {state.step}: {state.evals_since_best} evaluations without {what} "
                         f"(train.patience {t.patience}); the best, {state.best_val_loss:.4f}, was at step "
                         f"{state.best_step}")  # fmt: skip
         elif do_ckpt:

@@ -126,7 +126,7 @@ def test_patience_stops_at_the_expected_eval_also_after_a_resume(text_file: Path
     # so evaluations 2 and 3 (steps 10 and 15) use up a patience of 2
     r = cli("train", "--data", text_file, "--out", tmp_path / "whole", *PATIENT)
     assert r.code == 0, r
-    assert "early stop at step 15: 2 evaluations without a new best (train.patience 2)" in r.err
+    assert "early stop at step 15: 2 evaluations without an improvement of more than 10 (min_delta) " in r.err
     whole = load_checkpoint(tmp_path / "whole" / "last.pt")
     assert whole["step"] == 15 and whole["best_step"] in (5, 10, 15) and whole["evals_since_best"] == 2
     results = json.loads((tmp_path / "whole" / "results.json").read_text())
