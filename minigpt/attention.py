@@ -10,7 +10,7 @@ import torch
 
 from minigpt.errors import UserError
 from minigpt.model import GPT
-from minigpt.tokenizer import CharTokenizer
+from minigpt.tokenizer import Tokenizer
 
 VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
 
@@ -84,19 +84,17 @@ class AttentionFigure:
         plt.close(self.fig)
 
 
-def attention_maps_for(model: GPT, tok: CharTokenizer, text: str) -> tuple[torch.Tensor, list[str]]:
+def attention_maps_for(model: GPT, tok: Tokenizer, text: str) -> tuple[torch.Tensor, list[str]]:
     """(L, nh, T, T) weights over `text` (at most block_size characters) and its characters."""
     if not text:
         raise UserError("--text must not be empty")
     ids = torch.from_numpy(tok.encode_checked(text, "--text", skip_hint=False))[None, : model.cfg.block_size]
-    text = text[: model.cfg.block_size]
+    labels = tok.pieces(ids[0].tolist())  # a byte model: each character on its last byte
     ids = ids.to(next(model.parameters()).device)
-    return model.attention_maps(ids)[:, 0], list(text)  # (L, nh, T, T)
+    return model.attention_maps(ids)[:, 0], labels  # (L, nh, T, T)
 
 
-def write_attention_png(
-    model: GPT, tok: CharTokenizer, text: str, out: Path, layer: int | None, head: int | None
-) -> Path:
+def write_attention_png(model: GPT, tok: Tokenizer, text: str, out: Path, layer: int | None, head: int | None) -> Path:
     """Render the attention of `model` over `text` to `out` (any matplotlib format, e.g. .png)."""
     cfg = model.cfg
     if layer is not None and not 0 <= layer < cfg.n_layer:

@@ -20,31 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minigpt.errors import UserError
+from minigpt.fields import SEED_LIMIT, _f, field_error
 
 DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
 
 
-SEED_LIMIT = 2**63  # seeds are in [0, 2**63): what torch.Generator.manual_seed accepts
 DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
 MPS_PROCESSES = (
     "multi-process training (--nproc / torchrun) runs on CUDA or the CPU, not on mps; use --device cpu or one process"
 )
-
-
-def _f(
-    default: Any,
-    help: str,
-    choices: tuple[str, ...] | None = None,
-    ge: float | None = None,
-    gt: float | None = None,
-    lt: float | None = None,
-    le: float | None = None,
-    duration: bool = False,
-) -> Any:
-    """A dataclass field with its help text, allowed values and bounds in the metadata; `validate`
-    checks every bound (and that floats are finite), so each rule is written once, here."""
-    bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le)) if v is not None}
-    return field(default=default, metadata={"help": help, "choices": choices, "duration": duration, **bounds})
 
 
 @dataclass(frozen=True)
@@ -71,8 +55,29 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = _f(DEFAULT_DATA_PATH, "UTF-8 text file to train on (tiny Shakespeare is fetched if missing)")
-    val_fraction: float = _f(0.1, "fraction of the text, taken from its end, held out for validation", gt=0, lt=1)
+    path: str | list[str] = _f(
+        DEFAULT_DATA_PATH,
+        "what to train on: a text file, a folder (every file under it; hidden ones skipped), a glob pattern, or a "
+        "list of these (tiny Shakespeare is fetched if it is the default and missing)",
+        paths=True,
+    )
+    val_fraction: float = _f(
+        0.1,
+        "share held out for validation: the end of a single text, or whole files of several (chosen by a hash "
+        "of their names)",
+        gt=0,
+        lt=1,
+    )
+    val_path: str | list[str] | None = _f(
+        None, "validation text instead of a share of data.path: a file, folder, glob or list", paths=True
+    )
+    doc_separator: str = _f("\n", "text put between two files (documents), so no window glues them mid-line")
+    tokenizer: str = _f(
+        "char",
+        "char (one id per distinct character) or byte (the 256 byte values: any file, any language, a fixed "
+        "vocabulary; losses in bits per byte)",
+        ("char", "byte"),
+    )
     cache_dir: str | None = _f(None, "where encoded text is cached (default: the user's cache directory)")
     new_chars: str = _f(
         "error",
@@ -191,6 +196,14 @@ def _suggest(key: str) -> str:
 
 def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
     """Check `value` against the field type, accepting YAML's common spellings."""
+    if key in all_keys() and all_keys()[key].metadata.get("paths"):
+        if value is None and type(None) in typing.get_args(typ):
+            return None
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v for v in value):
+            return list(value)
+        raise UserError(f"{source}: {key} must be a path, folder or glob pattern, or a list of them, got {value!r}")
     if typing.get_origin(typ) in (typing.Union, types.UnionType):
         if value is None:
             return None
@@ -281,55 +294,6 @@ def config_from_dict(raw: Any, source: str, check: bool = True) -> Config:
     return cfg
 
 
-def parse_duration(text: str) -> float | None:
-    """'90', '90s', '10m', '1.5h' -> seconds (> 0); None if it is not such a duration."""
-    text = text.strip().lower()
-    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], None)
-    number = text[:-1] if scale else text
-    try:
-        seconds = float(number) * (scale or 1)
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds > 0 else None
-
-
-def _number(x: float) -> str:
-    return "2**63" if x == SEED_LIMIT else f"{x:g}"
-
-
-def field_error(name: str, value: Any, meta: Any, flag: bool = False) -> str | None:
-    """What is wrong with `value` for a field with these metadata (choices, bounds), or None.
-
-    `flag` words it for a command-line option (`--dtype must be auto, float32 or bfloat16`)
-    rather than a config key (`train.dtype must be one of ...`, with a "did you mean").
-    """
-    choices = meta.get("choices")
-    if choices and value not in choices:
-        if flag:
-            return f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, got '{value}'"
-        close = difflib.get_close_matches(str(value), choices, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        return f"{name} must be one of {', '.join(choices)}, got '{value}'{hint}"
-    if meta.get("duration") and value is not None and parse_duration(value) is None:
-        return f"{name} must be a duration such as 90 (seconds), 90s, 10m or 1.5h, got '{value}'"
-    if value is None or not any(b in meta for b in ("ge", "gt", "lt", "le")):
-        return None
-    lo, hi = meta.get("ge", meta.get("gt")), meta.get("lt", meta.get("le"))
-    if hi is not None:  # an interval: [0, 1), (0, 1], [0, 2**63)
-        inside = (lo <= value if "ge" in meta else lo < value) and (value < hi if "lt" in meta else value <= hi)
-        if not (isinstance(value, float) and not math.isfinite(value)) and inside:
-            return None
-        left, right = "[" if "ge" in meta else "(", ")" if "lt" in meta else "]"
-        return f"{name} must be in {left}{_number(lo)}, {_number(hi)}{right}, got {value}"
-    op = ">=" if "ge" in meta else ">"
-    ok = value >= lo if "ge" in meta else value > lo
-    if isinstance(value, float):
-        if ok and math.isfinite(value):
-            return None
-        return f"{name} must be a finite number {op} {_number(lo)}, got {value}"
-    return None if ok else f"{name} must be {op} {_number(lo)}, got {value}"
-
-
 def batch_split_error(t: TrainConfig, processes: int = 1, what: str = "the number of processes") -> str | None:
     """train.batch_size must split evenly into grad_accum_steps micro-steps on every process."""
     if t.batch_size % (t.grad_accum_steps * processes) == 0:
@@ -356,13 +320,11 @@ def validate(cfg: Config, source: str) -> None:
         problem = field_error(key, flat[key], f.metadata)
         if problem:
             fail(problem)
-    m, t, o, d = cfg.model, cfg.train, cfg.optim, cfg.data
+    m, t, o = cfg.model, cfg.train, cfg.optim
     if m.n_embd % m.n_head:
         fail(f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})")
     if m.pos_emb == "rope" and (m.n_embd // m.n_head) % 2:
         fail(f"model.pos_emb rope needs an even head size; n_embd / n_head is {m.n_embd // m.n_head}")
-    if not d.path:
-        fail("data.path must not be empty")
     split = batch_split_error(t)
     if split:
         fail(split)

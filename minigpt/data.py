@@ -1,15 +1,14 @@
-"""Text in, batches out: read and check the text, encode it once (cached by content
-hash), split it into train/val, and draw random windows from a seeded generator."""
+"""Text in, batches out: resolve the sources (sources.py), encode them once into a memory-mapped
+cache entry (encoding.py), split train/val, and draw random windows from a seeded generator."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
-import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +17,14 @@ import torch
 
 from minigpt.atomic import atomic_write
 from minigpt.config import DEFAULT_DATA_PATH, DataConfig
+from minigpt.corpus_cache import load_or_encode
+from minigpt.encoding import Encoded, HashIndex, Layout, ProgressFactory
 from minigpt.errors import UserError
-from minigpt.tokenizer import CharTokenizer
+from minigpt.sources import absolute_spec, choose_val_files, describe, resolve_sources
+from minigpt.tokenizer import Tokenizer
 
 TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-CACHE_VERSION = 1
 
 
 def default_cache_dir() -> Path:
@@ -83,94 +84,32 @@ def decode_utf8(raw: bytes, path: Path) -> str:
 
 @dataclass
 class Corpus:
-    """An encoded text and its split. `train` and `val` are 1-D integer tensors."""
+    """An encoded corpus and its split. `ids` is the whole joined text (a read-only memory map of
+    the cache entry); `train` and `val` are views of it, never copies. `table`, when set, maps the
+    stored ids into a model's vocabulary (fine-tuning), applied to each batch as it is drawn."""
 
-    path: Path
-    sha256: str
-    tokenizer: CharTokenizer
-    train: torch.Tensor
-    val: torch.Tensor
+    description: str
+    sha256: str  # the content key: a single file's SHA-256, else the hash of the manifest
+    tokenizer: Tokenizer
+    ids: np.ndarray
+    split: int
+    documents: int = 1
+    table: np.ndarray | None = None
 
-    def in_vocabulary(self, tok: CharTokenizer) -> Corpus:
+    @property
+    def train(self) -> np.ndarray:
+        return self.ids[: self.split]
+
+    @property
+    def val(self) -> np.ndarray:
+        return self.ids[self.split :]
+
+    def in_vocabulary(self, tok: Tokenizer) -> Corpus:
         """The same text with ids of `tok` (a model's vocabulary, which may order the characters
         differently or hold more of them); itself when the vocabularies are equal."""
-        if tok.chars == self.tokenizer.chars:
+        if tok.same_as(self.tokenizer):
             return self
-        table = torch.from_numpy(tok.ids_of(self.tokenizer))
-        return dataclasses.replace(self, tokenizer=tok, train=table[self.train.long()], val=table[self.val.long()])
-
-
-def _storage_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype(np.uint8) if vocab_size <= 256 else np.dtype(np.int32)
-
-
-class DamagedCache(Exception):
-    """A cache entry whose content cannot be what was stored (a bad length, type or id)."""
-
-
-def _load_cached(cache_dir: Path, sha: str) -> tuple[CharTokenizer, np.ndarray] | None:
-    """The cached (tokenizer, ids) of a text, or None when there is no usable entry. An entry is
-    checked on every load at memory speed (length, integer type, no id past the vocabulary);
-    a bad one raises DamagedCache."""
-    meta_path, ids_path = cache_dir / f"{sha}.json", cache_dir / f"{sha}.npy"
-    if not meta_path.exists() or not ids_path.exists():
-        return None
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if meta.get("version") != CACHE_VERSION:
-            return None
-        ids = np.load(ids_path, mmap_mode="r", allow_pickle=False)
-        tok = CharTokenizer(meta["chars"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DamagedCache(f"unreadable ({e.__class__.__name__})") from None
-    if ids.ndim != 1 or len(ids) != meta.get("length"):
-        raise DamagedCache(f"holds {ids.shape} ids where {meta.get('length')} were stored")
-    if ids.dtype != _storage_dtype(tok.vocab_size):
-        raise DamagedCache(f"holds {ids.dtype} ids, not {_storage_dtype(tok.vocab_size)}")
-    if len(ids) and int(ids.max()) >= tok.vocab_size:
-        raise DamagedCache(f"holds id {int(ids.max())} for a vocabulary of {tok.vocab_size} characters")
-    return tok, ids
-
-
-def _store_cached(cache_dir: Path, sha: str, tok: CharTokenizer, ids: np.ndarray) -> OSError | None:
-    """Best effort: a read-only or full cache directory only costs re-encoding next time (the
-    error is returned for the caller that must repair an entry)."""
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(cache_dir / f"{sha}.npy", lambda f: np.save(f, ids, allow_pickle=False))
-        meta = json.dumps({"version": CACHE_VERSION, "chars": tok.chars, "length": len(ids)})
-        atomic_write(cache_dir / f"{sha}.json", lambda f: f.write(meta.encode("utf-8")))
-    except OSError as e:
-        return e
-    return None
-
-
-def encode_file(path: Path, cache_dir: Path | None) -> tuple[str, CharTokenizer, np.ndarray]:
-    """(sha256, tokenizer, ids) of a text file, through the encoding cache."""
-    raw = read_text_bytes(path)
-    sha = hashlib.sha256(raw).hexdigest()
-    damaged = None
-    if cache_dir is not None:
-        try:
-            hit = _load_cached(cache_dir, sha)
-        except DamagedCache as e:
-            damaged, hit = str(e), None
-            print(f"warning: the encoding cache entry {cache_dir / sha}.npy {damaged}; re-encoding {path}",
-                  file=sys.stderr)  # fmt: skip
-        if hit is not None:
-            return sha, hit[0], hit[1]
-    text = decode_utf8(raw, path)
-    tok = CharTokenizer.from_text(text)
-    ids = tok.encode_array(text).astype(_storage_dtype(tok.vocab_size))
-    if cache_dir is not None:
-        failed = _store_cached(cache_dir, sha, tok, ids)
-        if failed is not None and damaged is not None:
-            raise UserError(
-                f"the encoding cache entry {cache_dir / sha}.npy is damaged and cannot be rewritten "
-                f"({failed.strerror}); delete {cache_dir / sha}.npy and {cache_dir / sha}.json (or the whole "
-                f"cache, {cache_dir}) and run again"
-            )
-    return sha, tok, ids
+        return dataclasses.replace(self, tokenizer=tok, table=tok.ids_of(self.tokenizer))
 
 
 def cache_dir_for(cfg: DataConfig) -> Path:
@@ -178,32 +117,74 @@ def cache_dir_for(cfg: DataConfig) -> Path:
 
 
 def split_index(n: int, val_fraction: float) -> int:
-    """Where validation starts: the split is contiguous, the last val_fraction is validation."""
+    """Where validation starts in a single text: the last val_fraction is validation."""
     return int(n * (1.0 - val_fraction))
 
 
-def load_corpus(cfg: DataConfig, block_size: int) -> Corpus:
-    """Read, encode (cached) and split the configured text; fetch tiny Shakespeare if it is the default."""
-    path = Path(cfg.path).expanduser()
-    if not path.exists() and Path(cfg.path) == Path(DEFAULT_DATA_PATH):
-        fetch_tiny_shakespeare(path)
-    sha, tok, ids = encode_file(path, cache_dir_for(cfg))
-    n = len(ids)
-    split = split_index(n, cfg.val_fraction)
+def _layout(cfg: DataConfig, index: HashIndex, progress: ProgressFactory | None) -> tuple[Layout, str]:
+    """The documents in the order they are encoded (training files, then validation files) and a
+    description of the corpus for messages."""
+    files = resolve_sources(cfg.path, "data.path")
+    desc = describe(cfg.path) + (f" ({len(files):,} files)" if len(files) > 1 else "")
+    if cfg.val_path is not None:
+        val = resolve_sources(cfg.val_path, "data.val_path")
+        val_paths = {f.path for f in val}
+        files = [f for f in files if f.path not in val_paths]
+        if not files:
+            raise UserError(f"data.path: every file of {describe(cfg.path)} is also in data.val_path; "
+                            "nothing is left to train on")  # fmt: skip
+        desc += f", validation {describe(cfg.val_path)}" + (f" ({len(val):,} files)" if len(val) > 1 else "")
+        files, n_train = files + val, len(files)
+    else:
+        chosen = choose_val_files(files, cfg.val_fraction)
+        n_train = None
+        if chosen is not None:
+            files = [f for f, v in zip(files, chosen) if not v] + [f for f, v in zip(files, chosen) if v]
+            n_train = chosen.count(False)
+    unhashed = sum(f.size for f in files if not index.knows(f))
+    bar = progress(unhashed, f"hashing {desc}") if progress and unhashed else None
+    try:
+        hashes = [index.sha256(f, bar.update if bar else None) for f in files]
+    finally:
+        if bar:
+            bar.close()
+    index.save()
+    return Layout(files, hashes, n_train, cfg.doc_separator, cfg.tokenizer), desc
+
+
+def encode_corpus(cfg: DataConfig, progress: ProgressFactory | None = None,
+                  check_vocab: Callable[[int], None] | None = None) -> tuple[Encoded, Layout, str]:  # fmt: skip
+    """Resolve, hash and encode (through the cache) the configured sources; fetch tiny Shakespeare
+    if it is the default and missing."""
+    if cfg.path == DEFAULT_DATA_PATH and not Path(DEFAULT_DATA_PATH).exists():
+        fetch_tiny_shakespeare(Path(DEFAULT_DATA_PATH))
+    cache = cache_dir_for(cfg)
+    index = HashIndex(cache, [absolute_spec(cfg.path), cfg.val_path and absolute_spec(cfg.val_path)])
+    layout, desc = _layout(cfg, index, progress)
+    return load_or_encode(layout, cache, progress, desc, "data.path", check_vocab), layout, desc
+
+
+def load_corpus(cfg: DataConfig, block_size: int, progress: ProgressFactory | None = None,
+                check_vocab: Callable[[int], None] | None = None) -> Corpus:  # fmt: skip
+    """The configured corpus, encoded (cached), memory-mapped and split."""
+    enc, layout, desc = encode_corpus(cfg, progress, check_vocab)
+    n = len(enc.ids)
+    split = enc.split if enc.split is not None else split_index(n, cfg.val_fraction)
     need = block_size + 2
     if split < need or n - split < need:
+        unit = enc.tokenizer.unit + "s"
         raise UserError(
-            f"data file {path} is too short: {n} characters give {split} for training and {n - split} for "
+            f"data {desc} is too short: {n} {unit} give {split} for training and {n - split} for "
             f"validation, each needs at least {need} (model.block_size + 2); use a longer text or lower "
             f"model.block_size"
         )
-    data = torch.from_numpy(np.array(ids))  # a private, writable copy (the cache may be a read-only memmap)
-    return Corpus(path=path, sha256=sha, tokenizer=tok, train=data[:split], val=data[split:])
+    return Corpus(desc, layout.identity(), enc.tokenizer, enc.ids, split, enc.documents)
 
 
 class Batcher:
     """Random windows of `block_size + 1` tokens from one split, drawn from its own seeded generator,
     so the sequence of batches depends only on the seed (and is saved/restored for exact resume).
+    `data` may be a memory map: only the drawn windows are read, never the whole split.
 
     With several ranks, every rank draws the same `batch_size` window starts and keeps its own
     contiguous share of them: the ranks see different data, and together exactly the batches a
@@ -212,16 +193,17 @@ class Batcher:
     """
 
     def __init__(
-        self, data: torch.Tensor, block_size: int, batch_size: int, seed: int, device: torch.device,
-        rank: int = 0, world_size: int = 1,
+        self, data: np.ndarray | torch.Tensor, block_size: int, batch_size: int, seed: int, device: torch.device,
+        rank: int = 0, world_size: int = 1, table: np.ndarray | None = None,
     ):  # fmt: skip
         if len(data) < block_size + 2:
             raise ValueError(f"split of {len(data)} tokens is too short for block_size {block_size}")
-        self.data = data
+        self.data = data.numpy() if isinstance(data, torch.Tensor) else data
+        self.table = table
         self.batch_size = batch_size
         self.share = slice(rank * batch_size // world_size, (rank + 1) * batch_size // world_size)
         self.device = device
-        self.offsets = torch.arange(block_size + 1)
+        self.offsets = np.arange(block_size + 1)
         self.high = len(data) - block_size  # exclusive bound on window starts
         self.generator = torch.Generator().manual_seed(seed)
         self.pin = device.type == "cuda"
@@ -229,7 +211,9 @@ class Batcher:
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """x, y of shape (B, T) on the device, y being x shifted left by one."""
         starts = torch.randint(self.high, (self.batch_size,), generator=self.generator)[self.share]
-        window = self.data[starts[:, None] + self.offsets].long()  # (B, T+1)
+        rows = self.data[starts.numpy()[:, None] + self.offsets]  # (B, T+1), read from the map
+        rows = self.table[rows] if self.table is not None else rows.astype(np.int64)
+        window = torch.from_numpy(rows)
         if self.pin:
             window = window.pin_memory()
         # non_blocking only from pinned memory (CUDA): from an ordinary temporary it may read memory

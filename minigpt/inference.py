@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,20 +13,20 @@ import torch
 import torch.nn.functional as F
 
 from minigpt.checkpoint import BEST, Checkpoint, resolve_checkpoint
-from minigpt.config import Config, SampleOptions, config_from_dict
-from minigpt.data import cache_dir_for, decode_utf8, encode_file, read_text_bytes, split_index
+from minigpt.config import Config, DataConfig, SampleOptions, config_from_dict
+from minigpt.data import encode_corpus, load_corpus
 from minigpt.errors import UserError, first_line
 from minigpt.evaluation import EvalResult, evaluate_ids
 from minigpt.model import GPT
 from minigpt.runtime import sampling_dtype
 from minigpt.sampler import generate
-from minigpt.tokenizer import CharTokenizer
+from minigpt.tokenizer import Tokenizer, tokenizer_from_dict
 
 
 @dataclass
 class Loaded:
     model: GPT
-    tokenizer: CharTokenizer
+    tokenizer: Tokenizer
     config: Config
     path: Path
     checkpoint: Checkpoint
@@ -37,7 +38,7 @@ def load_model(target: Path, device: torch.device) -> Loaded:
     ckpt = Checkpoint.load(path)
     try:
         cfg = config_from_dict(ckpt.config, str(path))
-        tok = CharTokenizer.from_dict(ckpt.tokenizer)
+        tok = tokenizer_from_dict(ckpt.tokenizer)
         model = GPT(cfg.model, tok.vocab_size)
         model.load_state_dict(ckpt.model)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
@@ -56,7 +57,7 @@ def cast_for_sampling(loaded: Loaded, dtype: str, device_name: str) -> None:
         raise UserError(f"{problem}; use --dtype float32") from None
 
 
-def encode_prompt(tok: CharTokenizer, prompt: str, unknown: str) -> list[int]:
+def encode_prompt(tok: Tokenizer, prompt: str, unknown: str) -> list[int]:
     """Encode a prompt; characters outside the vocabulary are an error, or dropped with unknown='skip'."""
     return tok.encode_checked(prompt, "--prompt", unknown).tolist()
 
@@ -71,8 +72,7 @@ def sample(loaded: Loaded, prompt: str, opts: SampleOptions, write: Callable[[st
     ids = encode_prompt(tok, prompt, opts.unknown)
     shown = tok.decode(ids)
     if not ids:
-        start = tok.stoi.get("\n", 0)
-        ids, shown = [start], ""
+        ids, shown = [tok.start_id], ""
     device = next(loaded.model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(opts.seed)
     texts = []
@@ -80,46 +80,62 @@ def sample(loaded: Loaded, prompt: str, opts: SampleOptions, write: Callable[[st
         if i:
             write("\n\n---\n")
         write(shown)
+        stream = tok.streamer()  # a byte model's characters appear once their last byte is out
         new = generate(
             loaded.model, ids, opts.max_new_tokens, opts.temperature, opts.top_k, opts.top_p, generator,
-            on_token=lambda t: write(tok.chars[t]),
+            on_token=lambda t, stream=stream: write(stream(t)),
         )  # fmt: skip
         texts.append(shown + tok.decode(new))
     write("\n")
     return texts
 
 
-def eval_ids_for(loaded: Loaded, data: Path | None) -> tuple[torch.Tensor, str]:
-    """The ids to evaluate and a description: the run's validation split, or all of `data`."""
+def eval_ids_for(loaded: Loaded, data: str | None) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """The ids to evaluate (a memory map), the table into the model's vocabulary, and what they
+    are: the run's validation split, or all of `data` (a file, folder or glob, joined as in
+    training)."""
     tok = loaded.tokenizer
+    dcfg = loaded.config.data
     if data is not None:
-        text = decode_utf8(read_text_bytes(data), data)
-        return torch.from_numpy(tok.encode_checked(text, f"data file {data}", skip_hint=False)), f"all of {data}"
+        cfg = DataConfig(path=data, val_path=None, doc_separator=dcfg.doc_separator, tokenizer=tok.kind,
+                         cache_dir=dcfg.cache_dir)  # fmt: skip
+        enc, _, desc = encode_corpus(cfg)
+        unseen = enc.tokenizer.unknown_to(tok)
+        if unseen:
+            names = ", ".join(repr(c) for c in unseen[:10]) + (", ..." if len(unseen) > 10 else "")
+            raise UserError(f"data {desc} has characters the model never saw in training: {names}")
+        table = None if enc.tokenizer.same_as(tok) else tok.ids_of(enc.tokenizer)
+        return enc.ids, table, f"all of {desc}"
     info = loaded.checkpoint.data
-    path = Path(info.get("path", loaded.config.data.path))
-    if not path.exists():
-        raise UserError(f"the run's data file {path} is gone; pass --data FILE to evaluate on a text file")
-    sha, file_tok, ids = encode_file(path, cache_dir_for(loaded.config.data))  # cached: encoded once
-    if info.get("sha256") and sha != info["sha256"] or file_tok.unknown_to(tok):
-        raise UserError(f"{path} changed since this run was trained; pass --data FILE to evaluate on it anyway")
-    split = split_index(len(ids), loaded.config.data.val_fraction)
-    val = np.array(ids[split:], dtype=np.int64)
-    if file_tok.chars != tok.chars:  # a fine-tuned model's vocabulary orders or holds more characters
-        val = tok.ids_of(file_tok)[val]
-    return torch.from_numpy(val), f"validation split of {path}"
+    recorded = DataConfig(**{**dataclasses.asdict(dcfg), "path": info.get("path", dcfg.path)})
+    try:
+        corpus = load_corpus(recorded, loaded.config.model.block_size)
+    except UserError as e:
+        raise UserError(f"cannot read the run's data ({e}); pass --data FILE|FOLDER to evaluate other text") from None
+    if info.get("sha256") and corpus.sha256 != info["sha256"] or corpus.tokenizer.unknown_to(tok):
+        raise UserError(
+            f"{corpus.description} changed since this run was trained; pass --data FILE|FOLDER to evaluate on it anyway"
+        )
+    table = None if corpus.tokenizer.same_as(tok) else tok.ids_of(corpus.tokenizer)
+    return corpus.val, table, f"validation split of {corpus.description}"
 
 
-def evaluate(loaded: Loaded, data: Path | None) -> tuple[EvalResult, str]:
-    ids, what = eval_ids_for(loaded, data)
-    return evaluate_ids(loaded.model, ids), what
+def evaluate(loaded: Loaded, data: str | Path | None) -> tuple[EvalResult, str]:
+    ids, table, what = eval_ids_for(loaded, str(data) if data is not None else None)
+    result = evaluate_ids(loaded.model, ids, table)
+    result.unit = loaded.tokenizer.unit
+    return result, what
 
 
 @dataclass
 class Scores:
-    """The model's surprise at each character of a text: bits[i] = -log2 p(text[i+1] | text[:i+1])."""
+    """The model's surprise at each token of a text: bits[i] = -log2 p(token i+1 | tokens up to i).
+    `text` holds what each token shows as: the characters (char models), or for a byte model each
+    character on its last byte and '' on the bytes before it."""
 
-    text: str
-    bits: list[float]  # one per character after the first (the first has no context to predict it)
+    text: list[str]
+    bits: list[float]  # one per token after the first (the first has no context to predict it)
+    unit: str = "char"
 
     @property
     def bits_per_char(self) -> float:
@@ -140,8 +156,9 @@ def score_text(loaded: Loaded, text: str) -> Scores:
     """Surprise per character. Text longer than the context is scored in windows of block_size that
     advance by half a window, each character scored once, with at least half a window of context
     (all of it before the first window is full)."""
-    ids = torch.from_numpy(loaded.tokenizer.encode_checked(text, "the text", skip_hint=False))
-    if len(text) < 2:
+    tok = loaded.tokenizer
+    ids = torch.from_numpy(tok.encode_checked(text, "the text", skip_hint=False))
+    if len(ids) < 2:
         raise UserError("the text to score needs at least 2 characters (the first one has no context)")
     model = loaded.model
     device = next(model.parameters()).device
@@ -160,4 +177,4 @@ def score_text(loaded: Loaded, text: str) -> Scores:
         bits[done:end] = nll[first_new:].cpu()
         done = end
         start = max(0, end - block + stride) if end < len(ids) - 1 else end
-    return Scores(text, bits.tolist())
+    return Scores(tok.pieces(ids.tolist()), bits.tolist(), tok.unit)

@@ -24,10 +24,10 @@ from minigpt.mfu import device_peak, flops_per_token, mfu_percent
 from minigpt.model import GPT
 from minigpt.runtime import log
 from minigpt.sampler import generate
-from minigpt.tokenizer import CharTokenizer
+from minigpt.tokenizer import Tokenizer
 
 
-def sample_text(model: GPT, tok: CharTokenizer, prompt: str, length: int, seed: int) -> str:
+def sample_text(model: GPT, tok: Tokenizer, prompt: str, length: int, seed: int) -> str:
     """A short sample for TensorBoard, from its own generator (training RNG untouched); prompt
     characters the model does not know are dropped."""
     device = next(model.parameters()).device
@@ -40,10 +40,10 @@ class AttentionLogger:
     """The probe text's attention maps as a TensorBoard image at each eval (unknown characters
     dropped); the figure is built once and redrawn, about a second an eval on 2 CPU cores."""
 
-    def __init__(self, model: GPT, tok: CharTokenizer, probe: str):
+    def __init__(self, model: GPT, tok: Tokenizer, probe: str):
         self.model = model
         self.ids = tok.encode_checked(probe, "log.attention_probe", unknown="skip")[: model.cfg.block_size].tolist()
-        self.chars = [tok.chars[i] for i in self.ids]
+        self.chars = tok.pieces(self.ids)
         self.figure: Any = None
 
     def log(self, writer: Any, step: int) -> None:
@@ -66,16 +66,46 @@ class AttentionLogger:
             self.figure.close()
 
 
-def describe_run(cfg: Config, corpus: Corpus, tok: CharTokenizer, model: GPT, device: torch.device,
+def describe_run(cfg: Config, corpus: Corpus, tok: Tokenizer, model: GPT, device: torch.device,
                  dtype: torch.dtype, dist: distributed.Dist) -> None:  # fmt: skip
     """The start-up lines: the data, the model and where it runs, the MFU basis."""
     n_train, n_val = len(corpus.train), len(corpus.val)
-    log(f"data: {corpus.path} ({n_train + n_val:,} chars, vocab {tok.vocab_size}; {n_train:,} train / {n_val:,} val)")
+    unit = tok.unit + "s"
+    log(f"data: {corpus.description} ({n_train + n_val:,} {unit}, {tok.kind} vocab {tok.vocab_size}; "
+        f"{n_train:,} train / {n_val:,} val)")  # fmt: skip
     where = f"{dist.world_size} processes ({device.type}, DDP)" if dist.enabled else f"device {device}"
     log(f"model: {model.num_params() / 1e6:.2f}M parameters | {where} | dtype {runtime.dtype_name(dtype)}")
     peak, peak_source = device_peak(device, cfg.log.peak_tflops)
     if peak is not None or device.type == "cuda":
         log(f"MFU: {flops_per_token(cfg.model, tok.vocab_size) / 1e6:.1f} MFLOP per token trained; peak {peak_source}")
+
+
+BIG_ENCODE = 64 << 20  # bytes: smaller texts encode in well under a second, silently
+
+
+class ByteProgress:
+    """Encoding or hashing a large corpus: a tqdm bar in bytes/s on a terminal, and one line with the
+    throughput when it is done (rank 0 only)."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc, self.start = total, desc, time.perf_counter()
+        show = total >= BIG_ENCODE and distributed.launched().is_main
+        self.bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
+                        disable=not (show and sys.stderr.isatty()))  # fmt: skip
+        self.show = show
+
+    def update(self, n: int) -> None:
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.show:
+            seconds = time.perf_counter() - self.start
+            log(f"{self.desc}: {self.total / 1e6:,.0f} MB in {seconds:.1f} s ({self.total / 1e6 / seconds:,.0f} MB/s)")
+
+
+def byte_progress(total: int, desc: str) -> ByteProgress:
+    return ByteProgress(total, desc)
 
 
 def progress_mode(setting: str) -> str:
@@ -92,9 +122,10 @@ class Reporter:
     The trainer calls `on_log` every log.interval steps, `on_eval` after each evaluation (inside
     `paused()`, so evaluation time stays out of tokens/s), and `close` at the end."""
 
-    def __init__(self, cfg: Config, out_dir: Path, model: GPT, tok: CharTokenizer, device: torch.device,
+    def __init__(self, cfg: Config, out_dir: Path, model: GPT, tok: Tokenizer, device: torch.device,
                  dist: distributed.Dist, start_step: int, start_tokens: int) -> None:  # fmt: skip
         self.cfg, self.out_dir, self.model, self.tok, self.dist = cfg, out_dir, model, tok, dist
+        self.bits = "bpc" if tok.unit == "char" else "bits/byte"  # a byte model's loss is per byte
         self.flops_tok = flops_per_token(cfg.model, tok.vocab_size)
         self.peak = device_peak(device, cfg.log.peak_tflops)[0]
         self.rates: list[float] = []  # tokens/s of each log interval, for the summary
@@ -168,7 +199,8 @@ class Reporter:
             self.t_log += time.perf_counter() - t0
 
     def on_eval(self, step: int, val_loss: float, improved: bool) -> None:
-        log(f"step {step}: val loss {val_loss:.4f} ({val_loss / math.log(2):.3f} bpc)" + (" *best" if improved else ""))
+        best = " *best" if improved else ""
+        log(f"step {step}: val loss {val_loss:.4f} ({val_loss / math.log(2):.3f} {self.bits}){best}")
         if self.writer is None:
             return
         self.writer.add_scalar("val/loss", val_loss, step)
@@ -214,11 +246,12 @@ class Reporter:
             speed = f", {rate:,.0f} tokens/s" + (f" (MFU {mfu:.1f}%)" if mfu is not None else "")
         exact = ""
         if full is not None:
-            exact = f"; whole val split {full.loss:.4f} ({full.bpc:.3f} bpc, scored in {self.final_seconds:.1f}s)"
+            took = f"scored in {self.final_seconds:.1f}s"
+            exact = f"; whole val split {full.loss:.4f} ({full.bpc:.3f} {self.bits}, {took})"
         out = self.out_dir
         log(
             f"done: {steps} steps in {wall:.1f}s{speed}, best val loss {best_val_loss:.4f} "
-            f"({best_val_loss / math.log(2):.3f} bpc){exact}\n"
+            f"({best_val_loss / math.log(2):.3f} {self.bits}){exact}\n"
             f"  sample:      minigpt sample {out}\n"
             f"  evaluate:    minigpt eval {out}\n"
             f"  tensorboard: tensorboard --logdir {out.parent}"

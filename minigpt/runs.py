@@ -6,27 +6,29 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from minigpt import distributed, memory
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
-from minigpt.config import Config, batch_split_error, config_from_dict
+from minigpt.config import Config, ModelConfig, batch_split_error, config_from_dict
 from minigpt.config_files import load_config, save_config
 from minigpt.data import Corpus, load_corpus
 from minigpt.errors import UserError
+from minigpt.reporting import byte_progress
 from minigpt.runtime import configure_threads, log, resolve_device, resolve_dtype
 from minigpt.schedule import lr_at
-from minigpt.tokenizer import CharTokenizer
+from minigpt.sources import absolute_spec
+from minigpt.tokenizer import CharTokenizer, Tokenizer, tokenizer_from_dict
 from minigpt.trainer import Trainer, TrainResult
 
 # keys that may change when a run is resumed: they change neither what the model is nor what it
-# learns from (data.path may change too when the file's content is the same: its SHA-256 is checked)
+# learns from (data.path and data.val_path may change too when the content is the same: its hash is checked)
 MAY_CHANGE_ON_RESUME = (
     "train.max_steps", "train.eval_interval", "train.ckpt_interval", "train.device", "train.dtype",
     "train.compile", "train.threads", "train.patience", "train.min_delta", "train.max_time", "train.final_eval",
-    "data.cache_dir", "data.path", "log.",
+    "data.cache_dir", "data.path", "data.val_path", "log.",
 )  # fmt: skip
 
 
@@ -131,10 +133,17 @@ def prepare_run_dir(out_dir: Path) -> None:
         raise UserError(f"cannot write to the run directory {out_dir}: {e.strerror}; choose another --out") from None
 
 
-def starting_vocabulary(start: CharTokenizer, corpus_tok: CharTokenizer, new_chars: str, source: Path,
-                        corpus_path: Path) -> CharTokenizer:  # fmt: skip
+def starting_vocabulary(start: Tokenizer, corpus_tok: Tokenizer, new_chars: str, source: Path,
+                        corpus_path: str) -> Tokenizer:  # fmt: skip
     """The fine-tuning run's vocabulary: the starting model's, each character keeping its id, plus
     the new text's unseen characters at the end when data.new_chars is `add` (an error otherwise)."""
+    if start.kind != corpus_tok.kind:
+        raise UserError(
+            f"cannot start from {source}: it is a {start.kind} model and data.tokenizer is {corpus_tok.kind}; "
+            f"set data.tokenizer={start.kind}"
+        )
+    if not isinstance(start, CharTokenizer):
+        return start
     unseen = [c for c in corpus_tok.chars if c not in start.stoi]
     if not unseen:
         return start
@@ -201,9 +210,26 @@ class RunLock:
             self.fd = None
 
 
+def vocabulary_check(m: ModelConfig) -> Callable[[int], None]:
+    """A character vocabulary too large for the model: its embedding table alone would outweigh
+    the transformer blocks (most of the model would be rows for rare characters). Checked as soon
+    as the vocabulary is known, before the ids are written."""
+    blocks = 12 * m.n_layer * m.n_embd**2  # attention (4 d^2) and MLP (8 d^2) weights per block
+
+    def check(vocab: int) -> None:
+        if vocab > 256 and vocab * m.n_embd > blocks:
+            raise UserError(
+                f"data.path has {vocab:,} distinct characters: their embedding table ({vocab * m.n_embd / 1e6:.1f}M "
+                f"parameters at model.n_embd={m.n_embd}) would outweigh the model's transformer blocks "
+                f"({blocks / 1e6:.1f}M); train on bytes with data.tokenizer=byte (256 ids), or use a bigger model"
+            )
+
+    return check
+
+
 def model_vocabulary(
     cfg: Config, corpus: Corpus, resume_from: Checkpoint | None, init_from: tuple[Path, Checkpoint] | None
-) -> CharTokenizer:
+) -> Tokenizer:
     """The vocabulary the model trains with: the text's own for a new run; the checkpoint's for a
     resume (of the same text: its SHA-256 is checked); the starting model's, perhaps extended, for
     fine-tuning."""
@@ -211,13 +237,13 @@ def model_vocabulary(
         saved_sha = resume_from.data.get("sha256")
         if saved_sha and saved_sha != corpus.sha256:
             raise UserError(
-                f"cannot resume: {corpus.path} is not the text this run was trained on (its SHA-256 changed); "
-                "restore the original file or start a new run"
+                f"cannot resume: {corpus.description} is not the text this run was trained on (its content hash "
+                "changed: a file was edited, added or removed); restore the original text or start a new run"
             )
-        return CharTokenizer.from_dict(resume_from.tokenizer)
+        return tokenizer_from_dict(resume_from.tokenizer)
     if init_from is not None:
-        start_tok = CharTokenizer.from_dict(init_from[1].tokenizer)
-        return starting_vocabulary(start_tok, corpus.tokenizer, cfg.data.new_chars, init_from[0], corpus.path)
+        start_tok = tokenizer_from_dict(init_from[1].tokenizer)
+        return starting_vocabulary(start_tok, corpus.tokenizer, cfg.data.new_chars, init_from[0], corpus.description)
     return corpus.tokenizer
 
 
@@ -234,9 +260,12 @@ def train(
     this; rank 0 alone writes files and prints.
     """
     t_start = time.perf_counter()
-    corpus = load_corpus(cfg.data, cfg.model.block_size)
-    # record the text's absolute path: the run resumes and evaluates from any working directory
-    cfg = cfg.replace(**{"data.path": str(corpus.path.resolve())})
+    corpus = load_corpus(cfg.data, cfg.model.block_size, byte_progress, vocabulary_check(cfg.model))
+    # record the text's absolute paths: the run resumes and evaluates from any working directory
+    absolute = {"data.path": absolute_spec(cfg.data.path)}
+    if cfg.data.val_path is not None:
+        absolute["data.val_path"] = absolute_spec(cfg.data.val_path)
+    cfg = cfg.replace(**absolute)
     tok = model_vocabulary(cfg, corpus, resume_from, init_from)
     corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
     dist = distributed.launched()

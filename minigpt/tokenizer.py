@@ -1,16 +1,24 @@
-"""Character tokenizer: one id per distinct character, ids in sorted character order."""
+"""Tokenizers: `char` (one id per distinct character, ids in sorted character order) and `byte`
+(the 256 byte values of the UTF-8 text: any file at all, and a vocabulary that never grows)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import codecs
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from minigpt.errors import UserError
 
+TOKENIZERS = ("char", "byte")
+
 
 class CharTokenizer:
     """Maps characters to ids and back. Stored in checkpoints as plain data (`to_dict`)."""
+
+    kind = "char"
+    unit = "char"  # what one id is, for "bits per char"
 
     def __init__(self, chars: Sequence[str]):
         chars = list(chars)
@@ -31,6 +39,9 @@ class CharTokenizer:
     @property
     def vocab_size(self) -> int:
         return len(self.chars)
+
+    def same_as(self, other: Tokenizer) -> bool:
+        return isinstance(other, CharTokenizer) and other.chars == self.chars
 
     def unknown(self, text: str) -> list[str]:
         """Characters of `text` that are not in the vocabulary, in order of first appearance."""
@@ -61,8 +72,10 @@ class CharTokenizer:
             raise KeyError(chr(int(points[np.argmax(bad)])))
         return self._order[pos].astype(np.int64)
 
-    def unknown_to(self, other: CharTokenizer) -> list[str]:
+    def unknown_to(self, other: Tokenizer) -> list[str]:
         """Characters of this vocabulary that `other` lacks."""
+        if not isinstance(other, CharTokenizer):
+            return list(self.chars)
         return [c for c in self.chars if c not in other.stoi]
 
     def ids_of(self, other: CharTokenizer) -> np.ndarray:
@@ -78,9 +91,90 @@ class CharTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return "".join(self.chars[i] for i in ids)
 
-    def to_dict(self) -> dict[str, list[str]]:
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """What each id shows as, one string per id (labels for attention maps and scores)."""
+        return [self.chars[i] for i in ids]
+
+    def streamer(self) -> Callable[[int], str]:
+        """A function from each next id to the text it completes (streaming output)."""
+        return self.chars.__getitem__
+
+    @property
+    def start_id(self) -> int:
+        """The id an empty prompt starts from: a newline where the vocabulary has one."""
+        return self.stoi.get("\n", 0)
+
+    def to_dict(self) -> dict[str, Any]:
         return {"chars": list(self.chars)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> CharTokenizer:
+    def from_dict(cls, d: dict[str, Any]) -> CharTokenizer:
         return cls(d["chars"])
+
+
+class ByteTokenizer:
+    """The UTF-8 bytes of a text, one id per byte value (256 ids). Decoding never fails: bytes
+    that do not form UTF-8 show as U+FFFD, and a streamed character appears once its last byte
+    is out."""
+
+    kind = "byte"
+    unit = "byte"
+    vocab_size = 256
+
+    def same_as(self, other: Tokenizer) -> bool:
+        return isinstance(other, ByteTokenizer)
+
+    def unknown(self, text: str) -> list[str]:
+        return []
+
+    def encode_checked(self, text: str, what: str, unknown: str = "error", skip_hint: bool = True) -> np.ndarray:
+        return self.encode_array(text)
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+    def unknown_to(self, other: Tokenizer) -> list[str]:
+        return [] if isinstance(other, ByteTokenizer) else ["(byte values)"]
+
+    def ids_of(self, other: ByteTokenizer) -> np.ndarray:
+        return np.arange(256, dtype=np.int64)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """One string per byte: a whole character on its last byte, '' on the bytes before it (so
+        the pieces join to the decoded text), U+FFFD for a byte that is not part of UTF-8."""
+        stream = self.streamer()
+        return [stream(i) for i in ids]
+
+    def streamer(self) -> Callable[[int], str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return lambda i: decoder.decode(bytes((i,)))
+
+    @property
+    def start_id(self) -> int:
+        return 10  # b"\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "byte"}
+
+
+Tokenizer = CharTokenizer | ByteTokenizer
+
+
+def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
+    """The tokenizer a checkpoint or cache entry describes (older ones hold only "chars")."""
+    kind = d.get("kind", "char")
+    if kind == "byte":
+        return ByteTokenizer()
+    if kind != "char":
+        raise ValueError(f"unknown tokenizer kind {kind!r}")
+    return CharTokenizer(d["chars"])
+
+
+def new_tokenizer(kind: str, chars: Iterable[str] = ()) -> Tokenizer:
+    return ByteTokenizer() if kind == "byte" else CharTokenizer(sorted(set(chars)))

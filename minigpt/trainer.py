@@ -26,17 +26,18 @@ import torch
 from minigpt import distributed
 from minigpt.atomic import atomic_write
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
-from minigpt.config import Config, parse_duration
+from minigpt.config import Config
 from minigpt.data import Batcher, Corpus
 from minigpt.distributed import wrap_ddp
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.evaluation import EvalResult, evaluate_ids
+from minigpt.fields import parse_duration
 from minigpt.model import GPT
 from minigpt.optim import build_optimizer, load_optimizer_state
 from minigpt.reporting import Reporter, describe_run
 from minigpt.runtime import autocast, enable_fast_matmul, log, maybe_compile
 from minigpt.schedule import lr_at
-from minigpt.tokenizer import CharTokenizer
+from minigpt.tokenizer import Tokenizer
 from minigpt.train_state import RngStreams, TrainState
 
 
@@ -115,7 +116,7 @@ class StepStats:
 class Trainer:
     """One training process of one run. Under torchrun every rank builds one; rank 0 alone writes."""
 
-    def __init__(self, cfg: Config, corpus: Corpus, tok: CharTokenizer, device: torch.device, dtype: torch.dtype,
+    def __init__(self, cfg: Config, corpus: Corpus, tok: Tokenizer, device: torch.device, dtype: torch.dtype,
                  out_dir: Path, dist: distributed.Dist | None = None) -> None:  # fmt: skip
         self.cfg, self.corpus, self.tok, self.out_dir = cfg, corpus, tok, out_dir
         self.device, self.dtype, self.dist = device, dtype, dist or distributed.Dist()
@@ -129,8 +130,9 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
         micro = t.batch_size // t.grad_accum_steps  # sequences per micro-step, all ranks together
         block = cfg.model.block_size
-        self.batcher = Batcher(corpus.train, block, micro, t.seed, device, rank=rank, world_size=world)
-        val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, rank=rank, world_size=world)
+        table = corpus.table
+        self.batcher = Batcher(corpus.train, block, micro, t.seed, device, rank=rank, world_size=world, table=table)
+        val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, rank=rank, world_size=world, table=table)
         self.val_batches = [val_source.next() for _ in range(t.eval_steps)]  # fixed for the whole run
         self.state = TrainState()
         self.rng = RngStreams(device, self.batcher, self.dist, t.seed)
@@ -329,7 +331,7 @@ class Trainer:
         best = find_checkpoint(self.out_dir, prefer=BEST)
         if best is not None:
             model.load_state_dict(Checkpoint.load(best).model)
-        return evaluate_ids(model, self.corpus.val.long())
+        return evaluate_ids(model, self.corpus.val, self.corpus.table)
 
     def _write_results(self, result: TrainResult, tokens_per_s: float | None) -> None:
         full = result.full

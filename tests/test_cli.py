@@ -97,7 +97,7 @@ def test_eval_json_scores_the_whole_val_split(trained_run: Path, cli) -> None:
     r = cli("eval", trained_run, "--json")
     assert r.code == 0, r
     result = json.loads(r.out)
-    assert set(result) == {"loss", "bpc", "perplexity", "tokens"}
+    assert set(result) == {"loss", "bpc", "perplexity", "tokens", "unit"} and result["unit"] == "char"
     ckpt = load_checkpoint(trained_run / "best.pt")
     corpus = load_corpus(DataConfig(path=ckpt["data"]["path"]), 16)
     assert result["tokens"] == len(corpus.val) - 1

@@ -3,12 +3,14 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from minigpt import data as data_mod
+from minigpt import encoding
 from minigpt.config import DataConfig
-from minigpt.data import Batcher, encode_file, fetch_tiny_shakespeare, load_corpus
+from minigpt.data import Batcher, fetch_tiny_shakespeare, load_corpus
 from minigpt.errors import UserError
 from minigpt.tokenizer import CharTokenizer
 
@@ -45,7 +47,7 @@ def test_batches_are_shifted_windows_and_seeded(text_file: Path) -> None:
     x2, y2 = b.next()
     assert torch.equal(x, x2) and torch.equal(y, y2)  # same seed, same batches
     # every row is a real window of the training text
-    train = corpus.train.long()
+    train = torch.from_numpy(corpus.train.astype(np.int64))
     for row in x:
         starts = [i for i in range(len(train) - 16) if torch.equal(train[i : i + 16], row)]
         assert starts
@@ -60,16 +62,20 @@ def test_encoding_is_cached_by_content_hash(tmp_path: Path, monkeypatch: pytest.
     text = make_text(5000)
     path.write_text(text, encoding="utf-8")
     cache = tmp_path / "cache"
-    sha, tok, ids = encode_file(path, cache)
-    assert sha == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert (cache / f"{sha}.npy").exists() and (cache / f"{sha}.json").exists()
+    cfg = DataConfig(path=str(path), cache_dir=str(cache))
+    corpus = load_corpus(cfg, 16)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert corpus.sha256 == sha  # a single file's key is its SHA-256, as checkpoints have always recorded
+    assert (cache / f"{sha}.char.bin").exists() and (cache / f"{sha}.char.json").exists()
+    assert isinstance(corpus.ids, np.memmap)  # read from the entry, not held as a private copy
 
     def boom(*a, **k):
-        raise AssertionError("the text was decoded again instead of read from the cache")
+        raise AssertionError("the text was encoded again instead of read from the cache")
 
-    monkeypatch.setattr(data_mod, "decode_utf8", boom)
-    sha2, tok2, ids2 = encode_file(path, cache)
-    assert sha2 == sha and tok2.chars == tok.chars and (ids2 == ids).all()
+    monkeypatch.setattr(encoding, "encode", boom)
+    again = load_corpus(cfg, 16)
+    assert again.sha256 == sha and again.tokenizer.chars == corpus.tokenizer.chars
+    assert np.array_equal(again.ids, corpus.ids)
 
 
 def test_nothing_is_written_next_to_the_data(tmp_path: Path) -> None:
@@ -78,27 +84,28 @@ def test_nothing_is_written_next_to_the_data(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "t.txt").write_text(make_text(3000))
     before = sorted(p.name for p in folder.iterdir())
-    _, _, ids = encode_file(folder / "t.txt", tmp_path / "cache")
-    assert len(ids) == 3000
+    corpus = load_corpus(DataConfig(path=str(folder / "t.txt"), cache_dir=str(tmp_path / "cache")), 16)
+    assert len(corpus.ids) == 3000
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
-def test_unwritable_cache_dir_is_not_fatal(tmp_path: Path) -> None:
+def test_unwritable_cache_dir_is_not_fatal(tmp_path: Path, capsys) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     path = tmp_path / "t.txt"
     path.write_text(make_text(3000))
-    _, _, ids = encode_file(path, blocker / "cache")  # cannot mkdir under a file
-    assert len(ids) == 3000
+    corpus = load_corpus(DataConfig(path=str(path), cache_dir=str(blocker / "cache")), 16)  # cannot mkdir there
+    assert len(corpus.ids) == 3000 and corpus.tokenizer.decode(corpus.ids[:50].tolist()) == path.read_text()[:50]
+    assert "warning: cannot use the encoding cache" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
     ("content", "message"),
     [
         (None, r"does not exist \(pass --data FILE"),
-        (b"", r"is empty"),
-        (b"good text\nmore \xff\xfe bad", r"is not UTF-8 text: byte 0xff at offset 15 \(line 2, column 6\)"),
-        (b"too short", r"is too short: 9 characters give 8 for training and 1 for validation"),
+        (b"", r"holds no text"),
+        (b"good text\nmore \xff\xfe bad", r"is not UTF-8 text: byte 0xff at offset 15 \(line 2\).*data.tokenizer=byte"),
+        (b"too short", r"is too short: 9 chars give 8 for training and 1 for validation"),
     ],
 )
 def test_bad_data_files(tmp_path: Path, content: bytes | None, message: str) -> None:
@@ -107,11 +114,6 @@ def test_bad_data_files(tmp_path: Path, content: bytes | None, message: str) -> 
         path.write_bytes(content)
     with pytest.raises(UserError, match=message):
         load_corpus(DataConfig(path=str(path)), block_size=16)
-
-
-def test_directory_as_data(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="is a directory"):
-        load_corpus(DataConfig(path=str(tmp_path)), block_size=16)
 
 
 def test_default_data_is_fetched_and_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from minigpt import data as data_mod
-from minigpt import runtime
+from minigpt import corpus_cache, runtime
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config import DataConfig
-from minigpt.data import encode_file, load_corpus
+from minigpt.data import load_corpus
 from minigpt.errors import UserError
 
 from .conftest import TINY
@@ -94,29 +93,31 @@ def test_training_sets_the_passive_wait_policy_before_torch_loads_and_keeps_a_us
 
 def test_a_damaged_cache_entry_is_re_encoded(text_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     cache = tmp_path / "cache"
-    sha, tok, ids = encode_file(text_file, cache)
-    good = np.array(ids)
+    cfg = DataConfig(path=str(text_file), cache_dir=str(cache))
+    first = load_corpus(cfg, 16)
+    good, vocab = np.array(first.ids), first.tokenizer.vocab_size
+    (entry,) = cache.glob("*.bin")
     damaged = good.copy()
     damaged[100] = 250  # past the vocabulary (as an overwritten entry would be)
-    np.save(cache / f"{sha}.npy", damaged)
+    entry.write_bytes(damaged.tobytes())
     capsys.readouterr()
-    corpus = load_corpus(DataConfig(path=str(text_file), cache_dir=str(cache)), 16)
+    corpus = load_corpus(cfg, 16)
     err = capsys.readouterr().err
-    assert "warning: the encoding cache entry" in err and f"holds id 250 for a vocabulary of {tok.vocab_size}" in err
-    assert np.array_equal(torch.cat([corpus.train, corpus.val]).numpy(), good)  # the right ids, from the text
-    assert np.array_equal(np.load(cache / f"{sha}.npy"), good)  # repaired on disk
-    assert load_corpus(DataConfig(path=str(text_file), cache_dir=str(cache)), 16) is not None
+    assert "warning: the encoding cache entry" in err and f"holds id 250 for a vocabulary of {vocab}" in err
+    assert np.array_equal(np.asarray(corpus.ids), good)  # the right ids, from the text
+    assert np.array_equal(np.fromfile(entry, dtype=np.uint8), good)  # repaired on disk
+    assert load_corpus(cfg, 16) is not None
     assert "warning" not in capsys.readouterr().err  # and trusted again
 
     # a damaged entry that cannot be rewritten: a clear error saying what to delete
-    np.save(cache / f"{sha}.npy", damaged[:-5])
+    entry.write_bytes(damaged[:-5].tobytes())
 
-    def read_only(path, write):
+    def read_only(path):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(data_mod, "atomic_write", read_only)
-    with pytest.raises(UserError, match=r"damaged and cannot be rewritten \(Permission denied\); delete .*\.npy"):
-        load_corpus(DataConfig(path=str(text_file), cache_dir=str(cache)), 16)
+    monkeypatch.setattr(corpus_cache, "atomic_open", read_only)
+    with pytest.raises(UserError, match=r"damaged and cannot be rewritten \(Permission denied\); delete .*\.bin"):
+        load_corpus(cfg, 16)
 
 
 def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) -> None:

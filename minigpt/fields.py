@@ -1,0 +1,78 @@
+"""Config fields with their rules in the metadata: help text, allowed values, bounds, durations
+and path lists. `field_error` checks a value against them, so each rule is written once."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import field
+from typing import Any
+
+SEED_LIMIT = 2**63  # seeds are in [0, 2**63): what torch.Generator.manual_seed accepts
+
+
+def _f(
+    default: Any,
+    help: str,
+    choices: tuple[str, ...] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+    duration: bool = False,
+    paths: bool = False,
+) -> Any:
+    """A dataclass field with its help text, allowed values and bounds in the metadata; `validate`
+    checks every bound (and that floats are finite), so each rule is written once, here."""
+    bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le)) if v is not None}
+    meta = {"help": help, "choices": choices, "duration": duration, "paths": paths, **bounds}
+    return field(default=default, metadata=meta)
+
+
+def parse_duration(text: str) -> float | None:
+    """'90', '90s', '10m', '1.5h' -> seconds (> 0); None if it is not such a duration."""
+    text = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], None)
+    number = text[:-1] if scale else text
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def _number(x: float) -> str:
+    return "2**63" if x == SEED_LIMIT else f"{x:g}"
+
+
+def field_error(name: str, value: Any, meta: Any, flag: bool = False) -> str | None:
+    """What is wrong with `value` for a field with these metadata (choices, bounds), or None.
+
+    `flag` words it for a command-line option (`--dtype must be auto, float32 or bfloat16`)
+    rather than a config key (`train.dtype must be one of ...`, with a "did you mean").
+    """
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        if flag:
+            return f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, got '{value}'"
+        close = difflib.get_close_matches(str(value), choices, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"{name} must be one of {', '.join(choices)}, got '{value}'{hint}"
+    if meta.get("duration") and value is not None and parse_duration(value) is None:
+        return f"{name} must be a duration such as 90 (seconds), 90s, 10m or 1.5h, got '{value}'"
+    if value is None or not any(b in meta for b in ("ge", "gt", "lt", "le")):
+        return None
+    lo, hi = meta.get("ge", meta.get("gt")), meta.get("lt", meta.get("le"))
+    if hi is not None:  # an interval: [0, 1), (0, 1], [0, 2**63)
+        inside = (lo <= value if "ge" in meta else lo < value) and (value < hi if "lt" in meta else value <= hi)
+        if not (isinstance(value, float) and not math.isfinite(value)) and inside:
+            return None
+        left, right = "[" if "ge" in meta else "(", ")" if "lt" in meta else "]"
+        return f"{name} must be in {left}{_number(lo)}, {_number(hi)}{right}, got {value}"
+    op = ">=" if "ge" in meta else ">"
+    ok = value >= lo if "ge" in meta else value > lo
+    if isinstance(value, float):
+        if ok and math.isfinite(value):
+            return None
+        return f"{name} must be a finite number {op} {_number(lo)}, got {value}"
+    return None if ok else f"{name} must be {op} {_number(lo)}, got {value}"
