@@ -260,8 +260,8 @@ def encode(layout: Layout, out: IO[bytes], progress: ProgressFactory | None, des
     files, skipped = list(layout.files), []
     total = sum(f.size for f in files)
     passes = 2 if layout.kind == "char" else 1
-    bar = progress(total * passes, desc) if progress else None
-    tick = bar.update if bar else (lambda n: None)
+    bar = progress(total, f"encoding {desc}") if progress else None
+    tick = (lambda n: bar.update(n / passes)) if bar else (lambda n: None)  # char mode reads it all twice
     try:
         if layout.kind == "byte":
             tok = ByteTokenizer()

@@ -101,7 +101,7 @@ class ByteProgress:
         self.bar.close()
         if self.show:
             seconds = time.perf_counter() - self.start
-            log(f"{self.desc}: {self.total / 1e6:,.0f} MB in {seconds:.1f} s ({self.total / 1e6 / seconds:,.0f} MB/s)")
+            log(f"{self.desc}: {self.total / 1e6:,.0f} MB in {seconds:.2f} s ({self.total / 1e6 / seconds:,.0f} MB/s)")
 
 
 def byte_progress(total: int, desc: str) -> ByteProgress:

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Data at scale: peak memory, encoding throughput and time to the first step on large corpora.
+
+    uv run python scripts/bench_data.py                      # 2 GB file + 1 GB folder of 50,000 files
+    uv run python scripts/bench_data.py --file-mb 300 --folder-mb 100 --files 5000   # a quicker look
+
+Builds the corpora on disk (from tiny Shakespeare, shifted so no two files are identical), then
+runs `minigpt train` for a few steps on each, twice: first with an empty encoding cache, then
+cached. For each run it prints the child's peak resident memory (ru_maxrss from wait4), the
+encoding throughput (the corpus's bytes over the hashing and encoding time that train reports),
+and the time from process start to the end of the first training step, less the time `import
+torch` takes in the same environment. One JSON line at the end holds every number.
+
+Run it alone: anything else on the machine's two cores distorts every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "data" / "tinyshakespeare.txt"
+STEPS = 3
+TRAIN_ARGS = [
+    f"train.max_steps={STEPS}", f"train.eval_interval={STEPS}", "train.eval_steps=2", "train.final_eval=false",
+    "log.interval=1", "log.progress=lines", "log.progress_seconds=0.001", "log.tensorboard=false",
+    "log.sample_length=0", "log.attention_probe=",
+]  # fmt: skip
+
+
+def _variant(text: str, i: int) -> str:
+    """The text rotated by a different amount each time: same characters, different content."""
+    k = (i * 7919) % len(text)
+    return text[k:] + text[:k]
+
+
+def build_file(path: Path, mb: int) -> int:
+    text = SOURCE.read_text(encoding="utf-8")
+    target = mb * 1_000_000
+    with open(path, "w", encoding="utf-8") as f:
+        written, i = 0, 0
+        while written < target:
+            chunk = _variant(text, i)[: target - written]
+            f.write(chunk)
+            written += len(chunk.encode("utf-8"))
+            i += 1
+    return path.stat().st_size
+
+
+def build_folder(root: Path, mb: int, files: int) -> int:
+    text = SOURCE.read_text(encoding="utf-8")
+    each = mb * 1_000_000 // files
+    for i in range(files):
+        folder = root / f"{i // 1000:03d}"
+        if i % 1000 == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+        start = (i * 104_729) % (len(text) - each)
+        (folder / f"doc{i:06d}.txt").write_text(text[start : start + each], encoding="utf-8")
+    return sum(p.stat().st_size for p in root.rglob("*.txt"))
+
+
+def torch_import_seconds() -> float:
+    code = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
+    runs = [float(subprocess.check_output([sys.executable, "-c", code], text=True)) for _ in range(3)]
+    return sorted(runs)[1]
+
+
+def train_once(data: Path, out: Path, cache: Path) -> dict:
+    """One `minigpt train`: peak RSS, reported hashing/encoding seconds, time to the first step."""
+    env = {**os.environ, "MINIGPT_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "minigpt", "train", "--data", str(data), "--out", str(out), *TRAIN_ARGS]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    first_step, lines, prep_s = None, [], 0.0
+    for line in proc.stderr:
+        lines.append(line.rstrip())
+        if first_step is None and line.startswith("step 1/"):
+            first_step = time.perf_counter() - start
+        m = re.match(r"(hashing|encoding) .*: ([\d,]+) MB in ([\d.]+) s", line)
+        if m:
+            prep_s += float(m.group(3))
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        print("\n".join(lines[-20:]), file=sys.stderr)
+        raise SystemExit(f"minigpt train failed on {data}")
+    return {"peak_rss_mb": usage.ru_maxrss / 1024, "first_step_s": first_step, "prep_s": prep_s, "wall_s": wall,
+            "log": [ln for ln in lines if ln.startswith(("data:", "hashing", "encoding", "warning"))]}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--file-mb", type=int, default=2000, help="size of the single file (MB)")
+    ap.add_argument("--folder-mb", type=int, default=1000, help="size of the folder (MB)")
+    ap.add_argument("--files", type=int, default=50_000, help="files in the folder")
+    ap.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temporary folder)")
+    ap.add_argument("--keep", action="store_true", help="keep the corpora and caches")
+    args = ap.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="minigpt-bench-data-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        t = time.perf_counter()
+        size_file = build_file(work / "big.txt", args.file_mb)
+        size_folder = build_folder(work / "folder", args.folder_mb, args.files)
+        print(f"built {size_file / 1e6:,.0f} MB file and {size_folder / 1e6:,.0f} MB in {args.files:,} files "
+              f"in {time.perf_counter() - t:.0f} s", file=sys.stderr)  # fmt: skip
+        torch_s = torch_import_seconds()
+        print(f"import torch: {torch_s:.2f} s (median of 3; subtracted from the time to the first step)")
+        results = {"torch_import_s": torch_s}
+        for name, data, size in (("file", work / "big.txt", size_file), ("folder", work / "folder", size_folder)):
+            cache = work / f"cache-{name}"
+            shutil.rmtree(cache, ignore_errors=True)
+            for phase in ("first", "cached"):
+                out = work / f"run-{name}-{phase}"
+                shutil.rmtree(out, ignore_errors=True)
+                r = train_once(data, out, cache)
+                r["encode_mb_s"] = size / 1e6 / r["prep_s"] if phase == "first" and r["prep_s"] else None
+                r["first_step_less_torch_s"] = r["first_step_s"] - torch_s
+                r["corpus_mb"] = size / 1e6
+                results[f"{name}_{phase}"] = r
+                enc = f" | encode {r['encode_mb_s']:,.0f} MB/s" if r["encode_mb_s"] else ""
+                print(f"{name:6s} {phase:6s} | {size / 1e6:7,.0f} MB | peak RSS {r['peak_rss_mb']:7,.0f} MB{enc} | "
+                      f"first step at {r['first_step_s']:6.2f} s ({r['first_step_less_torch_s']:.2f} s without "
+                      f"torch's import) | wall {r['wall_s']:.1f} s")  # fmt: skip
+                for line in r["log"]:
+                    print(f"    {line}")
+        print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk != "log"} if isinstance(v, dict) else v)
+                          for k, v in results.items()}))  # fmt: skip
+    finally:
+        if not args.keep and args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
