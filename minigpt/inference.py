@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +17,9 @@ from minigpt.config import Config, DataConfig, SampleOptions, config_from_dict
 from minigpt.data import encode_corpus, load_corpus
 from minigpt.errors import UserError, first_line
 from minigpt.evaluation import EvalResult, evaluate_ids
+from minigpt.generation import OrderedOutput, Sample, check_stops, generate_samples, requests_for
 from minigpt.model import GPT
 from minigpt.runtime import sampling_dtype
-from minigpt.sampler import generate
 from minigpt.tokenizer import Tokenizer, tokenizer_from_dict
 
 
@@ -62,32 +62,28 @@ def encode_prompt(tok: Tokenizer, prompt: str, unknown: str) -> list[int]:
     return tok.encode_checked(prompt, "--prompt", unknown).tolist()
 
 
-def sample(loaded: Loaded, prompt: str, opts: SampleOptions, write: Callable[[str], None]) -> list[str]:
-    """Generate `opts.num_samples` continuations, streaming each character through `write`.
-
-    Output is prompt + continuation per sample, samples separated by a blank line and '---'.
-    An empty prompt starts from a newline (or the first character of the vocabulary).
-    """
+def sample_records(loaded: Loaded, prompts: str | Sequence[str], opts: SampleOptions,
+                   write: Callable[[str], None] | None = None, stops: Sequence[str] = (),
+                   what: str = "--prompt") -> list[Sample]:  # fmt: skip
+    """`opts.num_samples` samples for each prompt, generated in batches (generation.py), seeds
+    opts.seed, opts.seed + 1, ... in order. With `write`, stdout's form: prompt + continuation
+    per sample, a single sample streamed, several separated by a blank line and '---', each
+    written once it and those before it are complete. An empty prompt starts from a newline."""
     tok = loaded.tokenizer
-    ids = encode_prompt(tok, prompt, opts.unknown)
-    shown = tok.decode(ids)
-    if not ids:
-        ids, shown = [tok.start_id], ""
-    device = next(loaded.model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(opts.seed)
-    texts = []
-    for i in range(opts.num_samples):
-        if i:
-            write("\n\n---\n")
-        write(shown)
-        stream = tok.streamer()  # a byte model's characters appear once their last byte is out
-        new = generate(
-            loaded.model, ids, opts.max_new_tokens, opts.temperature, opts.top_k, opts.top_p, generator,
-            on_token=lambda t, stream=stream: write(stream(t)),
-        )  # fmt: skip
-        texts.append(shown + tok.decode(new))
-    write("\n")
-    return texts
+    check_stops(tok, stops)
+    requests = requests_for(tok, [prompts] if isinstance(prompts, str) else prompts, opts.num_samples, opts.seed,
+                            opts.unknown, what)  # fmt: skip
+    output = OrderedOutput(len(requests), write) if write is not None else None
+    samples = generate_samples(loaded.model, tok, requests, opts.max_new_tokens, opts.temperature, opts.top_k,
+                               opts.top_p, stops, output)  # fmt: skip
+    if write is not None:
+        write("\n")
+    return samples
+
+
+def sample(loaded: Loaded, prompt: str, opts: SampleOptions, write: Callable[[str], None]) -> list[str]:
+    """`sample_records` for one prompt, written through `write`: the samples' texts."""
+    return [s.text for s in sample_records(loaded, prompt, opts, write)]
 
 
 def eval_ids_for(loaded: Loaded, data: str | None) -> tuple[np.ndarray, np.ndarray | None, str]:
@@ -136,6 +132,15 @@ class Scores:
     text: list[str]
     bits: list[float]  # one per token after the first (the first has no context to predict it)
     unit: str = "char"
+    ids: list[int] = dataclasses.field(default_factory=list)  # the text's token ids
+    # with score_text(top=k): the model's k likeliest tokens at each scored position, and their probabilities
+    top_ids: list[list[int]] = dataclasses.field(default_factory=list)
+    top_probs: list[list[float]] = dataclasses.field(default_factory=list)
+
+    @property
+    def probs(self) -> list[float]:
+        """The probability the model gave each scored token (2 ** -bits)."""
+        return [2.0**-b for b in self.bits]
 
     @property
     def bits_per_char(self) -> float:
@@ -152,10 +157,11 @@ class Scores:
 
 
 @torch.no_grad()
-def score_text(loaded: Loaded, text: str) -> Scores:
+def score_text(loaded: Loaded, text: str, top: int = 0) -> Scores:
     """Surprise per character. Text longer than the context is scored in windows of block_size that
     advance by half a window, each character scored once, with at least half a window of context
-    (all of it before the first window is full)."""
+    (all of it before the first window is full). `top` > 0 also keeps the model's `top` likeliest
+    tokens at each position."""
     tok = loaded.tokenizer
     ids = torch.from_numpy(tok.encode_checked(text, "the text", skip_hint=False))
     if len(ids) < 2:
@@ -165,6 +171,8 @@ def score_text(loaded: Loaded, text: str) -> Scores:
     block = model.cfg.block_size
     stride = max(1, block // 2)
     bits = torch.empty(len(ids) - 1)
+    top_ids: list[list[int]] = []
+    top_probs: list[list[float]] = []
     done = 0  # predictions scored so far (prediction i is of ids[i + 1])
     start = 0
     while done < len(ids) - 1:
@@ -175,6 +183,10 @@ def score_text(loaded: Loaded, text: str) -> Scores:
         nll = F.cross_entropy(logits[0].float(), y, reduction="none") / math.log(2)  # bits
         first_new = done - start  # positions before it were scored by the previous window
         bits[done:end] = nll[first_new:].cpu()
+        if top:
+            probs, guesses = logits[0, first_new:].float().softmax(-1).topk(min(top, logits.size(-1)), dim=-1)
+            top_probs += probs.tolist()
+            top_ids += guesses.tolist()
         done = end
         start = max(0, end - block + stride) if end < len(ids) - 1 else end
-    return Scores(tok.pieces(ids.tolist()), bits.tolist(), tok.unit)
+    return Scores(tok.pieces(ids.tolist()), bits.tolist(), tok.unit, ids.tolist(), top_ids, top_probs)

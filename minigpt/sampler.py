@@ -12,12 +12,34 @@ the two differently).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from minigpt.model import GPT, KVCache
+
+
+def next_token_probs(
+    logits: torch.Tensor, temperature: float, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
+    """The distribution each row of `logits` (B, V) samples from, after temperature, top_k and
+    top_p (temperature > 0). Every operation is row by row: a row's result does not depend on the
+    other rows of the batch."""
+    logits = logits.float()
+    # shift so the largest logit is 0 before dividing: a tiny temperature cannot overflow
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        top = torch.topk(logits, top_k, dim=-1)  # exactly k survive, ties included or not
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, top.indices, top.values)
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = F.softmax(sorted_logits, dim=-1)
+        # drop a token when the tokens before it already reach top_p (the first always stays)
+        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocab order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return F.softmax(logits, dim=-1)
 
 
 def sample_next_token(
@@ -33,23 +55,72 @@ def sample_next_token(
     smallest set of most likely tokens whose probability adds up to at least p (nucleus).
     Randomness comes only from `generator`.
     """
-    logits = logits.float()
     if temperature == 0:
-        return logits.argmax(dim=-1)
-    # shift so the largest logit is 0 before dividing: a tiny temperature cannot overflow
-    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        top = torch.topk(logits, top_k, dim=-1)  # exactly k survive, ties included or not
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, top.indices, top.values)
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = F.softmax(sorted_logits, dim=-1)
-        # drop a token when the tokens before it already reach top_p (the first always stays)
-        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocab order
-        logits = logits.masked_fill(drop, float("-inf"))
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+        return logits.float().argmax(dim=-1)
+    return torch.multinomial(next_token_probs(logits, temperature, top_k, top_p), 1, generator=generator)[:, 0]
+
+
+def _sample_rows(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+                 generators: Sequence[torch.Generator | None]) -> list[int]:  # fmt: skip
+    """One token per row, row i drawn from generators[i] alone: the same draw as batch 1 gives."""
+    if temperature == 0:
+        return logits.float().argmax(dim=-1).tolist()
+    probs = next_token_probs(logits, temperature, top_k, top_p)
+    return [int(torch.multinomial(probs[i : i + 1], 1, generator=g)) for i, g in enumerate(generators)]
+
+
+@torch.inference_mode()
+def generate_batch(
+    model: GPT,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generators: Sequence[torch.Generator | None] | None = None,
+    on_token: Callable[[int, int], bool | None] | None = None,
+) -> list[list[int]]:
+    """Generate after B prompts of the same length at once, through one KV cache: each step is one
+    (B, 1) forward instead of B. Row i draws from generators[i], so it gives the tokens batch 1
+    gives with that generator (up to the last bits of the batched matrix products: see
+    docs/benchmarks.md for how often that changes a draw). `on_token(row, id)` sees each new id
+    as it is chosen and returns True when that row is finished (a stop string): the row's later
+    ids are dropped, and generation ends once every row is finished. Returns the new ids per row.
+    """
+    if not prompts or not prompts[0] or len({len(p) for p in prompts}) != 1:
+        raise ValueError("generate_batch needs prompts of one length, at least one token each")
+    B = len(prompts)
+    generators = list(generators) if generators is not None else [None] * B
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    block = model.cfg.block_size
+    seqs = [list(p) for p in prompts]
+    new: list[list[int]] = [[] for _ in range(B)]
+    live = [True] * B
+    # float32 keys and values on the CPU, where attention runs in float32 (model.causal_attention)
+    dtype = torch.float32 if device.type == "cpu" else next(model.parameters()).dtype
+    cache = KVCache(model.cfg, B, block, device, dtype)
+    try:
+        logits, _ = model(torch.tensor([s[-block:] for s in seqs], device=device), cache=cache)
+        for step in range(max_new_tokens):
+            tokens = _sample_rows(logits[:, -1, :], temperature, top_k, top_p, generators)
+            for i, tid in enumerate(tokens):
+                seqs[i].append(tid)
+                if live[i]:
+                    new[i].append(tid)
+                    if on_token is not None and on_token(i, tid):
+                        live[i] = False
+            if not any(live) or step == max_new_tokens - 1:
+                break
+            if cache.length >= block:  # full: slide to the last half window
+                cache.reset()
+                logits, _ = model(torch.tensor([s[-max(1, block // 2) :] for s in seqs], device=device), cache=cache)
+            else:
+                logits, _ = model(torch.tensor(tokens, device=device).view(B, 1), cache=cache)
+    finally:
+        model.train(was_training)
+    return new
 
 
 @torch.inference_mode()
@@ -66,10 +137,15 @@ def generate(
 ) -> list[int]:
     """Generate `max_new_tokens` ids after `prompt` (batch 1); returns only the new ids.
 
-    `on_token` is called with each id as soon as it is chosen (for streaming output).
+    `on_token` is called with each id as soon as it is chosen (for streaming output). The cached
+    path is generate_batch with one row; the uncached one recomputes the window at every step
+    (the reference the KV cache is tested against).
     """
     if not prompt:
         raise ValueError("generation needs a prompt of at least one token")
+    if use_cache:
+        hook = (lambda _row, tid: on_token(tid)) if on_token is not None else None
+        return generate_batch(model, [prompt], max_new_tokens, temperature, top_k, top_p, [generator], hook)[0]
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -77,28 +153,13 @@ def generate(
     seq = list(prompt)
     new: list[int] = []
     try:
-        if use_cache:
-            # float32 keys and values on the CPU, where attention runs in float32 (model.causal_attention)
-            dtype = torch.float32 if device.type == "cpu" else next(model.parameters()).dtype
-            cache = KVCache(model.cfg, 1, block, device, dtype)
-            window = seq[-block:]
-            logits, _ = model(torch.tensor([window], device=device), cache=cache)
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits, _ = model(torch.tensor([seq[-block:]], device=device))
-            token = sample_next_token(logits[:, -1, :], temperature, top_k, top_p, generator)
-            tid = int(token.item())
+            logits, _ = model(torch.tensor([seq[-block:]], device=device))
+            tid = int(sample_next_token(logits[:, -1, :], temperature, top_k, top_p, generator).item())
             seq.append(tid)
             new.append(tid)
             if on_token is not None:
                 on_token(tid)
-            if use_cache and len(new) < max_new_tokens:
-                if cache.length >= block:  # full: slide to the last half window
-                    cache.reset()
-                    window = seq[-max(1, block // 2) :]
-                    logits, _ = model(torch.tensor([window], device=device), cache=cache)
-                else:
-                    logits, _ = model(token.view(1, 1), cache=cache)
     finally:
         model.train(was_training)
     return new
