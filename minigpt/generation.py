@@ -73,6 +73,38 @@ def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
             raise UserError(f"--stop {s!r} has characters the model never saw ({names}): it could never match")
 
 
+def _read_text(path: str, flag: str) -> str:
+    """A prompt file's UTF-8 text; '-' reads standard input."""
+    import sys
+
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()  # noqa: SIM115
+    except FileNotFoundError:
+        raise UserError(f"{flag} {path} does not exist") from None
+    except IsADirectoryError:
+        raise UserError(f"{flag} {path} is a folder; give a text file") from None
+    except OSError as e:
+        raise UserError(f"{flag}: cannot read {path}: {e.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{flag} {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+
+
+def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
+    """The prompts of `minigpt sample`: --prompt, the whole --prompt-file, or one per line of
+    --prompts-file (at most one of the three); and the flag, for messages."""
+    given = [f for f, v in (("--prompt", prompt), ("--prompt-file", prompt_file), ("--prompts-file", prompts_file))
+             if v is not None]  # fmt: skip
+    if len(given) > 1:
+        raise UserError(f"give only one of {' and '.join(given)}")
+    if prompt_file is not None:
+        return [_read_text(prompt_file, "--prompt-file")], "--prompt-file"
+    if prompts_file is not None:
+        return parse_prompts_file(_read_text(prompts_file, "--prompts-file"), prompts_file), "--prompts-file"
+    return [prompt or ""], "--prompt"
+
+
 def parse_prompts_file(text: str, path: str) -> list[str]:
     r"""One prompt per line; `\n` in a line is a line break (and `\\` a backslash)."""
     prompts = [line.replace("\\\\", "\0").replace("\\n", "\n").replace("\0", "\\") for line in text.splitlines()]

@@ -18,6 +18,7 @@ from minigpt.data import encode_corpus, load_corpus
 from minigpt.errors import UserError, first_line
 from minigpt.evaluation import EvalResult, evaluate_ids
 from minigpt.generation import OrderedOutput, Sample, check_stops, generate_samples, requests_for
+from minigpt.interactive import repl
 from minigpt.model import GPT
 from minigpt.runtime import sampling_dtype
 from minigpt.tokenizer import Tokenizer, tokenizer_from_dict
@@ -79,6 +80,30 @@ def sample_records(loaded: Loaded, prompts: str | Sequence[str], opts: SampleOpt
     if write is not None:
         write("\n")
     return samples
+
+
+def sample_command(loaded: Loaded, prompts: list[str], what: str, opts: SampleOptions, stops: Sequence[str],
+                   as_json: bool, interactive: bool, write: Callable[[str], None]) -> int:  # fmt: skip
+    """`minigpt sample` after its flags are read: the interactive loop, JSON records, or the samples
+    as text. Every prompt and stop string is checked before anything is generated."""
+    tok = loaded.tokenizer
+    check_stops(tok, stops)
+    if interactive:
+        if what != "--prompt" or prompts != [""] or as_json or opts.num_samples != 1:
+            raise UserError("--interactive reads its prompts from the terminal; leave out --prompt, --prompt-file, "
+                            "--prompts-file, --json and --num-samples")  # fmt: skip
+
+        def run(prompt: str, o: SampleOptions, s: Sequence[str]) -> None:
+            sample_records(loaded, prompt, o, write, s)  # a prompt's unknown characters: an error line, as always
+
+        return repl(run, opts, stops, lambda s: check_stops(tok, s))
+    requests_for(tok, prompts, 1, 0, opts.unknown, what)  # unknown characters: refused before any output
+    if as_json:
+        for s in sample_records(loaded, prompts, opts, None, stops, what):
+            write(s.to_json() + "\n")
+    else:
+        sample_records(loaded, prompts, opts, write, stops, what)
+    return 0
 
 
 def sample(loaded: Loaded, prompt: str, opts: SampleOptions, write: Callable[[str], None]) -> list[str]:
