@@ -1,18 +1,27 @@
 """Pictures of attention: heat maps of the causal attention weights over a text, one per layer and
-head, with the characters on both axes. Uses matplotlib (headless, Agg backend)."""
+head, with the characters on both axes (PNG, through matplotlib's headless Agg backend), and the
+interactive explorer page (explorer.py) over texts of any length, read window by window."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from minigpt.errors import UserError
+from minigpt.explorer import (
+    MAX_PAGE_CHARS,
+    MAX_PAGE_WEIGHTS,
+    VISIBLE,
+    HtmlPage,
+    attention_html,
+    check_length,
+    checked_text,
+)
 from minigpt.model import GPT
 from minigpt.tokenizer import Tokenizer
-
-VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
 
 
 def visible(ch: str) -> str:
@@ -94,18 +103,24 @@ def attention_maps_for(model: GPT, tok: Tokenizer, text: str) -> tuple[torch.Ten
     return model.attention_maps(ids)[:, 0], labels  # (L, nh, T, T)
 
 
-def write_attention_png(model: GPT, tok: Tokenizer, text: str, out: Path, layer: int | None, head: int | None) -> Path:
-    """Render the attention of `model` over `text` to `out` (any matplotlib format, e.g. .png)."""
+def chosen_layers_heads(model: GPT, layer: int | None, head: int | None) -> tuple[list[int], list[int]]:
+    """The layers and heads to show: all of them, or the one `--layer` / `--head` names."""
     cfg = model.cfg
     if layer is not None and not 0 <= layer < cfg.n_layer:
         raise UserError(f"--layer must be in 0..{cfg.n_layer - 1} (the model has {cfg.n_layer} layers), got {layer}")
     if head is not None and not 0 <= head < cfg.n_head:
         raise UserError(f"--head must be in 0..{cfg.n_head - 1} (the model has {cfg.n_head} heads), got {head}")
+    layers = [layer] if layer is not None else list(range(cfg.n_layer))
+    heads = [head] if head is not None else list(range(cfg.n_head))
+    return layers, heads
+
+
+def write_attention_png(model: GPT, tok: Tokenizer, text: str, out: Path, layer: int | None, head: int | None) -> Path:
+    """Render the attention of `model` over `text` to `out` (any matplotlib format, e.g. .png)."""
+    layers, heads = chosen_layers_heads(model, layer, head)
     if not out.parent.is_dir():
         raise UserError(f"cannot write {out}: the folder {out.parent} does not exist")
     maps, chars = attention_maps_for(model, tok, text)
-    layers = [layer] if layer is not None else list(range(cfg.n_layer))
-    heads = [head] if head is not None else list(range(cfg.n_head))
     fig = attention_figure(maps, chars, layers, heads)
     try:
         fig.savefig(out, dpi=150, bbox_inches="tight")
@@ -116,3 +131,82 @@ def write_attention_png(model: GPT, tok: Tokenizer, text: str, out: Path, layer:
 
         plt.close(fig)
     return out
+
+
+@dataclass
+class WindowedAttention:
+    """The attention over a text of any length, window by window.
+
+    The model sees at most block_size characters at once. Windows of block_size start every
+    `stride` = block_size // 2 characters (the last one may be shorter), as `minigpt score`
+    reads a long text. Character i is shown with the window where it has the most context: the
+    first window for i < block_size, else the one it ends in the second half of
+    (`owner_window`), so every character past the first window has between block_size - stride
+    and block_size - 1 characters before it. `maps[w]` is window w's (L', nh', T_w, T_w) weights
+    for the chosen `layers` and `heads`."""
+
+    pieces: list[str]  # what each token shows as (`Tokenizer.pieces`)
+    ids: list[int]
+    block: int
+    stride: int
+    layers: list[int]
+    heads: list[int]
+    maps: list[torch.Tensor]
+
+    def window_start(self, w: int) -> int:
+        return w * self.stride
+
+    def owner_window(self, i: int) -> int:
+        return 0 if i < self.block else (i - self.block) // self.stride + 1
+
+    def row(self, i: int) -> tuple[int, torch.Tensor]:
+        """Character i's attention, as the page shows it: (the first key's position, weights
+        (L', nh', keys)) over the characters from its window's start up to i."""
+        w = self.owner_window(i)
+        start = self.window_start(w)
+        return start, self.maps[w][:, :, i - start, : i - start + 1]
+
+
+def window_count(n: int, block: int) -> int:
+    """How many windows of `block` advancing by block // 2 cover n characters (see WindowedAttention)."""
+    return 1 if n <= block else (n - 1 - block) // max(1, block // 2) + 2
+
+
+@torch.no_grad()
+def windowed_attention(model: GPT, pieces: list[str], ids: list[int], layers: list[int], heads: list[int],
+                       batch: int = 32) -> WindowedAttention:  # fmt: skip
+    """`GPT.attention_maps` over every window of `ids` (forward passes of up to `batch` windows at once)."""
+    block = model.cfg.block_size
+    stride = max(1, block // 2)
+    n = len(ids)
+    starts = [w * stride for w in range(window_count(n, block))]
+    device = next(model.parameters()).device
+    data = torch.tensor(ids, dtype=torch.long, device=device)
+    layer_index = torch.tensor(layers, device=device)
+    head_index = torch.tensor(heads, device=device)
+    maps: list[torch.Tensor] = []
+    full = [s for s in starts if s + block <= n]  # every window but perhaps the last has block characters
+    for k in range(0, len(full), batch):
+        chunk = torch.stack([data[s : s + block] for s in full[k : k + batch]])  # (B, T)
+        kept = model.attention_maps(chunk)[layer_index][:, :, head_index]  # (L', B, nh', T, T)
+        maps += list(kept.float().cpu().unbind(1))
+    for s in starts[len(full) :]:  # a text shorter than a block, or the last window
+        kept = model.attention_maps(data[None, s:])[layer_index][:, :, head_index]
+        maps.append(kept[:, 0].float().cpu())
+    return WindowedAttention(pieces, ids, block, stride, layers, heads, maps)
+
+
+def attention_page(model: GPT, tok: Tokenizer, text: str, source: str = "", layer: int | None = None,
+                   head: int | None = None, what: str = "--text", unknown: str = "error") -> HtmlPage:  # fmt: skip
+    """The interactive attention explorer over `text` (any length up to the page's limit, read
+    window by window: WindowedAttention), for all layers and heads or the one `layer` / `head`."""
+    layers, heads = chosen_layers_heads(model, layer, head)
+    text = checked_text(tok, text, what, unknown)
+    ids = tok.encode(text)
+    block = model.cfg.block_size
+    limit = min(MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS // (len(layers) * len(heads) * block))
+    many = len(layers) * len(heads) > 1 and limit < MAX_PAGE_CHARS
+    hint = f" with this model's {len(layers)} layers x {len(heads)} heads (one --layer or --head allows more)"
+    check_length(len(ids), limit, what, hint if many else "")
+    att = windowed_attention(model, tok.pieces(ids), ids, layers, heads)
+    return attention_html(att, model.cfg.n_layer, model.cfg.n_head, source)

@@ -1,0 +1,95 @@
+"""The Python API, for notebooks and scripts: `minigpt.load(RUN)` and what the loaded model does.
+
+    import minigpt
+    m = minigpt.load("runs/default")
+    m.sample("ROMEO:", max_new_tokens=200, temperature=0.8, seed=1)   # -> str
+    m.score("ROMEO: But, soft!")                # -> Scores: .bits, .probs, .bits_per_char, .top_ids
+    maps, chars = m.attention("ROMEO: But")     # -> (layer, head, T, T) tensor, the characters
+    m.show_attention(text)                      # the explorer page, inline in Jupyter
+    m.show_score(text)                          # the surprise page, inline in Jupyter
+
+Every method calls the library functions the command line calls (inference.py, attention.py,
+explorer.py), so the numbers and pages are the same as `minigpt sample / score / attention`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from minigpt.attention import attention_maps_for, attention_page
+from minigpt.config import SampleOptions
+from minigpt.errors import UserError
+from minigpt.explorer import HtmlPage, checked_text, score_page, source_line
+from minigpt.inference import Loaded, Scores, load_model, score_text
+from minigpt.inference import sample as sample_text
+from minigpt.runtime import resolve_device
+
+
+class Model:
+    """A trained minigpt model, loaded from a run directory or checkpoint (see `load`)."""
+
+    def __init__(self, loaded: Loaded):
+        self.loaded = loaded
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    @property
+    def config(self):
+        """The run's resolved config (`config.model.block_size`, `config.model.pos_emb`, ...)."""
+        return self.loaded.config
+
+    @property
+    def path(self) -> Path:
+        """The checkpoint file this model came from."""
+        return self.loaded.path
+
+    def __repr__(self) -> str:
+        return f"<minigpt.Model {source_line(self.loaded)}>"
+
+    def sample(self, prompt: str = "", max_new_tokens: int = 500, temperature: float = 0.8, top_k: int | None = None,
+               top_p: float | None = None, seed: int = 1337, unknown: str = "error") -> str:  # fmt: skip
+        """Continue `prompt` (`minigpt sample`'s options and defaults); returns prompt + continuation.
+        The same seed gives the same text; temperature 0 is greedy."""
+        opts = SampleOptions(1, max_new_tokens, temperature, top_k, top_p, seed, unknown, "float32")
+        return sample_text(self.loaded, prompt, opts, lambda _: None)[0]
+
+    def score(self, text: str, unknown: str = "error", top: int = 5) -> Scores:
+        """The model's surprise at each character of `text` (`minigpt score`): `.bits[i]` is
+        -log2 p of character i + 1, `.probs` the probabilities, `.bits_per_char`, and the `top`
+        likeliest guesses at each position (`.top_ids`, `.top_probs`; `tokenizer.pieces` names them)."""
+        text = checked_text(self.tokenizer, text, "the text", unknown)
+        return score_text(self.loaded, text, top=top)
+
+    def attention(self, text: str, unknown: str = "error") -> tuple[torch.Tensor, list[str]]:
+        """The attention weights over `text` (at most block_size characters): a (layer, head, T, T)
+        tensor whose row i is how much character i takes from each character j <= i, and the
+        characters. For a longer text, `show_attention` reads it window by window."""
+        text = checked_text(self.tokenizer, text, "the text", unknown)
+        block = self.config.model.block_size
+        n = len(self.tokenizer.encode(text))
+        if n > block:
+            raise UserError(f"the text is {n} characters; attention() returns one window of at most block_size "
+                             f"({block}); show_attention(text) reads longer texts window by window")  # fmt: skip
+        maps, chars = attention_maps_for(self.loaded.model, self.tokenizer, text)
+        return maps.float().cpu(), chars
+
+    def show_attention(self, text: str, layer: int | None = None, head: int | None = None,
+                       unknown: str = "error") -> HtmlPage:  # fmt: skip
+        """The interactive attention explorer over `text` (`minigpt attention --html`): shown
+        inline when it is a cell's value in Jupyter; `.save("page.html")` writes the file."""
+        return attention_page(self.loaded.model, self.tokenizer, text, source_line(self.loaded), layer, head,
+                              "the text", unknown)  # fmt: skip
+
+    def show_score(self, text: str, unknown: str = "error") -> HtmlPage:
+        """The text coloured by surprise (`minigpt score --html`), inline in Jupyter; `.save(path)` writes it."""
+        return score_page(self.loaded, text, "the text", unknown)
+
+
+def load(target: str | Path = "runs/default", device: str = "auto") -> Model:
+    """Load a trained model: a run directory (its best.pt, else last.pt) or a .pt file, in float32
+    on `device` (auto: cuda, else mps, else cpu)."""
+    return Model(load_model(Path(target), resolve_device(device)))

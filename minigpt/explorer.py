@@ -1,0 +1,208 @@
+"""Self-contained HTML pages for looking inside a model: the attention explorer and the surprise view.
+
+Each page is one file: its CSS and JavaScript (minigpt/web/) are inlined and its data embedded as
+JSON, so it opens from disk with no network (nothing is fetched from a CDN). In a Jupyter notebook
+the same page is shown in an iframe (`HtmlPage._repr_html_`), which keeps its styles and script
+apart from the notebook's own. No torch here: the pages are built from plain numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from minigpt.errors import UserError
+
+if TYPE_CHECKING:
+    from minigpt.attention import WindowedAttention
+    from minigpt.inference import Loaded, Scores
+    from minigpt.tokenizer import Tokenizer
+
+WEB = Path(__file__).with_name("web")
+MAX_PAGE_CHARS = 50_000  # one element per character: beyond this a browser lays the text out slowly
+MAX_PAGE_WEIGHTS = 32 * 2**20  # attention weights in one page (one byte each, ~43 MB of HTML at most)
+TOP_GUESSES = 5
+VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
+
+
+@dataclass
+class HtmlPage:
+    """One page: `save(path)` writes it; in Jupyter it displays itself inline."""
+
+    html: str
+    kind: str  # "attention" or "score"
+    summary: str  # one line: what the page shows
+    height: int = 660  # pixels of the iframe a notebook shows it in
+
+    def save(self, path: str | Path) -> Path:
+        return write_html(self.html, Path(path))
+
+    def _repr_html_(self) -> str:
+        # an iframe keeps the page's CSS, ids and script apart from the notebook's and other outputs'
+        return (
+            f'<iframe srcdoc="{html.escape(self.html, quote=True)}" title="minigpt {self.kind}" '
+            f'style="width:100%;height:{self.height}px;border:1px solid #ddd;border-radius:4px" '
+            'sandbox="allow-scripts"></iframe>'
+        )
+
+    def __repr__(self) -> str:
+        return f"<minigpt {self.kind} page: {self.summary}; .save('page.html') writes it>"
+
+
+def check_output(out: Path, flag: str = "--html") -> None:
+    """Refuse an output path that cannot be written, before any work is done."""
+    if out.is_dir():
+        raise UserError(f"cannot write {flag} {out}: it is a folder; give a file name such as {out / 'page.html'}")
+    if not out.parent.is_dir():
+        raise UserError(f"cannot write {flag} {out}: the folder {out.parent} does not exist")
+
+
+def write_html(page: str, out: Path) -> Path:
+    check_output(out)
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror}") from None
+    return out
+
+
+def check_length(n: int, limit: int, what: str, hint: str = "") -> None:
+    if n > limit:
+        raise UserError(f"{what} is {n:,} characters; a page holds at most {limit:,}{hint}")
+
+
+def token_label(tok: Tokenizer, i: int) -> str:
+    """A token as a guess is shown: the character (whitespace made visible), or for a byte model
+    the character of an ASCII byte and the hex value of any other."""
+    if tok.kind == "byte":
+        return VISIBLE.get(chr(i), chr(i)) if 32 <= i < 127 or chr(i) in VISIBLE else f"0x{i:02X}"
+    c = tok.pieces([i])[0]
+    return VISIBLE.get(c, c)
+
+
+def read_text_file(path: Path) -> str:
+    """A UTF-8 text file to look at (`--file`), with one clear error for each way it can be wrong."""
+    if not path.exists():
+        raise UserError(f"--file {path} does not exist")
+    if path.is_dir():
+        raise UserError(f"--file {path} is a folder; give a text file")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read --file {path}: {e.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"--file {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+
+
+def checked_text(tok: Tokenizer, text: str, what: str, unknown: str = "error") -> str:
+    """`text` when the model can read it: not empty, and every character one it saw in training;
+    with unknown='skip' the others are dropped (as `minigpt sample --unknown skip` does)."""
+    if not text:
+        raise UserError(f"{what} is empty; give some text to look at")
+    missing = tok.unknown(text)
+    if not missing:
+        return text
+    if unknown != "skip":
+        names = ", ".join(repr(c) for c in missing[:10]) + (", ..." if len(missing) > 10 else "")
+        skip = "--unknown skip" if what.startswith("--") else 'unknown="skip"'  # a flag, or the API's argument
+        raise UserError(f"{what} has characters the model never saw in training: {names}; remove them or pass "
+                        f"{skip} to drop them")  # fmt: skip
+    kept = "".join(c for c in text if c not in set(missing))
+    if not kept:
+        raise UserError(f"{what} has no character the model saw in training")
+    return kept
+
+
+def render(kind: str, title: str, data: dict) -> str:
+    """The page `web/<kind>.html` with the shared CSS and script, the page's script and `data` inlined."""
+    template = (WEB / f"{kind}.html").read_text(encoding="utf-8")
+    script = (WEB / "common.js").read_text(encoding="utf-8") + (WEB / f"{kind}.js").read_text(encoding="utf-8")
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    payload = payload.replace("</", "<\\/")  # the text itself may hold "</script>"
+    parts = {
+        "{{TITLE}}": html.escape(title),
+        "{{STYLE}}": (WEB / "page.css").read_text(encoding="utf-8"),
+        "{{SCRIPT}}": script,
+        "{{DATA}}": payload,
+    }
+    for key, value in parts.items():
+        template = template.replace(key, value, 1)
+    return template
+
+
+def attention_html(att: WindowedAttention, n_layer: int, n_head: int, source: str) -> HtmlPage:
+    """The attention explorer for `att`: weights stored as bytes (weight x 255, rounded), each
+    window's lower triangle, in the order layer, head, window, row, column."""
+    import torch
+
+    tris = []
+    for m in att.maps:  # (L', nh', T, T)
+        rows, cols = torch.tril_indices(m.size(-1), m.size(-1))
+        tris.append(m[:, :, rows, cols])
+    weights = (torch.cat(tris, dim=-1) * 255).round().clamp(0, 255).to(torch.uint8)  # (L', nh', cells)
+    data = {
+        "source": source,
+        "pieces": att.pieces,
+        "block": att.block,
+        "stride": att.stride,
+        "layers": att.layers,
+        "heads": att.heads,
+        "nLayer": n_layer,
+        "nHead": n_head,
+        "weights": base64.b64encode(weights.numpy().tobytes()).decode("ascii"),
+    }
+    n = len(att.pieces)
+    title = f"attention: {_snippet(att.pieces)}"
+    summary = f"{n:,} characters, {len(att.layers)} layer(s) x {len(att.heads)} head(s), {len(att.maps)} window(s)"
+    return HtmlPage(render("attention", title, data), "attention", summary)
+
+
+def score_html(scores: Scores, tok: Tokenizer, source: str) -> HtmlPage:
+    """The text coloured by surprise, with each character's probability, bits and top guesses."""
+    if not scores.top_ids:
+        raise ValueError("score_html needs scores with top guesses: score_text(loaded, text, top=5)")
+    seen = sorted({i for row in scores.top_ids for i in row} | set(scores.ids))
+    data = {
+        "source": source,
+        "unit": scores.unit,
+        "pieces": scores.text,
+        "ids": scores.ids,
+        "bits": [round(b, 4) for b in scores.bits],
+        "topIds": scores.top_ids,
+        "topProbs": [[round(p, 5) for p in row] for row in scores.top_probs],
+        "labels": {i: token_label(tok, i) for i in seen},
+        "bitsPerChar": scores.bits_per_char,
+        "totalBits": sum(scores.bits),
+    }
+    summary = f"{scores.bits_per_char:.3f} bits per {scores.unit} over {len(scores.bits):,} {scores.unit}s"
+    return HtmlPage(render("score", f"surprise: {_snippet(scores.text)}", data), "score", summary, height=520)
+
+
+def score_page(loaded: Loaded, text: str, what: str = "--text", unknown: str = "error") -> HtmlPage:
+    """The surprise page of `text`: `score_text` with the top guesses, as `minigpt score` computes it."""
+    from minigpt.inference import score_text
+
+    text = checked_text(loaded.tokenizer, text, what, unknown)
+    check_length(len(text), MAX_PAGE_CHARS, what)
+    scores = score_text(loaded, text, top=TOP_GUESSES)
+    return score_html(scores, loaded.tokenizer, source_line(loaded))
+
+
+def source_line(loaded: Loaded) -> str:
+    """Which model a page shows: its checkpoint, step and validation loss."""
+    ckpt = loaded.checkpoint
+    val = f", val loss {ckpt.val_loss:.4f}" if isinstance(ckpt.val_loss, float) else ""
+    cfg = loaded.config.model
+    shape = f"{cfg.n_layer} layers x {cfg.n_head} heads, context {cfg.block_size}, pos_emb {cfg.pos_emb}"
+    return f"{loaded.path} (step {ckpt.step}{val}; {shape})"
+
+
+def _snippet(pieces: list[str], n: int = 40) -> str:
+    text = " ".join("".join(pieces[: n + 1]).split())
+    return text[:n] + ("..." if len(text) > n else "")
