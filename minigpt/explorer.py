@@ -180,7 +180,8 @@ def score_html(scores: Scores, tok: Tokenizer, source: str) -> HtmlPage:
         "bitsPerChar": scores.bits_per_char,
         "totalBits": sum(scores.bits),
     }
-    summary = f"{scores.bits_per_char:.3f} bits per {scores.unit} over {len(scores.bits):,} {scores.unit}s"
+    unit = "character" if scores.unit == "char" else scores.unit
+    summary = f"{scores.bits_per_char:.3f} bits per {unit} over {len(scores.bits):,} {unit}s"
     return HtmlPage(render("score", f"surprise: {_snippet(scores.text)}", data), "score", summary, height=520)
 
 

@@ -56,7 +56,7 @@ const label = (i) => `${quoted(PIECES[i])} <span class="pos">#${i}</span>`;
 // strong as that head's weight (times the contrast)
 let painted = [];
 function background(hs, vals) {
-  const alpha = (v) => Math.min(0.85, v * state.gain * 0.85);
+  const alpha = (v) => Math.min(1, v * state.gain);
   if (hs.length === 1) return rgb(COLOURS[hs[0]], alpha(vals[0]));
   const stops = hs.map((h, k) => `${rgb(COLOURS[h], alpha(vals[k]))} ${(100 * k) / hs.length}% ${(100 * (k + 1)) / hs.length}%`);
   return `linear-gradient(to bottom, ${stops.join(", ")})`;

@@ -1,7 +1,7 @@
 // The surprise view. DATA: source, unit, pieces, ids, bits (bits[k - 1] is token k's surprise,
 // -log2 p; token 0 has nothing before it), topIds / topProbs (the model's likeliest tokens at each
 // scored position), labels (id -> how a guess is shown), bitsPerChar, totalBits.
-const PIECES = DATA.pieces, N = PIECES.length, UNIT = DATA.unit;
+const PIECES = DATA.pieces, N = PIECES.length, UNIT = DATA.unit === "char" ? "character" : DATA.unit;
 const textEl = byId("text"), spans = buildText(textEl, PIECES), where = lineIndex(PIECES);
 const step = (bits) => Math.min(8, Math.floor(bits)); // one colour per whole bit, as `minigpt score`
 
