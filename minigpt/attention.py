@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,10 +18,15 @@ from minigpt.explorer import (
     HtmlPage,
     attention_html,
     check_length,
+    check_output,
     checked_text,
+    source_line,
 )
 from minigpt.model import GPT
 from minigpt.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from minigpt.inference import Loaded
 
 
 def visible(ch: str) -> str:
@@ -210,3 +215,28 @@ def attention_page(model: GPT, tok: Tokenizer, text: str, source: str = "", laye
     check_length(len(ids), limit, what, hint if many else "")
     att = windowed_attention(model, tok.pieces(ids), ids, layers, heads)
     return attention_html(att, model.cfg.n_layer, model.cfg.n_head, source)
+
+
+def write_attention_files(
+    loaded: Loaded, text: str, what: str, out: Path | None, html: Path | None,
+    layer: int | None = None, head: int | None = None, unknown: str = "error",
+) -> list[str]:  # fmt: skip
+    """`minigpt attention`: the heat-map picture (`out`, the first block_size characters) and/or the
+    explorer page (`html`, the whole text). Every output is checked before any work; returns one
+    line per file written."""
+    if out is None and html is None:
+        raise UserError("give --out PICTURE.png, --html PAGE.html or both")
+    for path, flag in ((out, "--out"), (html, "--html")):
+        if path is not None:
+            check_output(path, flag)
+    text = checked_text(loaded.tokenizer, text, what, unknown)
+    done = []
+    if html is not None:
+        page = attention_page(loaded.model, loaded.tokenizer, text, source_line(loaded), layer, head, what)
+        done.append(f"wrote {page.save(html)}: {page.summary}")
+    if out is not None:
+        block = loaded.config.model.block_size
+        if len(loaded.tokenizer.encode(text)) > block:
+            done.append(f"note: the picture shows the first {block} characters (block_size)")
+        done.append(f"wrote {write_attention_png(loaded.model, loaded.tokenizer, text, out, layer, head)}")
+    return done

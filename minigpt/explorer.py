@@ -84,6 +84,15 @@ def token_label(tok: Tokenizer, i: int) -> str:
     return VISIBLE.get(c, c)
 
 
+def text_input(text: str | None, file: Path | None) -> tuple[str, str]:
+    """The text of `--text TEXT` or `--file FILE` (exactly one), and how errors name it."""
+    if (text is None) == (file is None):
+        raise UserError("give exactly one of --text TEXT or --file FILE")
+    if file is not None:
+        return read_text_file(file), f"--file {file}"
+    return text, "--text"
+
+
 def read_text_file(path: Path) -> str:
     """A UTF-8 text file to look at (`--file`), with one clear error for each way it can be wrong."""
     if not path.exists():
