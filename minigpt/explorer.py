@@ -36,7 +36,7 @@ class HtmlPage:
     html: str
     kind: str  # "attention" or "score"
     summary: str  # one line: what the page shows
-    height: int = 660  # pixels of the iframe a notebook shows it in
+    height: int = 800  # pixels of the iframe a notebook shows it in (the explorer: text, panel and heat map)
 
     def save(self, path: str | Path) -> Path:
         return write_html(self.html, Path(path))
