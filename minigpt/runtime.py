@@ -5,6 +5,7 @@ with a fallback to eager. Nothing here imports the trainer, tqdm or TensorBoard.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -159,6 +160,30 @@ def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.random.fork_rng(devices=[])
 
 
+class _DropRecord(logging.Filter):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
+@contextlib.contextmanager
+def without_cuda_home_notice():
+    """Drop one log record: "No CUDA runtime is found, using CUDA_HOME=...". torch.utils.cpp_extension
+    logs it (a logging warning, not a `warnings` one) when the inductor first imports it on a machine
+    with a CUDA toolkit and no usable GPU: expected when compiling for the CPU, and alarming there.
+    Every other record of that logger, and every other warning, still shows."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    drop = _DropRecord("No CUDA runtime is found")
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
 def maybe_compile(
     model: torch.nn.Module,
     enabled: bool,
@@ -181,9 +206,10 @@ def maybe_compile(
         return wrap(model)
     t0 = time.perf_counter()
     try:
-        wrapped = wrap(torch.compile(model))
-        with fork_rng(device):
-            trial(wrapped)
+        with without_cuda_home_notice():
+            wrapped = wrap(torch.compile(model))
+            with fork_rng(device):
+                trial(wrapped)
         model.zero_grad(set_to_none=True)
     except Exception as e:  # any backend failure (no C++ compiler, unsupported op, ...)
         model.zero_grad(set_to_none=True)
