@@ -6,7 +6,6 @@ Exit codes: 0 success, 2 a user mistake (one line `error: ...` on stderr, no tra
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -14,19 +13,79 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
+from minigpt import cli_help
+from minigpt.cli_help import SampleDtype, UnknownChars, epilog
 from minigpt.errors import TrainingInterrupted, UserError
+from minigpt.process import exit_fast, honour_named_shell, share_cores_when_training
 
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Train character-level GPT models on any text file, watch them learn, and sample from them.",
+    epilog=epilog("minigpt"),
 )
 
-DeviceOpt = Annotated[str, typer.Option("--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")]
+
+def _device_option(help: str):
+    return typer.Option("--device", metavar=cli_help.DEVICE_METAVAR, autocompletion=cli_help.complete_device, help=help)
+
+
+DeviceOpt = Annotated[str, _device_option("The device: auto is cuda, else mps, else cpu.")]
 ThreadsOpt = Annotated[
     int, typer.Option("--threads", min=0, help="CPU threads (0 = the cores this process may use).", show_default=False)
+]
+TargetArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="RUN_DIR|CHECKPOINT",
+        autocompletion=cli_help.complete_run_or_checkpoint,
+        help="A run directory or a .pt file.",
+    ),
+]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(cli_help.version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Show the versions of minigpt, "
+                     "torch and Python, and exit."),
+    ] = False,
+) -> None:  # fmt: skip
+    """Train character-level GPT models on any text file, watch them learn, and sample from them."""
+
+
+class _TrainCommand(TyperCommand):
+    """`train`, whose help also lists the config keys that take fixed values, read from config.py
+    only when the help is shown: importing it costs ~12 ms that no other command should pay."""
+
+    @property
+    def epilog(self) -> str:
+        return cli_help.train_epilog()
+
+    @epilog.setter
+    def epilog(self, value: str | None) -> None:  # click's constructor sets it; the property wins
+        pass
+
+
+InitFromOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--init-from",
+        metavar="RUN_DIR|CHECKPOINT",
+        autocompletion=cli_help.complete_run_or_checkpoint,
+        show_default=False,
+        help="Start a new run from these weights (a run directory's best.pt): fine-tuning. Shortcut for "
+        "train.init_from; the model section is the checkpoint's.",
+    ),
 ]
 
 
@@ -73,7 +132,7 @@ def _launch_processes(nproc: int, args: list[str], flags: dict[str, object], res
     launch_local(nproc, argv + (["--resume"] if resume else []))
 
 
-@app.command()
+@app.command(cls=_TrainCommand)
 def train(
     args: Annotated[
         list[str] | None,
@@ -85,25 +144,22 @@ def train(
         ),
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Run directory (default: runs/<config name>).", show_default=False)
+        Path | None,
+        typer.Option(
+            "--out",
+            autocompletion=cli_help.complete_directory,
+            show_default=False,
+            help="Run directory (default: runs/<config name>).",
+        ),
     ] = None,
     data: Annotated[
         Path | None, typer.Option("--data", help="Text file to train on (shortcut for data.path=FILE).")
     ] = None,
     device: Annotated[
-        str | None, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps (shortcut for train.device).")
+        str | None, _device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt.")] = False,
-    init_from: Annotated[
-        Path | None,
-        typer.Option(
-            "--init-from",
-            metavar="RUN_DIR|CHECKPOINT",
-            help="Start a new run from these weights (a run directory's best.pt): fine-tuning. Shortcut for "
-            "train.init_from; the model section is the checkpoint's.",
-            show_default=False,
-        ),
-    ] = None,
+    init_from: InitFromOpt = None,
     nproc: Annotated[
         int | None,
         typer.Option("--nproc", help="Train with N local processes (DDP), launched through torchrun.", min=1),
@@ -138,10 +194,12 @@ def _write_stdout(text: str) -> None:
         raise typer.Exit(0) from None
 
 
-@app.command()
+@app.command(epilog=epilog("sample"))
 def sample(
-    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.")],
-    prompt: Annotated[str, typer.Option("--prompt", help="Text to continue [default: a newline].")] = "",
+    target: TargetArg,
+    prompt: Annotated[
+        str, typer.Option("--prompt", help="Text to continue (default: a newline).", show_default=False)
+    ] = "",
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="How many samples.")] = 1,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")] = 500,
     temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")] = 0.8,
@@ -149,15 +207,15 @@ def sample(
     top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same text.")] = 1337,
     unknown: Annotated[
-        str, typer.Option("--unknown", help="error or skip: what to do with prompt characters the model never saw.")
+        UnknownChars, typer.Option("--unknown", help="What to do with prompt characters the model never saw.")
     ] = "error",
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
     dtype: Annotated[
-        str,
+        SampleDtype,
         typer.Option(
             "--dtype",
-            help="auto, float32 or bfloat16: the weights' precision while sampling. auto is bfloat16 on a CUDA GPU "
+            help="The weights' precision while sampling. auto is bfloat16 on a CUDA GPU "
             "with bf16 and on a CPU that multiplies bf16 in hardware (about 2x faster there), else float32.",
         ),
     ] = "auto",
@@ -177,9 +235,9 @@ def sample(
     run_sample(loaded, prompt, opts, _write_stdout)
 
 
-@app.command(name="eval")
+@app.command(name="eval", epilog=epilog("eval"))
 def eval_(
-    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.")],
+    target: TargetArg,
     data: Annotated[
         Path | None, typer.Option("--data", help="Evaluate on all of this text file instead of the run's val split.")
     ] = None,
@@ -207,9 +265,9 @@ def _surprise_colour(bits: float) -> str:
     return f"\x1b[48;5;{ramp[min(len(ramp) - 1, int(bits))]}m\x1b[97m"
 
 
-@app.command()
+@app.command(epilog=epilog("score"))
 def score(
-    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.")],
+    target: TargetArg,
     text: Annotated[str | None, typer.Option("--text", help="The text to score.")] = None,
     file: Annotated[Path | None, typer.Option("--file", help="Score this UTF-8 file instead.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -250,9 +308,9 @@ def score(
     )
 
 
-@app.command()
+@app.command(epilog=epilog("attention"))
 def attention(
-    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.")],
+    target: TargetArg,
     text: Annotated[str, typer.Option("--text", help="The text to look at (up to block_size characters).")],
     out: Annotated[Path, typer.Option("--out", help="The picture to write, e.g. attention.png.")],
     layer: Annotated[int | None, typer.Option("--layer", help="Only this layer (0-based).")] = None,
@@ -275,9 +333,14 @@ def attention(
     print(f"wrote {path} (from {loaded.path})", file=sys.stderr)
 
 
-@app.command()
+@app.command(epilog=epilog("runs"))
 def runs(
-    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The folder of run directories.")] = Path("runs"),
+    folder: Annotated[
+        Path,
+        typer.Argument(
+            metavar="DIR", autocompletion=cli_help.complete_directory, help="The folder of run directories."
+        ),
+    ] = Path("runs"),
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per run, one per line.")] = False,
 ) -> None:
     """List the runs under DIR: steps, best val loss (~ marks the fixed-batch estimate, without ~ the
@@ -294,23 +357,11 @@ def runs(
         print(f"no runs under {folder}", file=sys.stderr)
 
 
-def share_cores_when_training(args: list[str]) -> None:
-    """`minigpt train`: idle OpenMP threads sleep (OMP_WAIT_POLICY=PASSIVE) instead of spinning.
-
-    libgomp's threads spin for a while before sleeping; two processes on the same cores then spin
-    on each other's cores. Measured on 2 cores (scripts/bench_contention.py): two default trainings
-    side by side ran at 0.27 of one alone each with spinning, 0.79 with PASSIVE, and a training
-    alone within noise of spinning. Decoding one sequence is the opposite case (many tiny
-    operations: PASSIVE halves its speed), so the other commands keep libgomp's default. libgomp
-    reads the variable when torch loads it: this runs before anything imports torch, and a value
-    already in the environment is kept."""
-    if args[:1] == ["train"]:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
-    share_cores_when_training(list(sys.argv[1:] if argv is None else argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    share_cores_when_training(args)
+    honour_named_shell(args)
     try:
         result = app(args=argv, standalone_mode=False, prog_name="minigpt")
         return result if isinstance(result, int) else 0
@@ -340,9 +391,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    code = main()
-    # Shutting the interpreter down walks every object torch's import created (~0.3 s of the 0.45 s
-    # exit on a 2-core machine, a few percent of a short `sample`); frozen objects are left to the OS.
-    # Files are closed by then and atexit handlers still run.
-    gc.freeze()
-    sys.exit(code)
+    """The `minigpt` program (and `python -m minigpt`)."""
+    exit_fast(main())
