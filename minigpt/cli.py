@@ -46,6 +46,11 @@ TargetArg = Annotated[
 ]
 
 
+HtmlOpt = Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), "
+                                             "e.g. page.html.", show_default=False)]  # fmt: skip
+UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
+
+
 def _print_version(value: bool) -> None:
     if value:
         print(cli_help.version_line())
@@ -259,12 +264,6 @@ def eval_(
         )
 
 
-def _surprise_colour(bits: float) -> str:
-    """An ANSI 256-colour background from green (expected) through yellow to red (surprising)."""
-    ramp = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # dark green .. dark red, white text reads on all
-    return f"\x1b[48;5;{ramp[min(len(ramp) - 1, int(bits))]}m\x1b[97m"
-
-
 @app.command(epilog=epilog("score"))
 def score(
     target: TargetArg,
@@ -272,6 +271,8 @@ def score(
     file: Annotated[Path | None, typer.Option("--file", help="Score this UTF-8 file instead.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Plain columns: position, character, bits.")] = False,
+    html: HtmlOpt = None,
+    unknown: UnknownOpt = "error",
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
@@ -279,58 +280,57 @@ def score(
 
     The text is shown coloured from green (expected) to red (surprising); each whole bit of
     surprise is one step of colour. The first character is not scored: nothing comes before it.
+    --html writes a page with each character's probability and the model's top 5 guesses.
     """
-    from minigpt.data import decode_utf8, read_text_bytes
+    from minigpt.explorer import check_output, checked_text, score_page, score_terminal, text_input
     from minigpt.inference import load_model, score_text
 
-    if (text is None) == (file is None):
-        raise UserError("give exactly one of --text TEXT or --file FILE")
-    if file is not None:
-        text = decode_utf8(read_text_bytes(file), file)
+    text, what = text_input(text, file)
+    if html is not None:
+        check_output(html)
     loaded = load_model(target, _device(device, threads))
-    result = score_text(loaded, text)
+    if html is not None:
+        page = score_page(loaded, text, what, unknown)
+        print(f"wrote {page.save(html)}: {page.summary} (from {loaded.path})", file=sys.stderr)
+        return
+    result = score_text(loaded, checked_text(loaded.tokenizer, text, what, unknown))
     if as_json:
         print(json.dumps(result.to_dict()))
         return
-    if no_color or not sys.stdout.isatty() and os.environ.get("FORCE_COLOR") is None:
-        print("pos\tchar\tbits")
-        for i, (c, b) in enumerate(zip(result.text[1:], result.bits), start=1):
-            print(f"{i}\t{c!r}\t{b:.3f}")
-    else:
-        shown = [result.text[0]]
-        for c, b in zip(result.text[1:], result.bits):
-            visible = "\u21b5" if c == "\n" else c  # a line break shows as a coloured arrow, then breaks
-            shown.append(f"{_surprise_colour(b)}{visible}\x1b[0m" + ("\n" if c == "\n" else ""))
-        print("".join(shown))
-    print(
-        f"{result.bits_per_char:.4f} bits/char over {len(result.bits):,} characters "
-        f"({sum(result.bits):,.1f} bits in all; {loaded.path})"
-    )
+    colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
+    print(score_terminal(result, colour, str(loaded.path)))
 
 
 @app.command(epilog=epilog("attention"))
 def attention(
     target: TargetArg,
-    text: Annotated[str, typer.Option("--text", help="The text to look at (up to block_size characters).")],
-    out: Annotated[Path, typer.Option("--out", help="The picture to write, e.g. attention.png.")],
+    text: Annotated[str | None, typer.Option("--text", help="The text to look at.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Look at this UTF-8 file instead.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="The picture to write, e.g. attention.png (the first block_size "
+                                  "characters).")
+    ] = None,
+    html: HtmlOpt = None,
     layer: Annotated[int | None, typer.Option("--layer", help="Only this layer (0-based).")] = None,
     head: Annotated[int | None, typer.Option("--head", help="Only this head (0-based).")] = None,
+    unknown: UnknownOpt = "error",
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
-) -> None:
-    """Heat maps of the causal attention weights over TEXT: layers as rows, heads as columns.
+) -> None:  # fmt: skip
+    """Heat maps of the causal attention weights over TEXT: layers as rows, heads as columns (--out),
+    or the interactive explorer page (--html), which reads a long text window by window.
 
     Row i of a map is the character at position i deciding what comes next; column j is how much
     it looks at character j. Whitespace is drawn as a visible symbol.
     """
-    from minigpt.attention import write_attention_png
+    from minigpt.attention import write_attention_files
+    from minigpt.explorer import text_input
     from minigpt.inference import load_model
 
+    text, what = text_input(text, file)
     loaded = load_model(target, _device(device, threads))
-    if len(text) > loaded.config.model.block_size:
-        print(f"note: using the first {loaded.config.model.block_size} characters (block_size)", file=sys.stderr)
-    path = write_attention_png(loaded.model, loaded.tokenizer, text, out, layer, head)
-    print(f"wrote {path} (from {loaded.path})", file=sys.stderr)
+    for line in write_attention_files(loaded, text, what, out, html, layer, head, unknown):
+        print(f"{line} (from {loaded.path})" if line.startswith("wrote") else line, file=sys.stderr)
 
 
 @app.command(epilog=epilog("runs"))

@@ -33,9 +33,11 @@ minigpt eval runs/default --json
 minigpt eval runs/default --data other.txt""",
     "score": """minigpt score runs/default --text "ROMEO: What light through yonder window breaks?"
 minigpt score runs/default --file scene.txt --no-color
-minigpt score runs/default --text "KING:" --json""",
+minigpt score runs/default --text "KING:" --json
+minigpt score runs/default --file scene.txt --html score.html""",
     "attention": """minigpt attention runs/default --text "ROMEO: But, soft!" --out attention.png
-minigpt attention runs/default --text "ROMEO: But, soft!" --layer 0 --head 1 --out head.png""",
+minigpt attention runs/default --text "ROMEO: But, soft!" --layer 0 --head 1 --out head.png
+minigpt attention runs/default --file scene.txt --html attention.html""",
     "runs": """minigpt runs
 minigpt runs experiments/ --json""",
 }

@@ -204,6 +204,27 @@ def score_page(loaded: Loaded, text: str, what: str = "--text", unknown: str = "
     return score_html(scores, loaded.tokenizer, source_line(loaded))
 
 
+SURPRISE_RAMP = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # ANSI 256 colours, dark green .. dark red
+
+
+def score_terminal(scores: Scores, colour: bool, source: str) -> str:
+    """`minigpt score`'s text: the characters on backgrounds from green (expected) to red
+    (surprising), one step per whole bit and white text on all, or plain columns (position,
+    character, bits); then the bits per character."""
+    if colour:
+        shown = [scores.text[0]]
+        for c, b in zip(scores.text[1:], scores.bits):
+            code = SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(b))]
+            mark = "\u21b5" if c == "\n" else c  # a line break shows as a coloured arrow, then breaks
+            shown.append(f"\x1b[48;5;{code}m\x1b[97m{mark}\x1b[0m" + ("\n" if c == "\n" else ""))
+        lines = ["".join(shown)]
+    else:
+        pairs = enumerate(zip(scores.text[1:], scores.bits), start=1)
+        lines = ["pos\tchar\tbits", *(f"{i}\t{c!r}\t{b:.3f}" for i, (c, b) in pairs)]
+    total = f"{sum(scores.bits):,.1f} bits in all; {source}"
+    return "\n".join([*lines, f"{scores.bits_per_char:.4f} bits/char over {len(scores.bits):,} characters ({total})"])
+
+
 def source_line(loaded: Loaded) -> str:
     """Which model a page shows: its checkpoint, step and validation loss."""
     ckpt = loaded.checkpoint
