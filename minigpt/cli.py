@@ -202,42 +202,39 @@ def _write_stdout(text: str) -> None:
 @app.command(epilog=epilog("sample"))
 def sample(
     target: TargetArg,
-    prompt: Annotated[
-        str, typer.Option("--prompt", help="Text to continue (default: a newline).", show_default=False)
-    ] = "",
-    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="How many samples.")] = 1,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="Text to continue (default: a newline).")] = None,
+    prompt_file: Annotated[str | None, typer.Option("--prompt-file", metavar="FILE", show_default=False,
+                           help="The prompt is this UTF-8 file's whole text (- reads stdin).")] = None,  # fmt: skip
+    prompts_file: Annotated[str | None, typer.Option("--prompts-file", metavar="FILE", show_default=False,
+                            help="One prompt per line (\\n: a line break), batched.")] = None,  # fmt: skip
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")] = 1,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")] = 500,
     temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")] = 0.8,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same text.")] = 1337,
-    unknown: Annotated[
-        UnknownChars, typer.Option("--unknown", help="What to do with prompt characters the model never saw.")
-    ] = "error",
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = 1337,
+    stop: Annotated[list[str] | None, typer.Option("--stop", metavar="TEXT", show_default=False,
+                    help="End a sample where it writes this text (not shown; repeatable).")] = None,  # fmt: skip
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, "
+                                          "seed.")] = False,  # fmt: skip
+    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Prompt after prompt on the terminal, "
+                                              "the model kept loaded (:help for settings).")] = False,  # fmt: skip
+    unknown: UnknownOpt = "error",
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
-    dtype: Annotated[
-        SampleDtype,
-        typer.Option(
-            "--dtype",
-            help="The weights' precision while sampling. auto is bfloat16 on a CUDA GPU "
-            "with bf16 and on a CPU that multiplies bf16 in hardware (about 2x faster there), else float32.",
-        ),
-    ] = "auto",
-) -> None:
-    """Generate text. Only the samples go to stdout, streamed as they are generated."""
+    dtype: Annotated[SampleDtype, typer.Option("--dtype", help="The weights' precision while sampling. auto "
+                     "is bfloat16 where the GPU or CPU has it in hardware (2x faster there).")] = "auto",  # fmt: skip
+) -> int:
+    """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
     from minigpt.config import SampleOptions
-    from minigpt.inference import cast_for_sampling, encode_prompt, load_model
-    from minigpt.inference import sample as run_sample
+    from minigpt.generation import prompts_from
+    from minigpt.inference import cast_for_sampling, load_model, sample_command
 
     opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
+    prompts, what = prompts_from(prompt, prompt_file, prompts_file)
     loaded = load_model(target, _device(device, threads))
     cast_for_sampling(loaded, dtype, device)
-    encode_prompt(loaded.tokenizer, prompt, unknown)  # refuse a bad prompt before anything is printed
-    step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
-    val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""
-    print(f"sampling from {loaded.path} (step {step}{val_text})", file=sys.stderr)
-    run_sample(loaded, prompt, opts, _write_stdout)
+    return sample_command(loaded, prompts, what, opts, stop or [], as_json, interactive, _write_stdout)
 
 
 @app.command(name="eval", epilog=epilog("eval"))

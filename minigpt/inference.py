@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,10 @@ def sample_command(loaded: Loaded, prompts: list[str], what: str, opts: SampleOp
     as text. Every prompt and stop string is checked before anything is generated."""
     tok = loaded.tokenizer
     check_stops(tok, stops)
+    requests_for(tok, prompts, 1, 0, opts.unknown, what)  # unknown characters: refused before any output
+    step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
+    val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""
+    print(f"sampling from {loaded.path} (step {step}{val_text})", file=sys.stderr)
     if interactive:
         if what != "--prompt" or prompts != [""] or as_json or opts.num_samples != 1:
             raise UserError("--interactive reads its prompts from the terminal; leave out --prompt, --prompt-file, "
@@ -97,7 +102,6 @@ def sample_command(loaded: Loaded, prompts: list[str], what: str, opts: SampleOp
             sample_records(loaded, prompt, o, write, s)  # a prompt's unknown characters: an error line, as always
 
         return repl(run, opts, stops, lambda s: check_stops(tok, s))
-    requests_for(tok, prompts, 1, 0, opts.unknown, what)  # unknown characters: refused before any output
     if as_json:
         for s in sample_records(loaded, prompts, opts, None, stops, what):
             write(s.to_json() + "\n")
