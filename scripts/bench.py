@@ -306,6 +306,51 @@ def sampling_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], run_di
     }
 
 
+BATCH_SAMPLES, BATCH_CHARS = 32, 500
+TARGET_BATCH_RATIO = 5.0
+# the batch-1 path in one whole process: the same loading and dtype as `minigpt sample`, then one
+# sample after another (seeds seed + k, as `-n N` numbers them)
+BATCH_ONE_CODE = """
+import sys, torch
+from pathlib import Path
+from minigpt.config import SampleOptions
+from minigpt.inference import cast_for_sampling, load_model, sample_records
+loaded = load_model(Path(sys.argv[1]), torch.device("cpu"))
+cast_for_sampling(loaded, "auto", "cpu")
+n, chars = int(sys.argv[2]), int(sys.argv[3])
+out = [sample_records(loaded, "", SampleOptions(max_new_tokens=chars, seed=1337 + k))[0].text for k in range(n)]
+print(sum(len(t) for t in out))
+"""
+
+
+def make_default_checkpoint(data: Path, env: dict[str, str], tmp: Path) -> Path:
+    """A default-config checkpoint (1 training step: decoding speed does not depend on the weights)."""
+    run_dir = tmp / "default-model"
+    run_timed(minigpt("train", "--data", str(data), "--out", str(run_dir), "--device", "cpu", "train.max_steps=1",
+                      "train.eval_steps=1", "log.sample_length=0", "log.tensorboard=false"), env)  # fmt: skip
+    return run_dir
+
+
+def batch_sampling_once(models: dict[str, Path], plan: Plan, env: dict[str, str], rep: int) -> dict[str, float]:
+    """N samples as one batch (`minigpt sample -n N`) against the batch-1 path, whole processes."""
+    n, chars = (4, 50) if plan.throughput_steps < 100 else (BATCH_SAMPLES, BATCH_CHARS)
+    out: dict[str, float] = {}
+    for name, run_dir in models.items():
+        progress(f"batched sampling [{rep}]: {name}, {n} samples of {chars} characters, batched then one by one")
+        batched = run_timed(minigpt("sample", str(run_dir), "-n", str(n), "--max-new-tokens", str(chars),
+                                    "--device", "cpu"), env)  # fmt: skip
+        one = run_timed(["-c", BATCH_ONE_CODE, str(run_dir), str(n), str(chars)], env)
+        out[f"{name}_batched_chars_per_s"] = n * chars / batched.wall_s
+        out[f"{name}_batch1_chars_per_s"] = n * chars / one.wall_s
+        out[f"{name}_ratio"] = one.wall_s / batched.wall_s
+    return out
+
+
+def summarize_batch_sampling(s: dict[str, Series]) -> dict[str, Any]:
+    ratio = s["default_ratio"].median
+    return {**{k: v.to_dict() for k, v in s.items()}, "target": TARGET_BATCH_RATIO, "met": ratio >= TARGET_BATCH_RATIO}
+
+
 def collect(runs: list[dict[str, float]]) -> dict[str, Series]:
     return {key: Series([r[key] for r in runs]) for key in runs[0]}
 
@@ -376,6 +421,13 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         mg, ref = s["minigpt_chars_per_s"]["median"], s["reference_chars_per_s"]["median"]
         rows.append(Row("sampling chars/s (6x384, ctx 256)", f"{mg:,.1f}", f"{ref:,.1f}", f"{s['ratio']:.2f}x",
                         f">= {TARGET_SAMPLE_RATIO:g}x", yes_no(s["met"])))  # fmt: skip
+    if b := results.get("batch_sampling"):
+        for name, label in (("default", "default model"), ("6x384", "6x384 ctx 256")):
+            mg, one = b[f"{name}_batched_chars_per_s"]["median"], b[f"{name}_batch1_chars_per_s"]["median"]
+            ok = yes_no(b["met"]) if name == "default" else ""
+            target = f">= {TARGET_BATCH_RATIO:g}x" if ok else ""
+            rows.append(Row(f"{BATCH_SAMPLES} samples chars/s, {label}", f"{mg:,.0f}", f"{one:,.0f} (batch 1)",
+                            f"{b[f'{name}_ratio']['median']:.2f}x", target, ok))  # fmt: skip
     return rows
 
 
@@ -416,6 +468,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-train", action="store_true", help="skip the two training comparisons")
     ap.add_argument("--skip-sample", action="store_true", help="skip the sampling comparison")
     ap.add_argument("--json-only", action="store_true", help="print only the JSON line on stdout")
+    ap.add_argument("--only-batch-sampling", action="store_true", help="only the batched-sampling comparison")
     return ap.parse_args(argv)
 
 
@@ -436,13 +489,19 @@ def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
     env = child_env(cache)
     ref, data = a.reference.resolve(), a.data.resolve()
     results: dict[str, Any] = {}
+    if a.only_batch_sampling or not a.skip_sample:
+        models = {"default": make_default_checkpoint(data, env, tmp), "6x384": make_sample_checkpoint(data, env, tmp)}
+        batch = [batch_sampling_once(models, plan, env, i) for i in range(a.repeats)]
+        results["batch_sampling"] = summarize_batch_sampling(collect(batch))
+        if a.only_batch_sampling:
+            return results
     if not a.skip_train:
         quality = [quality_once(ref, data, plan, env, tmp, i) for i in range(a.repeats)]
         results["time_to_quality"] = summarize_quality(collect(quality))
         throughput = [throughput_once(ref, data, plan, env, tmp, i) for i in range(a.repeats)]
         results["train_throughput"] = summarize_throughput(collect(throughput))
     if not a.skip_sample:
-        run_dir = make_sample_checkpoint(data, env, tmp)
+        run_dir = tmp / "sample-model"
         sampling = [sampling_once(ref, data, plan, env, run_dir, i) for i in range(a.repeats)]
         results["sampling"] = summarize_sampling(collect(sampling))
     return results

@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minigpt import inference, runtime
+from minigpt import generation, runtime
 from minigpt.config import ModelConfig
 from minigpt.model import GPT, KVCache, causal_attention
 from minigpt.runtime import sampling_dtype
-from minigpt.sampler import generate
+from minigpt.sampler import generate_batch
 
 CPU = torch.device("cpu")
 
@@ -80,13 +80,14 @@ def test_sample_dtype_flag(trained_run, cli, monkeypatch) -> None:
 
     def recording_generate(model, *args, **kwargs):
         seen.append(next(model.parameters()).dtype)
-        return generate(model, *args, **kwargs)
+        return generate_batch(model, *args, **kwargs)
 
-    monkeypatch.setattr(inference, "generate", recording_generate)
+    monkeypatch.setattr(generation, "generate_batch", recording_generate)
     a = cli("sample", trained_run, "--max-new-tokens", "40", "--temperature", "0", "--dtype", "float32")
     b = cli("sample", trained_run, "--max-new-tokens", "40", "--temperature", "0", "--dtype", "bfloat16")
     assert a.code == b.code == 0 and len(a.out) == len(b.out) == 41  # newline prompt + 40
     assert seen == [torch.float32, torch.bfloat16]
     r = cli("sample", trained_run, "--dtype", "float16")
     assert r.code == 2 and r.out == ""
-    assert r.err.strip() == "error: --dtype must be auto, float32 or bfloat16, got 'float16'"
+    assert r.err.count("\n") == 1 and r.err.startswith("error: Invalid value for '--dtype'")
+    assert "'float16' is not one of 'auto', 'float32', 'bfloat16'" in r.err
