@@ -17,7 +17,7 @@ import torch
 
 from minigpt.atomic import atomic_write
 from minigpt.config import DEFAULT_DATA_PATH, DataConfig
-from minigpt.corpus_cache import load_or_encode
+from minigpt.corpus_cache import load_or_encode, release_pages
 from minigpt.encoding import Encoded, HashIndex, Layout, ProgressFactory
 from minigpt.errors import UserError
 from minigpt.sources import absolute_spec, choose_val_files, describe, resolve_sources
@@ -212,6 +212,7 @@ class Batcher:
         """x, y of shape (B, T) on the device, y being x shifted left by one."""
         starts = torch.randint(self.high, (self.batch_size,), generator=self.generator)[self.share]
         rows = self.data[starts.numpy()[:, None] + self.offsets]  # (B, T+1), read from the map
+        release_pages(self.data)  # the windows are copied out: keep no page of the corpus mapped
         rows = self.table[rows] if self.table is not None else rows.astype(np.int64)
         window = torch.from_numpy(rows)
         if self.pin:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from minigpt.corpus_cache import release_pages
 from minigpt.errors import UserError
 from minigpt.model import GPT
 
@@ -51,7 +52,8 @@ def evaluate_ids(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray |
     span = batch_windows * block
     for start in range(0, n_pred, span):
         end = min(start + span, n_pred)  # predictions start..end-1, of ids start+1..end
-        chunk = np.asarray(data[start : end + 1])
+        chunk = np.array(data[start : end + 1])  # a copy: the map's pages can go
+        release_pages(data)
         chunk = table[chunk] if table is not None else chunk.astype(np.int64)
         n_full = (end - start) // block
         if n_full:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "data" / "tinyshakespeare.txt"
-STEPS = 3
+STEPS = 100  # enough random windows that pages left mapped would show in the peak
 TRAIN_ARGS = [
     f"train.max_steps={STEPS}", f"train.eval_interval={STEPS}", "train.eval_steps=2", "train.final_eval=false",
     "log.interval=1", "log.progress=lines", "log.progress_seconds=0.001", "log.tensorboard=false",

@@ -86,7 +86,7 @@ def test_several_files_hold_out_whole_files_by_a_hash_of_their_names(tmp_path: P
     assert chosen is not None and chosen.count(True) == 4  # 10% of 40 equal files
     val_text, train_text = decoded(corpus, corpus.val), decoded(corpus, corpus.train)
     for f, is_val in zip(files, chosen):
-        body = f.path.read_text()
+        body = Path(f.path).read_text()
         assert (body in val_text) == is_val and (body in train_text) != is_val  # never in both
     # the choice depends on the names, not on where the folder is
     moved = tmp_path / "moved"
@@ -165,7 +165,7 @@ def test_an_unchanged_corpus_is_not_hashed_again(tmp_path: Path, monkeypatch) ->
     assert load_corpus(cfg, 16).sha256 == first.sha256 and read == []  # size and mtime vouch for the hashes
     touched = root / "top" / "doc00.txt"
     os.utime(touched, (old + 10, old + 10))  # same content, new mtime: hashed again, same key
-    assert load_corpus(cfg, 16).sha256 == first.sha256 and read == [touched]
+    assert load_corpus(cfg, 16).sha256 == first.sha256 and read == [str(touched)]
 
 
 def test_resume_refuses_a_changed_folder(tmp_path: Path, cli) -> None:
@@ -287,3 +287,26 @@ def test_a_vocabulary_too_large_for_the_model_suggests_bytes(tmp_path: Path, cli
     r = cli("train", "--data", path, "--out", tmp_path / "run", *TINY)
     assert r.code == 2 and r.err.count("\n") == 1 and "data.tokenizer=byte" in r.err, r
     assert not (tmp_path / "run").exists()
+
+
+def _mapped_kb(suffix: str) -> int:
+    """Resident kB of this process's mappings of files whose name ends with `suffix`."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[:1].isdigit() or line[:1] in "abcdef":  # a mapping's header line
+            inside = line.rstrip().endswith(suffix)
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_drawing_windows_keeps_no_page_of_the_corpus_mapped(tmp_path: Path) -> None:
+    """Random windows read through the memory map must not pile up in resident memory (each
+    touched page, or large folio, would stay mapped: a long run would map the whole corpus)."""
+    big = write(tmp_path / "big.txt", make_text(100_000) * 300)  # 30 MB
+    corpus = load_corpus(DataConfig(path=str(big)), block_size=64)
+    batcher = Batcher(corpus.train, 64, 32, seed=0, device=torch.device("cpu"))
+    for _ in range(200):  # 6,400 windows: at least 25 MB of pages if each stayed mapped
+        batcher.next()
+    evaluate_ids(GPT(ModelConfig(n_layer=1, n_head=1, n_embd=8, block_size=64), 40).eval(), corpus.val[:200_000])
+    assert str(corpus.ids.filename).endswith(".char.bin") and _mapped_kb(".char.bin") < 1024
