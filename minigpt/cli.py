@@ -33,9 +33,8 @@ def _device_option(help: str):
 
 
 DeviceOpt = Annotated[str, _device_option("The device: auto is cuda, else mps, else cpu.")]
-ThreadsOpt = Annotated[
-    int, typer.Option("--threads", min=0, help="CPU threads (0 = the cores this process may use).", show_default=False)
-]
+ThreadsOpt = Annotated[int, typer.Option("--threads", min=0, show_default=False,
+                                         help="CPU threads (0 = the cores this process may use, less those busy).")]
 TargetArg = Annotated[
     Path,
     typer.Argument(
@@ -96,9 +95,10 @@ InitFromOpt = Annotated[
 
 def _device(name: str, threads: int):
     """The device an inference command runs on, with the CPU thread count set first."""
+    from minigpt.process import START_LOAD
     from minigpt.runtime import configure_threads, resolve_device
 
-    configure_threads(threads)
+    configure_threads(threads, START_LOAD.others())  # cores a training beside us keeps busy are left to it
     return resolve_device(name)
 
 

@@ -26,6 +26,55 @@ def share_cores_when_training(args: list[str]) -> None:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def _cpu_ticks(cpus: set[int] | None) -> int | None:
+    """Busy clock ticks so far of the given CPUs (all when None), from /proc/stat; None elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    busy = 0
+    for line in lines:
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu" or (cpus is not None and int(name[3:]) not in cpus):
+            continue
+        values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+        busy += sum(values) - values[3] - values[4]
+    return busy
+
+
+def _own_ticks() -> float:
+    t = os.times()
+    return (t.user + t.system) * os.sysconf("SC_CLK_TCK")
+
+
+class CoreLoad:
+    """How many of this process's cores other processes keep busy, measured over the time between
+    the start of the command (before torch loads: ~2-3 s on 2 cores) and `others()`, less this
+    process's own CPU time. Zero added latency: the interval is time the command spends anyway."""
+
+    def __init__(self) -> None:
+        self.cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        self.t0, self.busy0, self.own0 = _monotonic(), _cpu_ticks(self.cpus), _own_ticks()
+
+    def others(self) -> float | None:
+        busy = _cpu_ticks(self.cpus)
+        seconds = _monotonic() - self.t0
+        if busy is None or self.busy0 is None or seconds < 0.2:
+            return None
+        hz = os.sysconf("SC_CLK_TCK")
+        return max(0.0, (busy - self.busy0 - (_own_ticks() - self.own0)) / hz / seconds)
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
+
+
+START_LOAD = CoreLoad()  # taken when the command line is imported, before torch
+
+
 def honour_named_shell(args: list[str]) -> None:
     """`--install-completion zsh`, `--show-completion fish`: typer's two options act for the shell
     they detect and take no value, so a shell named after them would be ignored (zsh's script

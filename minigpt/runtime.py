@@ -76,18 +76,25 @@ def resolve_device(name: str, dist: distributed.Dist | None = None) -> torch.dev
     return torch.device("cpu")
 
 
-def configure_threads(requested: int = 0) -> int:
+def configure_threads(requested: int = 0, busy: float | None = None) -> int:
     """Set torch's intra-op thread count: `requested`; or (0, auto) OMP_NUM_THREADS when it is set
     (torchrun sets 1 per process), else the cores this process may run on (os.sched_getaffinity,
-    so `taskset` and container CPU sets are honoured). Returns the count."""
+    so `taskset` and container CPU sets are honoured), less the cores other processes keep
+    `busy` (measured by the caller; inference only). Returns the count.
+
+    Why the inference commands leave busy cores alone: decoding is many tiny operations whose
+    threads spin-wait for each other; with a training on the other core, two threads got 178
+    characters/s against 773 alone, one thread 770 (scripts/bench_contention.py)."""
     if requested > 0:
         count = requested
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         count = int(os.environ["OMP_NUM_THREADS"])
-    elif hasattr(os, "sched_getaffinity"):
-        count = len(os.sched_getaffinity(0))
     else:
-        count = os.cpu_count() or 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        count = max(1, cores - round(busy)) if busy is not None else cores
+        if count < cores:
+            log(f"note: other processes keep {busy:.1f} of this process's {cores} cores busy: using {count} "
+                "thread(s) (--threads N to choose)")
     torch.set_num_threads(count)
     return count
 

@@ -72,13 +72,15 @@ def finish(proc: subprocess.Popen) -> tuple[str, str]:
 
 
 SAMPLER = r"""
-import sys, time, torch
+import sys, time
+from minigpt.process import START_LOAD  # as `minigpt sample` does: before torch loads
+import torch
 from pathlib import Path
 from minigpt.inference import cast_for_sampling, load_model
 from minigpt.runtime import configure_threads
 from minigpt.sampler import generate
 
-configure_threads(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+configure_threads(int(sys.argv[3]) if len(sys.argv) > 3 else 0, START_LOAD.others())
 loaded = load_model(Path(sys.argv[1]), torch.device("cpu"))
 cast_for_sampling(loaded, "auto", "cpu")
 gen = torch.Generator().manual_seed(1)

@@ -67,8 +67,27 @@ def test_threads_follow_the_request_the_environment_and_the_cpu_affinity(monkeyp
         assert runtime.configure_threads(0) == 1  # a set OMP_NUM_THREADS (torchrun sets 1) is kept
         monkeypatch.delenv("OMP_NUM_THREADS")
         assert runtime.configure_threads(0) == 3  # the cores this process may use, not the machine's
+        assert runtime.configure_threads(0, busy=1.2) == 2  # inference leaves a busy core to its owner
+        assert runtime.configure_threads(0, busy=0.3) == 3 and runtime.configure_threads(0, busy=5.0) == 1
+        assert runtime.configure_threads(2, busy=2.0) == 2  # an explicit --threads wins
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_load_of_other_processes_is_measured_without_our_own() -> None:
+    from minigpt.process import CoreLoad
+
+    load = CoreLoad()
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
+    try:
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:  # this process keeps a core busy too: that must not count
+            pass
+        others = load.others()
+    finally:
+        spin.wait()
+    assert others is not None and 0.6 <= others <= 1.5  # the spinning child (about one core), not us
+    assert CoreLoad().others() is None  # too short an interval to say
 
 
 def test_training_sets_the_passive_wait_policy_before_torch_loads_and_keeps_a_users_choice() -> None:
