@@ -55,33 +55,6 @@ def fetch_tiny_shakespeare(dest: Path, url: str | None = None) -> None:
         raise UserError(f"cannot write {dest}: {e.strerror}: {how}") from None
 
 
-def read_text_bytes(path: Path) -> bytes:
-    """The raw bytes of a training text, with a clear error for each way it can be wrong."""
-    if not path.exists():
-        raise UserError(f"data file {path} does not exist (pass --data FILE or set data.path)")
-    if path.is_dir():
-        raise UserError(f"data file {path} is a directory; point --data at a text file inside it")
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read data file {path}: {e.strerror}") from None
-    if not raw:
-        raise UserError(f"data file {path} is empty; give it some text to learn from")
-    return raw
-
-
-def decode_utf8(raw: bytes, path: Path) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise UserError(
-            f"data file {path} is not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {e.start} "
-            f"(line {line}, column {column}); convert it, e.g. iconv -f latin1 -t utf-8"
-        ) from None
-
-
 @dataclass
 class Corpus:
     """An encoded corpus and its split. `ids` is the whole joined text (a read-only memory map of

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minigpt.errors import UserError
+from minigpt.textfiles import read_text
 
 if TYPE_CHECKING:
     from minigpt.attention import WindowedAttention
@@ -89,24 +90,8 @@ def text_input(text: str | None, file: Path | None) -> tuple[str, str]:
     if (text is None) == (file is None):
         raise UserError("give exactly one of --text TEXT or --file FILE")
     if file is not None:
-        return read_text_file(file), f"--file {file}"
+        return read_text(file, "--file"), f"--file {file}"
     return text, "--text"
-
-
-def read_text_file(path: Path) -> str:
-    """A UTF-8 text file to look at (`--file`), with one clear error for each way it can be wrong."""
-    if not path.exists():
-        raise UserError(f"--file {path} does not exist")
-    if path.is_dir():
-        raise UserError(f"--file {path} is a folder; give a text file")
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read --file {path}: {e.strerror}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"--file {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
 
 
 def checked_text(tok: Tokenizer, text: str, what: str, unknown: str = "error") -> str:

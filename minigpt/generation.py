@@ -23,6 +23,7 @@ from minigpt import memory
 from minigpt.errors import UserError
 from minigpt.model import GPT
 from minigpt.sampler import generate_batch
+from minigpt.textfiles import read_text
 from minigpt.tokenizer import Tokenizer
 
 SEPARATOR = "\n\n---\n"  # between samples on stdout
@@ -73,24 +74,6 @@ def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
             raise UserError(f"--stop {s!r} has characters the model never saw ({names}): it could never match")
 
 
-def _read_text(path: str, flag: str) -> str:
-    """A prompt file's UTF-8 text; '-' reads standard input."""
-    import sys
-
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()  # noqa: SIM115
-    except FileNotFoundError:
-        raise UserError(f"{flag} {path} does not exist") from None
-    except IsADirectoryError:
-        raise UserError(f"{flag} {path} is a folder; give a text file") from None
-    except OSError as e:
-        raise UserError(f"{flag}: cannot read {path}: {e.strerror}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{flag} {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
-
-
 def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
     """The prompts of `minigpt sample`: --prompt, the whole --prompt-file, or one per line of
     --prompts-file (at most one of the three); and the flag, for messages."""
@@ -99,9 +82,9 @@ def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str 
     if len(given) > 1:
         raise UserError(f"give only one of {' and '.join(given)}")
     if prompt_file is not None:
-        return [_read_text(prompt_file, "--prompt-file")], "--prompt-file"
+        return [read_text(prompt_file, "--prompt-file")], "--prompt-file"
     if prompts_file is not None:
-        return parse_prompts_file(_read_text(prompts_file, "--prompts-file"), prompts_file), "--prompts-file"
+        return parse_prompts_file(read_text(prompts_file, "--prompts-file"), prompts_file), "--prompts-file"
     return [prompt or ""], "--prompt"
 
 

@@ -92,9 +92,6 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
     else:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         count = max(1, cores - round(busy)) if busy is not None else cores
-        if count < cores:
-            log(f"note: other processes keep {busy:.1f} of this process's {cores} cores busy: using {count} "
-                "thread(s) (--threads N to choose)")
     torch.set_num_threads(count)
     return count
 
