@@ -256,8 +256,8 @@ def eval_(
         print(json.dumps(result.to_dict()))
     else:
         print(
-            f"loss {result.loss:.4f} nats | {result.bpc:.4f} bits/char | perplexity {result.perplexity:.3f} | "
-            f"{result.tokens:,} characters ({what}, {loaded.path})"
+            f"loss {result.loss:.4f} nats | {result.bpc:.4f} bits/{result.unit} | perplexity {result.perplexity:.3f} | "
+            f"{result.tokens:,} {'characters' if result.unit == 'char' else 'bytes'} ({what}, {loaded.path})"
         )
 
 

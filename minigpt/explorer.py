@@ -207,7 +207,9 @@ def score_terminal(scores: Scores, colour: bool, source: str) -> str:
         pairs = enumerate(zip(scores.text[1:], scores.bits), start=1)
         lines = ["pos\tchar\tbits", *(f"{i}\t{c!r}\t{b:.3f}" for i, (c, b) in pairs)]
     total = f"{sum(scores.bits):,.1f} bits in all; {source}"
-    return "\n".join([*lines, f"{scores.bits_per_char:.4f} bits/char over {len(scores.bits):,} characters ({total})"])
+    unit = "characters" if scores.unit == "char" else "bytes"
+    summary = f"{scores.bits_per_char:.4f} bits/{scores.unit} over {len(scores.bits):,} {unit} ({total})"
+    return "\n".join([*lines, summary])
 
 
 def source_line(loaded: Loaded) -> str:
