@@ -372,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         ctx = getattr(e, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        print(f"error: {e.format_message()}{hint}", file=sys.stderr)
+        message = e.format_message().replace("Value error, ", "")  # pydantic's prefix on a wrong choice
+        print(f"error: {message}{hint}", file=sys.stderr)
         return 2
     except typer.Abort:
         print("aborted", file=sys.stderr)

@@ -91,6 +91,7 @@ def test_a_wrong_choice_is_clicks_one_line_and_exit_2(tmp_path: Path, cli, named
     run = tmp_path / "run"  # parsing fails before the run is looked for
     line = one_error_line(cli("sample", run, "--dtype", "float16"))
     assert "Invalid value for '--dtype'" in line and "'float16' is not one of 'auto', 'float32', 'bfloat16'" in line
+    assert "Value error" not in line
     line = one_error_line(cli("sample", run, "--unknown", "ignore"))
     assert "Invalid value for '--unknown'" in line and "'ignore' is not one of 'error', 'skip'" in line
     assert "unknown device 'tpu'" in one_error_line(cli("eval", run, "--device", "tpu"))
