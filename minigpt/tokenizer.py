@@ -55,7 +55,8 @@ class CharTokenizer:
             return self.encode_array(text)
         if unknown != "skip":
             names = ", ".join(repr(c) for c in missing[:10]) + (", ..." if len(missing) > 10 else "")
-            hint = "; remove them or pass --unknown skip to drop them" if skip_hint else ""
+            skip = "--unknown skip" if what.startswith("--") else 'unknown="skip"'  # a flag, or the API's argument
+            hint = f"; remove them or pass {skip} to drop them" if skip_hint else ""
             raise UserError(f"{what} has characters the model never saw in training: {names}{hint}")
         return np.array([self.stoi[c] for c in text if c in self.stoi], dtype=np.int64)
 
@@ -143,7 +144,9 @@ class ByteTokenizer:
         return np.arange(256, dtype=np.int64)
 
     def decode(self, ids: Iterable[int]) -> str:
-        return bytes(ids).decode("utf-8", errors="replace")
+        # through uint8: bytes() of an int64 array would take its raw 8-byte buffer, not its values
+        values = ids if isinstance(ids, (list, tuple, np.ndarray)) else list(ids)
+        return np.asarray(values, dtype=np.uint8).tobytes().decode("utf-8", errors="replace")
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """One string per byte: a whole character on its last byte, '' on the bytes before it (so

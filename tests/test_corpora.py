@@ -310,3 +310,9 @@ def test_drawing_windows_keeps_no_page_of_the_corpus_mapped(tmp_path: Path) -> N
         batcher.next()
     evaluate_ids(GPT(ModelConfig(n_layer=1, n_head=1, n_embd=8, block_size=64), 40).eval(), corpus.val[:200_000])
     assert str(corpus.ids.filename).endswith(".char.bin") and _mapped_kb(".char.bin") < 1024
+
+
+def test_byte_decoding_takes_arrays_by_value() -> None:
+    tok = ByteTokenizer()
+    ids = tok.encode_array("caf\u00e9")  # int64, as encode_checked returns them
+    assert tok.decode(ids) == tok.decode(ids.tolist()) == "caf\u00e9"
