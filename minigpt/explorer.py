@@ -96,18 +96,10 @@ def text_input(text: str | None, file: Path | None) -> tuple[str, str]:
 
 def checked_text(tok: Tokenizer, text: str, what: str, unknown: str = "error") -> str:
     """`text` when the model can read it: not empty, and every character one it saw in training;
-    with unknown='skip' the others are dropped (as `minigpt sample --unknown skip` does)."""
+    with unknown='skip' the others are dropped (the tokenizer's rule, as for `minigpt sample`)."""
     if not text:
         raise UserError(f"{what} is empty; give some text to look at")
-    missing = tok.unknown(text)
-    if not missing:
-        return text
-    if unknown != "skip":
-        names = ", ".join(repr(c) for c in missing[:10]) + (", ..." if len(missing) > 10 else "")
-        skip = "--unknown skip" if what.startswith("--") else 'unknown="skip"'  # a flag, or the API's argument
-        raise UserError(f"{what} has characters the model never saw in training: {names}; remove them or pass "
-                        f"{skip} to drop them")  # fmt: skip
-    kept = "".join(c for c in text if c not in set(missing))
+    kept = tok.decode(tok.encode_checked(text, what, unknown))
     if not kept:
         raise UserError(f"{what} has no character the model saw in training")
     return kept

@@ -59,11 +59,6 @@ def cast_for_sampling(loaded: Loaded, dtype: str, device_name: str) -> None:
         raise UserError(f"{problem}; use --dtype float32") from None
 
 
-def encode_prompt(tok: Tokenizer, prompt: str, unknown: str) -> list[int]:
-    """Encode a prompt; characters outside the vocabulary are an error, or dropped with unknown='skip'."""
-    return tok.encode_checked(prompt, "--prompt", unknown).tolist()
-
-
 def sample_records(loaded: Loaded, prompts: str | Sequence[str], opts: SampleOptions,
                    write: Callable[[str], None] | None = None, stops: Sequence[str] = (),
                    what: str = "--prompt") -> list[Sample]:  # fmt: skip
@@ -88,15 +83,15 @@ def sample_command(loaded: Loaded, prompts: list[str], what: str, opts: SampleOp
     """`minigpt sample` after its flags are read: the interactive loop, JSON records, or the samples
     as text. Every prompt and stop string is checked before anything is generated."""
     tok = loaded.tokenizer
+    if interactive and (what != "--prompt" or prompts != [""] or as_json or opts.num_samples != 1):
+        raise UserError("--interactive reads its prompts from the terminal; leave out --prompt, --prompt-file, "
+                        "--prompts-file, --json and --num-samples")  # fmt: skip
     check_stops(tok, stops)
     requests_for(tok, prompts, 1, 0, opts.unknown, what)  # unknown characters: refused before any output
     step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
     val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""
     print(f"sampling from {loaded.path} (step {step}{val_text})", file=sys.stderr)
     if interactive:
-        if what != "--prompt" or prompts != [""] or as_json or opts.num_samples != 1:
-            raise UserError("--interactive reads its prompts from the terminal; leave out --prompt, --prompt-file, "
-                            "--prompts-file, --json and --num-samples")  # fmt: skip
 
         def run(prompt: str, o: SampleOptions, s: Sequence[str]) -> None:
             sample_records(loaded, prompt, o, write, s)  # a prompt's unknown characters: an error line, as always
