@@ -52,9 +52,9 @@ def evaluate_ids(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray |
     span = batch_windows * block
     for start in range(0, n_pred, span):
         end = min(start + span, n_pred)  # predictions start..end-1, of ids start+1..end
-        chunk = np.array(data[start : end + 1])  # a copy: the map's pages can go
+        window = data[start : end + 1]
+        chunk = table[window] if table is not None else np.array(window, dtype=np.int64)  # one copy out of the map
         release_pages(data)
-        chunk = table[chunk] if table is not None else chunk.astype(np.int64)
         n_full = (end - start) // block
         if n_full:
             x = torch.from_numpy(chunk[: n_full * block].reshape(n_full, block)).to(device)
