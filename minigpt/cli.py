@@ -23,7 +23,7 @@ from minigpt.process import exit_fast, honour_named_shell, measure_load_from_now
 app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Train character-level GPT models on any text file, watch them learn, and sample from them.",
+    help="Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample.",
     epilog=epilog("minigpt"),
 )
 
@@ -64,7 +64,7 @@ def _options(
                      "torch and Python, and exit."),
     ] = False,
 ) -> None:  # fmt: skip
-    """Train character-level GPT models on any text file, watch them learn, and sample from them."""
+    """Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample."""
 
 
 class _TrainCommand(TyperCommand):
@@ -158,7 +158,7 @@ def train(
         ),
     ] = None,
     data: Annotated[
-        Path | None, typer.Option("--data", help="Text file to train on (shortcut for data.path=FILE).")
+        Path | None, typer.Option("--data", help="A file, folder or 'glob' to train on (shortcut for data.path=PATH).")
     ] = None,
     device: Annotated[
         str | None, _device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
@@ -241,7 +241,7 @@ def sample(
 def eval_(
     target: TargetArg,
     data: Annotated[
-        Path | None, typer.Option("--data", help="Evaluate on all of this text file instead of the run's val split.")
+        Path | None, typer.Option("--data", help="Evaluate on all of this file, folder or 'glob', not the val split.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     device: DeviceOpt = "auto",

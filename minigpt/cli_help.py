@@ -23,14 +23,16 @@ EXAMPLES = {  # the end of each command's --help (rich markup: no square bracket
 minigpt sample runs/default --prompt "ROMEO:" --max-new-tokens 500
 minigpt --install-completion bash     # Tab completion for commands, options and run directories""",
     "train": """minigpt train --data my_text.txt --out runs/mine
+minigpt train --data ~/books/ data.tokenizer=byte --out runs/books
 minigpt train configs/shakespeare_char.yaml --out runs/big
 minigpt train --data my_text.txt model.n_layer=6 optim.lr=1e-3 train.max_steps=5000""",
     "sample": """minigpt sample runs/default --prompt "ROMEO:" --max-new-tokens 500
-minigpt sample runs/default --num-samples 3 --temperature 0.6 --top-p 0.9 --seed 7
-minigpt sample runs/default/last.pt --dtype float32 > out.txt""",
+minigpt sample runs/default --num-samples 32 --stop $'\\n\\n' --json > samples.jsonl
+minigpt sample runs/default --prompts-file prompts.txt --temperature 0.6 --top-p 0.9
+minigpt sample runs/default --interactive""",
     "eval": """minigpt eval runs/default
 minigpt eval runs/default --json
-minigpt eval runs/default --data other.txt""",
+minigpt eval runs/default --data other_texts/""",
     "score": """minigpt score runs/default --text "ROMEO: What light through yonder window breaks?"
 minigpt score runs/default --file scene.txt --no-color
 minigpt score runs/default --text "KING:" --json
