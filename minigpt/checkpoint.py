@@ -41,6 +41,7 @@ class Checkpoint:
     best_val_loss: float | None = None
     best_step: int | None = None  # the step of best_val_loss
     evals_since_best: int | None = None  # evaluations without an improvement that counts (patience)
+    time_progress: float | None = None  # optim.schedule_by=time: the fraction of the decay done
     val_loss: float | None = None  # the fixed-batch estimate at this step, if evaluated
     optimizer: dict[str, Any] | None = None
     scaler: dict[str, Any] | None = None  # the fp16 GradScaler, when one is used

@@ -123,10 +123,19 @@ class OptimConfig:
     min_lr: float = _f(3e-4, "learning rate at the end of the decay (<= lr)", ge=0)
     warmup_steps: int = _f(50, "linear warm-up steps from ~0 to lr", ge=0)
     schedule: str = _f("cosine", "decay after warm-up: cosine, linear or constant", ("cosine", "linear", "constant"))
+    schedule_by: str = _f(
+        "steps",
+        "what the decay runs over: steps (to train.max_steps), or time (to train.max_time of wall clock, so a "
+        "fixed time budget always ends its decay; one process only)",
+        ("steps", "time"),
+    )
     weight_decay: float = _f(0.1, "AdamW weight decay, applied to weight matrices only", ge=0)
     beta1: float = _f(0.9, "AdamW beta1", ge=0, lt=1)
     beta2: float = _f(0.99, "AdamW beta2", ge=0, lt=1)
     grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)", ge=0)
+    optimizer: str = _f("adamw", "adamw, or muon for the blocks' weight matrices (AdamW for the rest)", ("adamw", "muon"))
+    muon_lr: float = _f(0.02, "Muon's peak learning rate (on the same schedule as lr)", ge=0)
+    muon_momentum: float = _f(0.95, "Muon's Nesterov momentum", ge=0, lt=1)
 
 
 @dataclass(frozen=True)
@@ -334,6 +343,8 @@ def validate(cfg: Config, source: str) -> None:
         fail(f"optim.lr must be > 0, got {o.lr}")
     if o.min_lr > o.lr:
         fail(f"optim.min_lr ({o.min_lr}) must be <= optim.lr ({o.lr})")
+    if o.schedule_by == "time" and not t.max_time:
+        fail("optim.schedule_by time needs train.max_time, the budget the decay runs over (e.g. train.max_time=4m)")
 
 
 @dataclass(frozen=True)

@@ -156,17 +156,26 @@ class AdamW:
             }
 
 
-def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -> torch.optim.AdamW | AdamW:
-    """AdamW with weight decay on matrices (Linear weights, embeddings) only, fused where supported."""
-    params = [p for p in model.parameters() if p.requires_grad]
+def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -> Any:
+    """AdamW with weight decay on matrices (Linear weights, embeddings) only, fused where supported;
+    with optim.optimizer=muon, Muon on the blocks' matrices and this AdamW on the rest (minigpt/muon.py)."""
+    from minigpt.muon import MuonAdamW, split_muon
+
+    o = cfg.optim
+    muon, params = split_muon(model.named_parameters()) if o.optimizer == "muon" else ([], list(model.parameters()))
+    params = [p for p in params if p.requires_grad]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.optim.weight_decay},
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": o.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    betas = (cfg.optim.beta1, cfg.optim.beta2)
+    betas = (o.beta1, o.beta2)
     if device.type == "cuda":
-        return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=betas, fused=True)
-    return AdamW(groups, lr=cfg.optim.lr, betas=betas)  # same update, ~6 s less start-up (see optim.py)
+        adam: torch.optim.AdamW | AdamW = torch.optim.AdamW(groups, lr=o.lr, betas=betas, fused=True)
+    else:
+        adam = AdamW(groups, lr=o.lr, betas=betas)  # same update, ~6 s less start-up (see above)
+    if o.optimizer != "muon":
+        return adam
+    return MuonAdamW(muon, adam, o.lr, o.muon_lr / o.lr if o.lr > 0 else 0.0, o.muon_momentum)
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer | AdamW, saved: dict[str, Any]) -> None:

@@ -7,18 +7,21 @@ import math
 from minigpt.config import OptimConfig
 
 
-def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
+def lr_at(step: int, cfg: OptimConfig, max_steps: int, progress: float | None = None) -> float:
     """Learning rate for optimizer step `step` (0-based) of a `max_steps` run.
 
     Warm-up rises linearly to `lr` at step `warmup_steps` (never exactly 0 at step 0);
-    the decay then reaches `min_lr` at the last step and stays there.
+    the decay then reaches `min_lr` at the last step and stays there. With `progress` (0 to 1,
+    optim.schedule_by=time: the fraction of the time budget used) the decay follows it instead.
     """
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
     if cfg.schedule == "constant":
         return cfg.lr
-    decay_steps = max(1, max_steps - 1 - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / decay_steps)
+    if progress is None:
+        decay_steps = max(1, max_steps - 1 - cfg.warmup_steps)
+        progress = (step - cfg.warmup_steps) / decay_steps
+    progress = min(1.0, max(0.0, progress))
     if cfg.schedule == "linear":
         coeff = 1.0 - progress
     else:  # cosine

@@ -25,6 +25,7 @@ class TrainState:
     best_val_loss: float = math.inf
     best_step: int = 0
     evals_since_best: int = 0
+    time_progress: float = 0.0  # optim.schedule_by=time: the fraction of the decay done
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -35,6 +36,7 @@ class TrainState:
         self.best_val_loss = float(state["best_val_loss"])
         self.best_step = int(state.get("best_step") or 0)  # checkpoints from before early stopping
         self.evals_since_best = int(state.get("evals_since_best") or 0)
+        self.time_progress = float(state.get("time_progress") or 0.0)
 
     def record_eval(self, val_loss: float, min_delta: float) -> bool:
         """Count an evaluation; True when it is a new best (best.pt). Only an improvement of more

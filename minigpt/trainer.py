@@ -140,6 +140,12 @@ class Trainer:
         self.val_loss: float | None = None  # the latest evaluation's
         self.init_from: dict[str, Any] | None = None  # where a fine-tuned run's weights came from
         self._agreed_signal: int | None = None  # under DDP: a stop signal every rank has seen
+        self._time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
+        if cfg.optim.schedule_by == "time" and self.dist.enabled:
+            raise UserError(
+                "optim.schedule_by time trains on one process (each would read its own clock); "
+                "use optim.schedule_by=steps with --nproc"
+            )
         self._loss_sum = torch.zeros((), device=device)  # training loss since the last log step
         self._loss_count = 0
         describe_run(cfg, corpus, tok, self.model, device, dtype, self.dist)
@@ -164,9 +170,13 @@ class Trainer:
     def train_step(self) -> StepStats:
         """One optimizer step over train.batch_size sequences (grad_accum_steps micro-steps)."""
         cfg, dist = self.cfg, self.dist
-        lr = lr_at(self.state.step, cfg.optim, cfg.train.max_steps)
+        if self._time_budget is not None:  # optim.schedule_by=time
+            t0, p0, deadline = self._time_budget
+            self.state.time_progress = p0 + (1 - p0) * (time.perf_counter() - t0) / max(deadline - t0, 1e-9)
+        progress = self.state.time_progress if self._time_budget is not None else None
+        lr = lr_at(self.state.step, cfg.optim, cfg.train.max_steps, progress)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's group has its own peak
         accum = cfg.train.grad_accum_steps
         step_loss = torch.zeros((), device=self.device)
         for micro_step in range(accum):
@@ -319,8 +329,8 @@ class Trainer:
         elif do_ckpt:
             self.save(LAST)
         if any_late and not last:
-            if not do_eval:
-                self.save(LAST)
+            if not do_eval:  # the weights trained last are scored (they may be the best) and saved
+                self._evaluate_and_save(reporter)
             return f"stopped at step {state.step}: train.max_time ({t.max_time}) reached; saved {self.out_dir / LAST}"
         return None
 
@@ -350,6 +360,9 @@ class Trainer:
         perf_counter time the command began (wall times and max_time count from it)."""
         t_start, t, state = started or time.perf_counter(), self.cfg.train, self.state
         deadline = t_start + parse_duration(t.max_time) if t.max_time else None
+        if self.cfg.optim.schedule_by == "time" and deadline is not None:
+            # the rest of the decay (all of it, unless resumed) runs over what is left of max_time
+            self._time_budget = (time.perf_counter(), state.time_progress, deadline)
         reporter = Reporter(self.cfg, self.out_dir, self.model, self.tok, self.device, self.dist, state.step,
                             state.tokens_seen)  # fmt: skip
         self.model.train()

@@ -34,3 +34,42 @@ def test_constant_after_warmup() -> None:
 def test_no_warmup_starts_at_peak() -> None:
     cfg = OptimConfig(lr=2e-3, min_lr=1e-4, warmup_steps=0)
     assert lr_at(0, cfg, 10) == pytest.approx(2e-3)
+
+
+def test_progress_drives_the_decay_and_warmup_still_counts_steps() -> None:
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10, schedule="linear", schedule_by="time")
+    assert lr_at(4, cfg, 100, progress=0.9) == pytest.approx(5 / 11)  # warm-up ignores the clock
+    assert lr_at(50, cfg, 100, progress=0.0) == pytest.approx(1.0)
+    assert lr_at(50, cfg, 100, progress=0.5) == pytest.approx(0.55)
+    assert lr_at(12, cfg, 100, progress=1.3) == pytest.approx(0.1)  # past the budget: the floor
+
+
+def test_time_schedule_needs_max_time(text_file, tmp_path, cli) -> None:
+    from .test_cli import one_error_line
+
+    line = one_error_line(cli("train", "--data", text_file, "--out", tmp_path / "r", "optim.schedule_by=time"))
+    assert "optim.schedule_by time needs train.max_time" in line and "train.max_time=4m" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_time_budget_ends_its_decay_and_scores_the_last_weights(text_file, tmp_path, cli) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from minigpt.checkpoint import Checkpoint
+
+    from .conftest import TINY
+
+    out = tmp_path / "r"
+    r = cli("train", "--data", text_file, "--out", out, *TINY, "log.sample_length=0", "log.interval=1",
+            "optim.schedule_by=time", "train.max_time=3s", "train.max_steps=1000000", "train.eval_interval=100000",
+            "optim.lr=1e-2", "optim.min_lr=1e-4")  # fmt: skip
+    assert r.code == 0, r
+    last = Checkpoint.load(out / "last.pt")
+    assert 10 < last.step < 1_000_000 and last.time_progress > 0.99
+    assert last.val_loss is not None  # evaluated at the stop, not only saved
+    acc = EventAccumulator(str(out), size_guidance={"scalars": 0})
+    acc.Reload()
+    lrs = [e.value for e in sorted(acc.Scalars("lr"), key=lambda e: e.step)]
+    after_warmup = lrs[5:]
+    assert after_warmup[0] > 0.9e-2 and after_warmup[-1] < 0.05e-2  # from the peak down to near the floor
+    assert all(b <= a + 1e-12 for a, b in zip(after_warmup, after_warmup[1:]))

@@ -1,0 +1,95 @@
+"""Muon (optim.optimizer=muon): the orthogonalization, which parameters it takes, the size of its
+update, and an exact resume through its state dict."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt.config import Config, ModelConfig, OptimConfig
+from minigpt.model import GPT
+from minigpt.muon import MuonAdamW, orthogonalize
+from minigpt.optim import build_optimizer
+
+from .test_trainer import make_trainer, weights
+
+CPU = torch.device("cpu")
+
+
+def test_orthogonalize_keeps_the_singular_vectors_and_flattens_the_values() -> None:
+    torch.manual_seed(0)
+    for rows, cols in [(32, 32), (96, 24), (24, 96)]:
+        u, _ = torch.linalg.qr(torch.randn(rows, rows))
+        v, _ = torch.linalg.qr(torch.randn(cols, cols))
+        k = min(rows, cols)
+        s = torch.logspace(-1, 1, k)  # a hundredfold between the smallest and largest
+        g = u[:, :k] @ torch.diag(s) @ v[:, :k].T
+        o = orthogonalize(g.unsqueeze(0))[0]
+        core = u[:, :k].T @ o @ v[:, :k]  # diagonal if o has g's singular vectors
+        off = core - torch.diag(torch.diagonal(core))
+        assert off.norm() / core.norm() < 0.2, (rows, cols)  # ~0.1 in bfloat16; ~1 for unrelated vectors
+        assert torch.diagonal(core).min() > 0.5 and torch.diagonal(core).max() < 1.3, (rows, cols)
+        values = torch.linalg.svdvals(o)[:k]
+        assert values.min() > 0.5 and values.max() < 1.3, (rows, cols, values)
+
+
+def test_muon_takes_the_block_matrices_and_adamw_the_rest() -> None:
+    cfg = Config(model=ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8), optim=OptimConfig(optimizer="muon"))
+    model = GPT(cfg.model, 40)
+    opt = build_optimizer(model, cfg, CPU)
+    assert isinstance(opt, MuonAdamW)
+    names = {id(p): n for n, p in model.named_parameters()}
+    muon = [names[id(p)] for p in opt.param_groups[0]["params"]]
+    adam = [names[id(p)] for g in opt.param_groups[1:] for p in g["params"]]
+    assert sorted(muon) == sorted(n for n, p in model.named_parameters() if n.startswith("blocks.") and p.dim() == 2)
+    assert "wte.weight" in adam and not any(n.startswith("blocks.") and "weight" in n and "ln" not in n for n in adam)
+    assert sorted(muon + adam) == sorted(names.values())  # every parameter once (the tied head is wte)
+    assert opt.param_groups[0]["lr"] == pytest.approx(cfg.optim.muon_lr)
+
+
+def test_one_muon_step_moves_each_matrix_by_an_orthogonal_step_of_its_learning_rate() -> None:
+    cfg = Config(model=ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=8),
+                 optim=OptimConfig(optimizer="muon", muon_lr=0.01))  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT(cfg.model, 40)
+    opt = build_optimizer(model, cfg, CPU)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    after = {n: p.detach() for n, p in model.named_parameters()}
+    fc = after["blocks.0.mlp.c_fc.weight"] - before["blocks.0.mlp.c_fc.weight"]  # 128 x 32: 2x the step
+    proj = after["blocks.0.attn.c_proj.weight"] - before["blocks.0.attn.c_proj.weight"]
+    q = (after["blocks.0.attn.c_attn.weight"] - before["blocks.0.attn.c_attn.weight"])[:32]  # q on its own
+    for delta, scale in [(fc, 2.0), (proj, 1.0), (q, 1.0)]:
+        values = torch.linalg.svdvals(delta)
+        assert values.max() < 0.01 * scale * 1.3 and values.median() > 0.01 * scale * 0.5, values
+    # AdamW's first step moves every entry by lr (sign of the gradient), whatever the gradient's size
+    wte = after["wte.weight"] - before["wte.weight"]
+    assert wte.abs().mean() == pytest.approx(cfg.optim.lr, rel=0.05)
+
+
+def test_a_muon_run_resumes_exactly(text_file: Path, tmp_path: Path) -> None:
+    first = make_trainer(text_file, tmp_path / "a", "optim.optimizer=muon")
+    for _ in range(3):
+        first.train_step()
+    snapshot = copy.deepcopy(first.state_dict())
+    ahead = [first.train_step().loss.item() for _ in range(2)]
+    second = make_trainer(text_file, tmp_path / "b", "optim.optimizer=muon")
+    second.load_state_dict(snapshot)
+    assert [second.train_step().loss.item() for _ in range(2)] == ahead
+    expected, got = weights(first), weights(second)
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+    assert math.isfinite(ahead[-1])
+
+
+def test_adamw_checkpoint_does_not_load_into_muon(text_file: Path, tmp_path: Path) -> None:
+    adam = make_trainer(text_file, tmp_path / "a")
+    adam.train_step()
+    muon = make_trainer(text_file, tmp_path / "b", "optim.optimizer=muon")
+    with pytest.raises(ValueError, match="parameter groups"):
+        muon.optimizer.load_state_dict(adam.optimizer.state_dict())
