@@ -123,8 +123,11 @@ class Reporter:
     `paused()`, so evaluation time stays out of tokens/s), and `close` at the end."""
 
     def __init__(self, cfg: Config, out_dir: Path, model: GPT, tok: Tokenizer, device: torch.device,
-                 dist: distributed.Dist, start_step: int, start_tokens: int) -> None:  # fmt: skip
+                 dist: distributed.Dist, start_step: int, start_tokens: int,
+                 time_budget: tuple[float, float] | None = None) -> None:  # fmt: skip
         self.cfg, self.out_dir, self.model, self.tok, self.dist = cfg, out_dir, model, tok, dist
+        # optim.schedule_by=time: (start, deadline) in perf_counter seconds; progress is time, not steps
+        self.time_budget = time_budget
         self.bits = "bpc" if tok.unit == "char" else "bits/byte"  # a byte model's loss is per byte
         self.flops_tok = flops_per_token(cfg.model, tok.vocab_size)
         self.peak = device_peak(device, cfg.log.peak_tflops)[0]
@@ -142,7 +145,8 @@ class Reporter:
         probe = cfg.log.attention_probe
         self.attention = AttentionLogger(model, tok, probe) if self.writer is not None and probe else None
         self.mode = progress_mode(cfg.log.progress)
-        self.bar = tqdm(total=cfg.train.max_steps, initial=start_step, desc="train", unit="step", file=sys.stderr,
+        total = None if time_budget else cfg.train.max_steps  # a step count there is only a cap
+        self.bar = tqdm(total=total, initial=start_step, desc="train", unit="step", file=sys.stderr,
                         dynamic_ncols=True, disable=not dist.is_main or self.mode != "bar")  # fmt: skip
         if self.mode == "bar":
             self._exit.enter_context(runtime.log_sink(lambda msg: tqdm.write(msg, file=sys.stderr)))
@@ -182,12 +186,17 @@ class Reporter:
     def _progress_line(self, step: int, loss: float, lr: float, tps: float, mfu: float | None, now: float) -> str:
         """One plain progress line (lines mode): what the bar shows, plus the time left."""
         total = self.cfg.train.max_steps
-        rate = (step - self.start_step) / max(now - self.t_start, 1e-9)  # steps/s in this process
-        left = (total - step) / rate if rate > 0 else 0.0
+        if self.time_budget:
+            start, deadline = self.time_budget
+            left = max(0.0, deadline - now)
+            done = f"step {step} ({100 * min(1.0, (now - start) / max(deadline - start, 1e-9)):.0f}% of the time)"
+        else:
+            rate = (step - self.start_step) / max(now - self.t_start, 1e-9)  # steps/s in this process
+            left = (total - step) / rate if rate > 0 else 0.0
+            done = f"step {step}/{total} ({100 * step / total:.0f}%)"
         eta = f"{int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
         extra = f" | MFU {mfu:.1f}%" if mfu is not None else ""
-        return (f"step {step}/{total} ({100 * step / total:.0f}%) | loss {loss:.4f} | lr {lr:.2e} | "
-                f"{tps:,.0f} tokens/s{extra} | ETA {eta}")  # fmt: skip
+        return f"{done} | loss {loss:.4f} | lr {lr:.2e} | {tps:,.0f} tokens/s{extra} | ETA {eta}"
 
     @contextlib.contextmanager
     def paused(self):

@@ -62,8 +62,10 @@ def test_a_time_budget_ends_its_decay_and_scores_the_last_weights(text_file, tmp
     out = tmp_path / "r"
     r = cli("train", "--data", text_file, "--out", out, *TINY, "log.sample_length=0", "log.interval=1",
             "optim.schedule_by=time", "train.max_time=3s", "train.max_steps=1000000", "train.eval_interval=100000",
-            "optim.lr=1e-2", "optim.min_lr=1e-4")  # fmt: skip
+            "optim.lr=1e-2", "optim.min_lr=1e-4", "log.progress=lines", "log.progress_seconds=0.5")  # fmt: skip
     assert r.code == 0, r
+    progress = [ln for ln in r.err.splitlines() if "% of the time) |" in ln]  # not "step 40/1000000 (0%)"
+    assert progress and all("ETA 0:00:0" in ln for ln in progress), r.err
     last = Checkpoint.load(out / "last.pt")
     assert 10 < last.step < 1_000_000 and last.time_progress > 0.99
     assert last.val_loss is not None  # evaluated at the stop, not only saved
