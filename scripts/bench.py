@@ -18,6 +18,15 @@ start-up costs. Three comparisons, all on the CPU:
    it times only its generation loop) against the whole `minigpt sample RUN
    --max-new-tokens 3000` process, start-up included, on a checkpoint of the same size made by
    a 1-step training run. Target: minigpt chars/s / reference chars/s >= 10.
+4. Four minutes (`budget`, scripts/bench_budget.py): configs/cpu_4min.yaml against the reference
+   recipe run for as many steps as fit in the same 240 s; loss against wall time at 30, 60, 120
+   and 240 s, and a PNG of both curves (docs/img/budget_curve.png). Targets: minigpt at or below
+   the reference at every point, whole process <= 240 s, whole-split loss <= 1.50.
+5. The GPU recipe's model on the CPU (`big`, scripts/bench_big.py): 6x384, context 256, batch 16
+   training tokens/s against the reference's, and the fraction of this machine's measured bf16
+   matrix-multiply peak (scripts/bench_peak.py). Target: >= 3x.
+The batched-sampling comparison (`batch-sampling`) runs first. `--only PART ...` runs some parts:
+    uv run python scripts/bench.py --only budget big
 
 Run it from the repository root:
 
@@ -26,7 +35,7 @@ Run it from the repository root:
 
 It prints a table (metric | minigpt | reference | ratio | target | met?) and then one line of
 JSON with every number (per-repeat raw values and their medians) and the machine. With the
-defaults and --repeats 1 it takes about 5-10 minutes on 2 cores. Child processes get a
+defaults and --repeats 1 it takes about 20 minutes on 2 cores (budget 9, big 3). Child processes get a
 temporary MINIGPT_CACHE_DIR and PYTHONPATH=<repo root>; all run directories are temporary.
 """
 
@@ -63,6 +72,8 @@ STEADY_SKIP = 3  # tokens_per_sec logs dropped as warm-up (each covers log.inter
 TARGET_WALL_RATIO = 0.5
 TARGET_TRAIN_RATIO = 1.5
 TARGET_SAMPLE_RATIO = 10.0
+# every comparison, in the order the bench runs them (--only picks some)
+PARTS = ("batch-sampling", "quality", "throughput", "budget", "big", "sampling")
 
 
 class BenchError(Exception):
@@ -428,6 +439,23 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
             target = f">= {TARGET_BATCH_RATIO:g}x" if ok else ""
             rows.append(Row(f"{BATCH_SAMPLES} samples chars/s, {label}", f"{mg:,.0f}", f"{one:,.0f} (batch 1)",
                             f"{b[f'{name}_ratio']['median']:.2f}x", target, ok))  # fmt: skip
+    if g := results.get("budget"):
+        for sec, row in g["at_seconds"].items():
+            mg, ref = row["minigpt"], row["reference"]
+            if mg is None or ref is None:
+                continue
+            final = sec == str(int(max(float(k) for k in g["at_seconds"])))
+            rows.append(Row(f"{'cpu_4min.yaml' if final else '  curve'} val loss at {sec} s{' (whole split)' if final else ''}",
+                            f"{mg:.4f}", f"{ref:.4f}", f"{mg - ref:+.4f}", "<= 1.50" if final else "<= ref",
+                            yes_no(mg <= ref and (mg <= 1.50 or not final))))  # fmt: skip
+        rows.append(Row("  whole process (s)", f"{g['minigpt_wall_s']:.1f}", f"{g['reference_wall_s']:.1f}", "",
+                        "<= 240", yes_no(g["minigpt_wall_s"] <= 240)))  # fmt: skip
+    if big := results.get("big"):
+        rows.append(Row("train tokens/s (6x384, ctx 256, batch 16)", f"{big['minigpt_tokens_per_s']:,.0f}",
+                        f"{big['reference_tokens_per_s']:,.0f}", f"{big['ratio']:.2f}x", f">= {big['target_ratio']:g}x",
+                        yes_no(big["ratio"] >= big["target_ratio"])))  # fmt: skip
+        rows.append(Row("  fraction of the measured bf16 peak", f"{100 * big['fraction_of_peak']:.0f}%",
+                        f"({big['bf16_peak_gflops']:.0f} GFLOP/s)", "", "", ""))  # fmt: skip
     return rows
 
 
@@ -469,7 +497,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-sample", action="store_true", help="skip the sampling comparison")
     ap.add_argument("--json-only", action="store_true", help="print only the JSON line on stdout")
     ap.add_argument("--only-batch-sampling", action="store_true", help="only the batched-sampling comparison")
-    return ap.parse_args(argv)
+    ap.add_argument("--only", nargs="+", choices=PARTS, metavar="PART",
+                    help=f"run only these parts ({', '.join(PARTS)}); the default runs them all")  # fmt: skip
+    a = ap.parse_args(argv)
+    if a.only_batch_sampling:
+        a.only = ["batch-sampling"]
+    parts = set(a.only or PARTS)
+    if a.skip_train:
+        parts -= {"quality", "throughput", "budget", "big"}
+    if a.skip_sample:
+        parts -= {"sampling", "batch-sampling"}
+    a.parts = parts
+    return a
 
 
 def check_inputs(a: argparse.Namespace) -> str | None:
@@ -489,18 +528,27 @@ def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
     env = child_env(cache)
     ref, data = a.reference.resolve(), a.data.resolve()
     results: dict[str, Any] = {}
-    if a.only_batch_sampling or not a.skip_sample:
+    parts = a.parts
+    if "batch-sampling" in parts:
         models = {"default": make_default_checkpoint(data, env, tmp), "6x384": make_sample_checkpoint(data, env, tmp)}
         batch = [batch_sampling_once(models, plan, env, i) for i in range(a.repeats)]
         results["batch_sampling"] = summarize_batch_sampling(collect(batch))
-        if a.only_batch_sampling:
-            return results
-    if not a.skip_train:
+    if "quality" in parts:
         quality = [quality_once(ref, data, plan, env, tmp, i) for i in range(a.repeats)]
         results["time_to_quality"] = summarize_quality(collect(quality))
+    if "throughput" in parts:
         throughput = [throughput_once(ref, data, plan, env, tmp, i) for i in range(a.repeats)]
         results["train_throughput"] = summarize_throughput(collect(throughput))
-    if not a.skip_sample:
+    if "budget" in parts:
+        import bench_budget  # scripts/ is on sys.path when this file runs as a script
+
+        results["budget"] = bench_budget.run(ref, data, tmp, a.repeats, 40.0 if a.quick else bench_budget.BUDGET_S)
+        bench_budget.plot(results["budget"]["runs"], tmp / "budget_curve.png" if a.quick else bench_budget.PLOT)
+    if "big" in parts:
+        import bench_big
+
+        results["big"] = bench_big.run(ref, data, tmp, a.repeats, 8 if a.quick else bench_big.STEPS, not a.quick)
+    if "sampling" in parts:
         run_dir = tmp / "sample-model"
         sampling = [sampling_once(ref, data, plan, env, run_dir, i) for i in range(a.repeats)]
         results["sampling"] = summarize_sampling(collect(sampling))

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""The GPU recipe's model on the CPU: 6 layers, 384 wide, context 256, batch 16, side by side.
+
+The reference runs `--layers 6 --heads 6 --embd 384 --ctx 256 --batch 16` and reports its median
+step time (steps 20 on, evaluations excluded). minigpt trains the same model (the model section of
+configs/shakespeare_char.yaml with dropout 0, as the reference has none) at batch 16 and reports
+tokens/s every log.interval steps; the steady state is the median after the first three logs. The
+MFU figure counts FLOPs as minigpt/mfu.py does and divides by this machine's bf16 matrix-multiply
+peak, measured by scripts/bench_peak.py in the same run.
+
+    uv run python scripts/bench_big.py                 # one pair
+    uv run python scripts/bench_big.py --repeats 3     # medians
+    uv run python scripts/bench.py --only big          # the same, inside the whole bench
+
+About 3 minutes per repeat on 2 cores. Run it with nothing else on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import (  # noqa: E402
+    DEFAULT_DATA, DEFAULT_REFERENCE, REPO, BenchError, child_env, last_json, minigpt, progress, read_tokens_per_sec,
+    run_timed, steady_state,
+)  # fmt: skip
+
+MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--ctx", "256", "--batch", "16"]
+RECIPE = REPO / "configs" / "shakespeare_char.yaml"
+OVERRIDES = ["model.dropout=0.0", "train.batch_size=16", "train.eval_interval=100000", "train.eval_steps=1",
+             "train.final_eval=false", "log.sample_length=0", "log.attention_probe=", "log.interval=5"]  # fmt: skip
+TARGET_RATIO = 3.0
+STEPS = 60
+
+
+def flops_per_token() -> int:
+    sys.path.insert(0, str(REPO))
+    from minigpt.config import ModelConfig
+    from minigpt.mfu import flops_per_token as count
+
+    return count(ModelConfig(n_layer=6, n_head=6, n_embd=384, block_size=256), 65)
+
+
+def big_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, steps: int, compile_: bool) -> dict[str, Any]:
+    progress(f"6x384 [{rep}]: reference ({steps} steps)")
+    ref_out = last_json(run_timed([str(ref), "--data", str(data), "--device", "cpu", "--steps", str(steps), *MODEL],
+                                  env), "reference")  # fmt: skip
+    run_dir = tmp / f"big-{rep}"
+    progress(f"6x384 [{rep}]: minigpt train ({steps} steps, train.compile={str(compile_).lower()})")
+    run_timed(minigpt("train", str(RECIPE), "--data", str(data), "--out", str(run_dir), "--device", "cpu",
+                      *OVERRIDES, f"train.max_steps={steps}", f"train.compile={str(compile_).lower()}"), env)  # fmt: skip
+    tps = statistics.median(steady_state(read_tokens_per_sec(run_dir)))
+    return {"minigpt_tokens_per_s": tps, "reference_tokens_per_s": float(ref_out["tokens_per_s"]),
+            "ratio": tps / float(ref_out["tokens_per_s"])}  # fmt: skip
+
+
+def peak_gflops(env: dict[str, str]) -> float:
+    progress("6x384: this machine's bf16 matrix-multiply peak (scripts/bench_peak.py)")
+    out = last_json(run_timed([str(REPO / "scripts" / "bench_peak.py"), "--json-only"], env), "bench_peak")
+    return float(out["bfloat16"]["peak_gflops"])
+
+
+def run(ref: Path, data: Path, tmp: Path, repeats: int, steps: int, compile_: bool) -> dict[str, Any]:
+    cache = tmp / "cache"
+    cache.mkdir(exist_ok=True)
+    env = child_env(cache)
+    runs = [big_once(ref.resolve(), data.resolve(), env, tmp, i, steps, compile_) for i in range(repeats)]
+    peak = peak_gflops(env)
+    tps = statistics.median(r["minigpt_tokens_per_s"] for r in runs)
+    flops = flops_per_token()
+    return {
+        "repeats": repeats, "steps": steps, "compile": compile_, "runs": runs,
+        "minigpt_tokens_per_s": tps, "reference_tokens_per_s": statistics.median(r["reference_tokens_per_s"] for r in runs),
+        "ratio": statistics.median(r["ratio"] for r in runs), "target_ratio": TARGET_RATIO,
+        "flops_per_token": flops, "bf16_peak_gflops": peak, "fraction_of_peak": tps * flops / (peak * 1e9),
+    }  # fmt: skip
+
+
+def describe(s: dict[str, Any]) -> str:
+    met = "yes" if s["ratio"] >= TARGET_RATIO else "NO"
+    return (f"6x384, context 256, batch 16: minigpt {s['minigpt_tokens_per_s']:,.0f} tokens/s, reference "
+            f"{s['reference_tokens_per_s']:,.0f}: {s['ratio']:.2f}x (target >= {TARGET_RATIO:g}x: {met}); "
+            f"{100 * s['fraction_of_peak']:.0f}% of the measured bf16 peak ({s['bf16_peak_gflops']:.0f} GFLOP/s, "
+            f"{s['flops_per_token'] / 1e6:.1f} MFLOP per token)")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=STEPS, help="training steps of each side")
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True, help="minigpt's train.compile")
+    a = ap.parse_args(argv)
+    try:
+        with tempfile.TemporaryDirectory(prefix="minigpt-big-") as tmp:
+            summary = run(a.reference, a.data, Path(tmp), a.repeats, a.steps, a.compile)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(describe(summary))
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

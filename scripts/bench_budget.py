@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The four-minute recipe against the reference, side by side: loss against wall time.
+
+minigpt trains `configs/cpu_4min.yaml` (a 232 s time budget; whole process about 240 s). The
+reference trains its own recipe (4x128, context 64, batch 12, cosine) for as many steps as fit in
+the same 240 s: a 500-step calibration run measures its start-up and its time per step (evaluations
+included), and the step count follows from them. Each curve point is the run's own evaluation:
+the reference scores the whole validation split at every eval; minigpt's points are its run's
+fixed-batch estimates (train.eval_steps batches), and its final point is the whole split, scored
+by the run itself (the same number `minigpt eval` prints). The table reads each curve at 30, 60,
+120 and 240 s: the latest evaluation at or before that time.
+
+    uv run python scripts/bench_budget.py                      # one pair, table + JSON, docs/img/budget_curve.png
+    uv run python scripts/bench_budget.py --repeats 3 --plot docs/img/budget_curve.png
+    uv run python scripts/bench.py --only budget               # the same, inside the whole bench
+
+About 9 minutes per repeat on 2 cores. Run it with nothing else on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import DEFAULT_DATA, DEFAULT_REFERENCE, REPO, BenchError, child_env, last_json, minigpt, progress, run_timed  # noqa: E402
+
+RECIPE = REPO / "configs" / "cpu_4min.yaml"
+BUDGET_S = 240.0
+CHECKPOINTS_S = (30, 60, 120, 240)
+CALIBRATION_STEPS = 500
+PLOT = REPO / "docs" / "img" / "budget_curve.png"
+
+
+def loss_at(curve: list[list[float]], seconds: float) -> float | None:
+    """The latest evaluation at or before `seconds` of a [[step, wall_s, loss], ...] curve."""
+    before = [loss for _, t, loss in curve if t <= seconds]
+    return before[-1] if before else None
+
+
+def reference_steps(ref: Path, data: Path, env: dict[str, str], budget: float) -> tuple[int, dict[str, Any]]:
+    """How many reference steps fit in `budget` seconds of whole-process time, from a calibration run."""
+    progress(f"budget: reference calibration ({CALIBRATION_STEPS} steps)")
+    out = last_json(run_timed([str(ref), "--data", str(data), "--device", "cpu", "--steps", str(CALIBRATION_STEPS)],
+                              env), "reference")  # fmt: skip
+    startup = out["curve"][0][1]  # process start to the end of the step-0 evaluation
+    per_step = (out["wall_s"] - startup) / CALIBRATION_STEPS  # evaluations every 250 steps included
+    return int((budget - startup) / per_step), out
+
+
+def minigpt_curve(run_dir: Path, launched: float) -> list[list[float]]:
+    """[[step, seconds since launch, val/loss], ...] from the run's TensorBoard events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    events = sorted(acc.Scalars("val/loss"), key=lambda e: e.step)
+    return [[e.step, round(e.wall_time - launched, 2), round(e.value, 4)] for e in events]
+
+
+def budget_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, seed: int,
+                budget: float = BUDGET_S) -> dict[str, Any]:  # fmt: skip
+    run_dir = tmp / f"budget-{rep}"
+    # a shorter --budget (a smoke test) keeps the recipe's 8 s for start-up, final evaluation and exit
+    shorter = [] if budget == BUDGET_S else [f"train.max_time={budget - 8:g}s"]
+    progress(f"budget [{rep}]: minigpt train configs/cpu_4min.yaml (train.seed={seed} {' '.join(shorter)})")
+    launched = time.time()
+    train = run_timed(minigpt("train", str(RECIPE), "--data", str(data), "--out", str(run_dir), "--device", "cpu",
+                              f"train.seed={seed}", *shorter), env)  # fmt: skip
+    results = json.loads((run_dir / "results.json").read_text())
+    curve = minigpt_curve(run_dir, launched)
+    curve.append([results["steps"], round(train.wall_s, 2), round(results["val_loss_full"], 4)])
+    steps, calibration = reference_steps(ref, data, env, budget)
+    progress(f"budget [{rep}]: reference, {steps} steps (about {budget:.0f} s)")
+    ref_proc = run_timed([str(ref), "--data", str(data), "--device", "cpu", "--steps", str(steps),
+                          "--seed", str(seed)], env)  # fmt: skip
+    ref_out = last_json(ref_proc, "reference")
+    # the reference times its curve from after its imports; shift it to time since launch, as minigpt's
+    offset = ref_proc.wall_s - ref_out["wall_s"]
+    ref_curve = [[step, round(t + offset, 2), loss] for step, t, loss in ref_out["curve"]]
+    return {
+        "minigpt_wall_s": train.wall_s, "minigpt_steps": results["steps"], "minigpt_val_loss": results["val_loss_full"],
+        "minigpt_tokens_per_s": results["tokens_per_s"], "minigpt_curve": curve,
+        "reference_wall_s": ref_proc.wall_s, "reference_steps": steps, "reference_val_loss": ref_out["val_loss"],
+        "reference_curve": ref_curve, "reference_calibration_ms_per_step": calibration["ms_per_step_median"],
+    }  # fmt: skip
+
+
+def summarize(runs: list[dict[str, Any]], budget: float = BUDGET_S) -> dict[str, Any]:
+    """Medians over the repeats, and each curve read at the checkpoints."""
+
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    at: dict[str, dict[str, float | None]] = {}
+    for s in [c for c in CHECKPOINTS_S if c < budget] + [int(budget)]:
+        row = {}
+        for who in ("minigpt", "reference"):
+            # the 240 s point is the final whole-split score, wherever the run ended near the budget
+            vals = [r[f"{who}_val_loss"] if s == int(budget) else loss_at(r[f"{who}_curve"], s) for r in runs]
+            row[who] = statistics.median(vals) if all(v is not None for v in vals) else None
+        at[str(s)] = row
+    return {
+        "repeats": len(runs), "minigpt_wall_s": med("minigpt_wall_s"), "minigpt_val_loss": med("minigpt_val_loss"),
+        "minigpt_val_losses": [r["minigpt_val_loss"] for r in runs], "minigpt_steps": med("minigpt_steps"),
+        "reference_wall_s": med("reference_wall_s"), "reference_val_loss": med("reference_val_loss"),
+        "reference_steps": med("reference_steps"), "gap": med("reference_val_loss") - med("minigpt_val_loss"),
+        "at_seconds": at, "runs": runs,
+    }  # fmt: skip
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    """Both curves of every repeat, loss against wall time, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for i, r in enumerate(runs):
+        for who, colour in (("minigpt", "tab:blue"), ("reference", "tab:orange")):
+            curve = [(t, loss) for _, t, loss in r[f"{who}_curve"] if loss < 3.0]
+            names = {"minigpt": "minigpt, configs/cpu_4min.yaml (last point: whole split)",
+                     "reference": "reference recipe (whole split at every point)"}  # fmt: skip
+            label = names[who] if i == 0 else None
+            ax.plot(*zip(*curve), color=colour, alpha=0.9 if i == 0 else 0.5, marker=".", label=label)
+    for s in CHECKPOINTS_S:
+        ax.axvline(s, color="grey", lw=0.6, ls=":")
+    ax.axhline(1.4697, color="tab:green", lw=0.8, ls="--", label="GPU recipe, published (1.4697)")
+    ax.set(xlabel="wall time since the process started (s)", ylabel="validation loss (nats)",
+           title="Loss against wall time, 2 CPU cores, tiny Shakespeare", ylim=(1.4, 2.6), xlim=(0, 250))  # fmt: skip
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def table(summary: dict[str, Any]) -> str:
+    lines = ["| wall time | minigpt | reference | minigpt at or below? |", "| --- | --- | --- | --- |"]
+    for s, row in summary["at_seconds"].items():
+        m, r = row["minigpt"], row["reference"]
+        ok = "yes" if m is not None and r is not None and m <= r else ("-" if m is None or r is None else "NO")
+        fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+        lines.append(f"| {s} s | {fmt(m)} | {fmt(r)} | {ok} |")
+    lines.append(f"\nwhole process: minigpt {summary['minigpt_wall_s']:.1f} s ({summary['minigpt_steps']:.0f} steps), "
+                 f"reference {summary['reference_wall_s']:.1f} s ({summary['reference_steps']:.0f} steps); "
+                 f"final whole-split losses {summary['minigpt_val_losses']}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def run(ref: Path, data: Path, tmp: Path, repeats: int, budget: float = BUDGET_S) -> dict[str, Any]:
+    cache = tmp / "cache"
+    cache.mkdir(exist_ok=True)
+    env = child_env(cache)
+    runs = [budget_once(ref.resolve(), data.resolve(), env, tmp, i, 1337 + i, budget) for i in range(repeats)]
+    return summarize(runs, budget)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--repeats", type=int, default=1, help="pairs to run (seeds 1337, 1338, ...); medians reported")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds (less than 240: a smoke test)")
+    ap.add_argument("--plot", type=Path, default=PLOT, help="PNG to write")
+    a = ap.parse_args(argv)
+    for what, path in (("reference", a.reference), ("data", a.data)):
+        if not path.is_file():
+            print(f"error: {what} file {path} not found", file=sys.stderr)
+            return 2
+    try:
+        with tempfile.TemporaryDirectory(prefix="minigpt-budget-") as tmp:
+            summary = run(a.reference, a.data, Path(tmp), a.repeats, a.budget)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    plot(summary["runs"], a.plot)
+    print(table(summary))
+    print(f"plot: {a.plot}")
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""This machine's matrix-multiply peak, measured: the denominator for a CPU's MFU.
+
+It times square matrix products (n = 1024, 2048, 3072) in bfloat16 and float32 on the threads torch
+uses (all allowed cores unless OMP_NUM_THREADS or --threads says otherwise) and prints the best
+GFLOP/s of each dtype, counting 2 n^3 FLOPs per product, and one JSON line. On a CPU with native
+bf16 (AVX512-BF16 or AMX) bfloat16 runs about 4x float32.
+
+    uv run python scripts/bench_peak.py
+    uv run python scripts/bench_peak.py --json-only
+
+Run it with nothing else on the machine. `scripts/bench.py --only big` uses it for its MFU figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+SIZES = (1024, 2048, 3072)
+
+
+def gflops(n: int, dtype_name: str, seconds: float = 1.5) -> float:
+    """The best of several timed products of two n x n matrices, in GFLOP/s."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    for _ in range(2):
+        a @ b  # warm-up: thread pool, packing buffers
+    best = float("inf")
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def measure(threads: int = 0) -> dict[str, object]:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    result: dict[str, object] = {"threads": torch.get_num_threads()}
+    for dtype in ("bfloat16", "float32"):
+        per_size = {n: round(gflops(n, dtype), 1) for n in SIZES}
+        result[dtype] = {"peak_gflops": max(per_size.values()), "by_size": per_size}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--json-only", action="store_true")
+    a = ap.parse_args(argv)
+    result = measure(a.threads)
+    if not a.json_only:
+        for dtype in ("bfloat16", "float32"):
+            r = result[dtype]
+            print(f"{dtype}: {r['peak_gflops']:.0f} GFLOP/s peak on {result['threads']} threads ({r['by_size']})")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
