@@ -18,7 +18,7 @@ from typer.core import TyperCommand
 from minigpt import cli_help
 from minigpt.cli_help import SampleDtype, UnknownChars, epilog
 from minigpt.errors import TrainingInterrupted, UserError
-from minigpt.process import exit_fast, honour_named_shell, measure_load_from_now, share_cores_when_training
+from minigpt.process import exit_fast, honour_named_shell, measure_load_from_now
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -358,7 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     measure_load_from_now()
-    share_cores_when_training(args)
     honour_named_shell(args)
     try:
         result = app(args=argv, standalone_mode=False, prog_name="minigpt")

@@ -133,7 +133,9 @@ class OptimConfig:
     beta1: float = _f(0.9, "AdamW beta1", ge=0, lt=1)
     beta2: float = _f(0.99, "AdamW beta2", ge=0, lt=1)
     grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)", ge=0)
-    optimizer: str = _f("adamw", "adamw, or muon for the blocks' weight matrices (AdamW for the rest)", ("adamw", "muon"))
+    optimizer: str = _f(
+        "adamw", "adamw, or muon for the blocks' weight matrices (AdamW for the rest)", ("adamw", "muon")
+    )
     muon_lr: float = _f(0.02, "Muon's peak learning rate (on the same schedule as lr)", ge=0)
     muon_momentum: float = _f(0.95, "Muon's Nesterov momentum", ge=0, lt=1)
 

@@ -110,7 +110,9 @@ class MuonAdamW:
         saved_group = {k: v for k, v in self.muon_group.items() if k not in ("params", "names")}
         groups = [{**saved_group, "params": list(range(n))}]
         groups += [{**g, "params": [i + n for i in g["params"]]} for g in adam["param_groups"]]
-        state: dict[int, Any] = {i: dict(self.state[p]) for i, p in enumerate(self.muon_group["params"]) if p in self.state}
+        state: dict[int, Any] = {
+            i: dict(self.state[p]) for i, p in enumerate(self.muon_group["params"]) if p in self.state
+        }
         state.update({int(i) + n: s for i, s in adam["state"].items()})
         return {"state": state, "param_groups": groups}
 
@@ -124,7 +126,9 @@ class MuonAdamW:
         self.state = {}
         for i, p in enumerate(self.muon_group["params"]):
             if i in state_dict["state"]:
-                self.state[p] = {"momentum_buffer": state_dict["state"][i]["momentum_buffer"].to(p.device, p.dtype).clone()}
+                self.state[p] = {
+                    "momentum_buffer": state_dict["state"][i]["momentum_buffer"].to(p.device, p.dtype).clone()
+                }
         adam_groups = [{**g, "params": [i - n for i in g["params"]]} for g in groups[1:]]
         adam_state = {int(i) - n: s for i, s in state_dict["state"].items() if int(i) >= n}
         self.adam.load_state_dict({"state": adam_state, "param_groups": adam_groups})

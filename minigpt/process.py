@@ -12,20 +12,6 @@ import threading
 from typing import NoReturn
 
 
-def share_cores_when_training(args: list[str]) -> None:
-    """`minigpt train`: idle OpenMP threads sleep (OMP_WAIT_POLICY=PASSIVE) instead of spinning.
-
-    libgomp's threads spin for a while before sleeping; two processes on the same cores then spin
-    on each other's cores. Measured on 2 cores (scripts/bench_contention.py): two default trainings
-    side by side ran at 0.27 of one alone each with spinning, 0.79 with PASSIVE, and a training
-    alone within noise of spinning. Decoding one sequence is the opposite case (many tiny
-    operations: PASSIVE halves its speed), so the other commands keep libgomp's default. libgomp
-    reads the variable when torch loads it: this runs before anything imports torch, and a value
-    already in the environment is kept."""
-    if args[:1] == ["train"]:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
 def _cpu_ticks(cpus: set[int] | None) -> int | None:
     """Busy clock ticks so far of the given CPUs (all when None), from /proc/stat; None elsewhere."""
     try:
@@ -70,6 +56,36 @@ def _monotonic() -> float:
     import time
 
     return time.monotonic()
+
+
+class CoreShare:
+    """A CPU training's thread count, kept to the cores other processes leave it.
+
+    libgomp's idle threads spin before they sleep. Alone, that is what a training wants: this
+    machine's small operations ran 15-45% slower with OMP_WAIT_POLICY=PASSIVE (sleeping threads
+    wake late). Beside another busy process, two spinning thread teams take each other's cores and
+    both collapse (two trainings ran at 0.27 of one alone each). So a training keeps the default
+    and, every `every` seconds, measures how many of its cores other processes keep busy: with
+    one thread per core left to it, no thread waits on a core that someone else holds."""
+
+    def __init__(self, threads: int, cores: int, every: float = 5.0) -> None:
+        self.threads, self.cores, self.every = threads, cores, every
+        self.window = CoreLoad()
+
+    def check(self) -> tuple[int, float] | None:
+        """(the new thread count, the other processes' busy cores) when the count should change;
+        None otherwise, and between measurements."""
+        if _monotonic() - self.window.t0 < self.every:
+            return None
+        busy = self.window.others()
+        self.window = CoreLoad()
+        if busy is None:
+            return None
+        want = max(1, self.cores - int(busy + 0.5))
+        if want == self.threads:
+            return None
+        self.threads = want
+        return want, busy
 
 
 START_LOAD = CoreLoad()  # taken when the command line is imported, before torch; again by each command

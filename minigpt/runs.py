@@ -272,7 +272,12 @@ def train(
     split = batch_split_error(cfg.train, dist.world_size)
     if split:
         raise UserError(split)
-    configure_threads(cfg.train.threads)
+    if cfg.optim.schedule_by == "time" and dist.enabled:
+        raise UserError("optim.schedule_by time trains on one process (each would read its own clock); "
+                        "use optim.schedule_by=steps with --nproc")  # fmt: skip
+    from minigpt.process import START_LOAD
+
+    configure_threads(cfg.train.threads, START_LOAD.others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
     dtype = resolve_dtype(cfg.train.dtype, device)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))

@@ -10,11 +10,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from minigpt import distributed
+
+if TYPE_CHECKING:
+    from minigpt.process import CoreShare
 from minigpt.config import DEVICE_NAMES, MPS_PROCESSES, is_device_name
 from minigpt.errors import UserError, first_line
 
@@ -94,6 +97,18 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
         count = max(1, cores - round(busy)) if busy is not None else cores
     torch.set_num_threads(count)
     return count
+
+
+def core_share(threads: int, device: torch.device, distributed: bool) -> CoreShare | None:
+    """A CoreShare (minigpt/process.py) for a CPU training on one process whose thread count is
+    automatic (train.threads 0, no OMP_NUM_THREADS); None otherwise."""
+    from minigpt.process import CoreShare
+
+    auto = threads == 0 and not os.environ.get("OMP_NUM_THREADS")
+    if device.type != "cpu" or distributed or not auto:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return CoreShare(torch.get_num_threads(), cores)
 
 
 def cpu_has_native_bf16() -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 from minigpt.config import OptimConfig
 
@@ -27,3 +28,10 @@ def lr_at(step: int, cfg: OptimConfig, max_steps: int, progress: float | None = 
     else:  # cosine
         coeff = 0.5 * (1.0 + math.cos(math.pi * progress))
     return cfg.min_lr + coeff * (cfg.lr - cfg.min_lr)
+
+
+def time_progress(start: float, progress_then: float, deadline: float) -> float:
+    """optim.schedule_by=time: the share of the decay done now (perf_counter seconds), when the
+    command started at `start` with `progress_then` of it done (0, or a resumed run's) and the
+    rest is spread over the time until `deadline`."""
+    return progress_then + (1 - progress_then) * (time.perf_counter() - start) / max(deadline - start, 1e-9)

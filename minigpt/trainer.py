@@ -34,9 +34,10 @@ from minigpt.evaluation import EvalResult, evaluate_ids
 from minigpt.fields import parse_duration
 from minigpt.model import GPT
 from minigpt.optim import build_optimizer, load_optimizer_state
+from minigpt.process import CoreShare
 from minigpt.reporting import Reporter, describe_run
-from minigpt.runtime import autocast, enable_fast_matmul, log, maybe_compile
-from minigpt.schedule import lr_at
+from minigpt.runtime import autocast, core_share, enable_fast_matmul, log, maybe_compile
+from minigpt.schedule import lr_at, time_progress
 from minigpt.tokenizer import Tokenizer
 from minigpt.train_state import RngStreams, TrainState
 
@@ -141,11 +142,7 @@ class Trainer:
         self.init_from: dict[str, Any] | None = None  # where a fine-tuned run's weights came from
         self._agreed_signal: int | None = None  # under DDP: a stop signal every rank has seen
         self._time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
-        if cfg.optim.schedule_by == "time" and self.dist.enabled:
-            raise UserError(
-                "optim.schedule_by time trains on one process (each would read its own clock); "
-                "use optim.schedule_by=steps with --nproc"
-            )
+        self._cores: CoreShare | None = None  # set by train()
         self._loss_sum = torch.zeros((), device=device)  # training loss since the last log step
         self._loss_count = 0
         describe_run(cfg, corpus, tok, self.model, device, dtype, self.dist)
@@ -170,10 +167,9 @@ class Trainer:
     def train_step(self) -> StepStats:
         """One optimizer step over train.batch_size sequences (grad_accum_steps micro-steps)."""
         cfg, dist = self.cfg, self.dist
+        progress = None
         if self._time_budget is not None:  # optim.schedule_by=time
-            t0, p0, deadline = self._time_budget
-            self.state.time_progress = p0 + (1 - p0) * (time.perf_counter() - t0) / max(deadline - t0, 1e-9)
-        progress = self.state.time_progress if self._time_budget is not None else None
+            progress = self.state.time_progress = time_progress(*self._time_budget)
         lr = lr_at(self.state.step, cfg.optim, cfg.train.max_steps, progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's group has its own peak
@@ -318,6 +314,7 @@ class Trainer:
             raise self._diverged("training loss", mean_loss)
         if do_log:
             self._reset_loss()
+            self._share_cores()
             reporter.on_log(state.step, state.tokens_seen, mean_loss, stats.lr, float(stats.grad_norm))
         if do_eval:
             self._evaluate_and_save(reporter)
@@ -333,6 +330,15 @@ class Trainer:
                 self._evaluate_and_save(reporter)
             return f"stopped at step {state.step}: train.max_time ({t.max_time}) reached; saved {self.out_dir / LAST}"
         return None
+
+    def _share_cores(self) -> None:
+        """Follow the other processes' load on our cores (process.CoreShare)."""
+        change = self._cores.check() if self._cores is not None else None
+        if change is not None:
+            threads, busy = change
+            torch.set_num_threads(threads)
+            cores = self._cores.cores
+            log(f"sharing the cores: other processes keep {busy:.1f} of {cores} busy; now {threads} thread(s)")
 
     def final_eval(self) -> EvalResult:
         """The best checkpoint (else the current weights) on the whole validation split, in float32,
@@ -364,6 +370,7 @@ class Trainer:
             # the rest of the decay (all of it, unless resumed) runs over what is left of max_time
             self._time_budget = (time.perf_counter(), state.time_progress, deadline)
         budget = (t_start, deadline) if self._time_budget and deadline else None
+        self._cores = core_share(self.cfg.train.threads, self.device, self.dist.enabled)
         reporter = Reporter(self.cfg, self.out_dir, self.model, self.tok, self.device, self.dist, state.step,
                             state.tokens_seen, budget)  # fmt: skip
         self.model.train()

@@ -27,8 +27,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import (  # noqa: E402
-    DEFAULT_DATA, DEFAULT_REFERENCE, REPO, BenchError, child_env, last_json, minigpt, progress, read_tokens_per_sec,
-    run_timed, steady_state,
+    DEFAULT_DATA,
+    DEFAULT_REFERENCE,
+    REPO,
+    BenchError,
+    child_env,
+    last_json,
+    minigpt,
+    progress,
+    read_tokens_per_sec,
+    run_timed,
+    steady_state,
 )  # fmt: skip
 
 MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--ctx", "256", "--batch", "16"]
@@ -47,14 +56,16 @@ def flops_per_token() -> int:
     return count(ModelConfig(n_layer=6, n_head=6, n_embd=384, block_size=256), 65)
 
 
-def big_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, steps: int, compile_: bool) -> dict[str, Any]:
+def big_once(
+    ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, steps: int, compile_: bool
+) -> dict[str, Any]:
     progress(f"6x384 [{rep}]: reference ({steps} steps)")
     ref_out = last_json(run_timed([str(ref), "--data", str(data), "--device", "cpu", "--steps", str(steps), *MODEL],
                                   env), "reference")  # fmt: skip
     run_dir = tmp / f"big-{rep}"
     progress(f"6x384 [{rep}]: minigpt train ({steps} steps, train.compile={str(compile_).lower()})")
-    run_timed(minigpt("train", str(RECIPE), "--data", str(data), "--out", str(run_dir), "--device", "cpu",
-                      *OVERRIDES, f"train.max_steps={steps}", f"train.compile={str(compile_).lower()}"), env)  # fmt: skip
+    args = [*OVERRIDES, f"train.max_steps={steps}", f"train.compile={str(compile_).lower()}"]
+    run_timed(minigpt("train", str(RECIPE), "--data", str(data), "--out", str(run_dir), "--device", "cpu", *args), env)
     tps = statistics.median(steady_state(read_tokens_per_sec(run_dir)))
     return {"minigpt_tokens_per_s": tps, "reference_tokens_per_s": float(ref_out["tokens_per_s"]),
             "ratio": tps / float(ref_out["tokens_per_s"])}  # fmt: skip
@@ -76,7 +87,8 @@ def run(ref: Path, data: Path, tmp: Path, repeats: int, steps: int, compile_: bo
     flops = flops_per_token()
     return {
         "repeats": repeats, "steps": steps, "compile": compile_, "runs": runs,
-        "minigpt_tokens_per_s": tps, "reference_tokens_per_s": statistics.median(r["reference_tokens_per_s"] for r in runs),
+        "minigpt_tokens_per_s": tps,
+        "reference_tokens_per_s": statistics.median(r["reference_tokens_per_s"] for r in runs),
         "ratio": statistics.median(r["ratio"] for r in runs), "target_ratio": TARGET_RATIO,
         "flops_per_token": flops, "bf16_peak_gflops": peak, "fraction_of_peak": tps * flops / (peak * 1e9),
     }  # fmt: skip

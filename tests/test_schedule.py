@@ -75,3 +75,19 @@ def test_a_time_budget_ends_its_decay_and_scores_the_last_weights(text_file, tmp
     after_warmup = lrs[5:]
     assert after_warmup[0] > 0.9e-2 and after_warmup[-1] < 0.05e-2  # from the peak down to near the floor
     assert all(b <= a + 1e-12 for a, b in zip(after_warmup, after_warmup[1:]))
+
+
+def test_a_resumed_time_budget_continues_its_decay_from_where_it_stopped(text_file, tmp_path) -> None:
+    import time
+
+    from .test_trainer import make_trainer
+
+    trainer = make_trainer(text_file, tmp_path / "r", "optim.schedule_by=time", "train.max_time=1h",
+                           "optim.warmup_steps=0", "optim.lr=1e-2", "optim.min_lr=0")  # fmt: skip
+    now = time.perf_counter()
+    trainer._time_budget = (now, 0.5, now + 3600)  # resumed half way down, an hour left
+    stats = trainer.train_step()
+    assert 0.5 <= trainer.state.time_progress < 0.501
+    assert stats.lr == pytest.approx(0.5e-2, rel=1e-2)  # the cosine's midpoint, not its start
+    saved = trainer.state.state_dict()
+    assert saved["time_progress"] == trainer.state.time_progress  # goes into the checkpoint

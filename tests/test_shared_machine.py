@@ -90,7 +90,9 @@ def test_the_load_of_other_processes_is_measured_without_our_own() -> None:
     assert CoreLoad().others() is None  # too short an interval to say
 
 
-def test_training_sets_the_passive_wait_policy_before_torch_loads_and_keeps_a_users_choice() -> None:
+def test_no_command_changes_the_openmp_wait_policy() -> None:
+    """Training keeps libgomp's spinning threads (fast alone) and shares cores by its thread count
+    instead (CoreShare); a user's OMP_WAIT_POLICY is left as it is."""
     code = (
         "import os, sys\n"
         "from minigpt.cli import main\n"
@@ -105,9 +107,27 @@ def test_training_sets_the_passive_wait_policy_before_torch_loads_and_keeps_a_us
                              text=True, check=True)  # fmt: skip
         return run.stdout.split()[-2:]
 
-    assert policy("train") == ["PASSIVE", "False"]  # set, and torch (which loads libgomp) not yet loaded
-    assert policy("sample") == ["None", "False"]  # decoding keeps libgomp's default
-    assert policy("train", OMP_WAIT_POLICY="ACTIVE") == ["ACTIVE", "False"]
+    assert policy("train") == ["None", "False"]
+    assert policy("sample") == ["None", "False"]
+    assert policy("train", OMP_WAIT_POLICY="PASSIVE") == ["PASSIVE", "False"]
+
+
+def test_a_training_gives_up_a_core_while_another_process_keeps_it_busy_and_takes_it_back() -> None:
+    from minigpt.process import CoreShare
+
+    share = CoreShare(threads=2, cores=2, every=0.5)
+    assert share.check() is None  # too early to measure
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.2: pass"])
+    try:
+        time.sleep(0.8)
+        change = share.check()
+    finally:
+        spin.wait()
+    assert change is not None and change[0] == 1 and 0.6 <= change[1] <= 1.5, change  # one core left to us
+    assert share.check() is None  # a new window has just begun
+    time.sleep(0.6)  # nothing else running now
+    assert share.check() == (2, pytest.approx(0.0, abs=0.45))  # the core comes back
+    assert share.threads == 2
 
 
 def test_a_damaged_cache_entry_is_re_encoded(text_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
