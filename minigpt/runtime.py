@@ -111,6 +111,15 @@ def core_share(threads: int, device: torch.device, distributed: bool) -> CoreSha
     return CoreShare(torch.get_num_threads(), cores)
 
 
+def follow_core_load(share: CoreShare | None) -> None:
+    """Set torch's thread count to what `share` (if any) says other processes leave us, saying so."""
+    change = share.check() if share is not None else None
+    if change is not None:
+        threads, busy = change
+        torch.set_num_threads(threads)
+        log(f"sharing the cores: other processes keep {busy:.1f} of {share.cores} busy; now {threads} thread(s)")
+
+
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). There, bf16
     matrix multiplies run about 4x faster than float32 ones (750 against 190 GFLOP/s on 2 cores

@@ -36,7 +36,7 @@ from minigpt.model import GPT
 from minigpt.optim import build_optimizer, load_optimizer_state
 from minigpt.process import CoreShare
 from minigpt.reporting import Reporter, describe_run
-from minigpt.runtime import autocast, core_share, enable_fast_matmul, log, maybe_compile
+from minigpt.runtime import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
 from minigpt.schedule import lr_at, time_progress
 from minigpt.tokenizer import Tokenizer
 from minigpt.train_state import RngStreams, TrainState
@@ -314,7 +314,7 @@ class Trainer:
             raise self._diverged("training loss", mean_loss)
         if do_log:
             self._reset_loss()
-            self._share_cores()
+            follow_core_load(self._cores)
             reporter.on_log(state.step, state.tokens_seen, mean_loss, stats.lr, float(stats.grad_norm))
         if do_eval:
             self._evaluate_and_save(reporter)
@@ -330,15 +330,6 @@ class Trainer:
                 self._evaluate_and_save(reporter)
             return f"stopped at step {state.step}: train.max_time ({t.max_time}) reached; saved {self.out_dir / LAST}"
         return None
-
-    def _share_cores(self) -> None:
-        """Follow the other processes' load on our cores (process.CoreShare)."""
-        change = self._cores.check() if self._cores is not None else None
-        if change is not None:
-            threads, busy = change
-            torch.set_num_threads(threads)
-            cores = self._cores.cores
-            log(f"sharing the cores: other processes keep {busy:.1f} of {cores} busy; now {threads} thread(s)")
 
     def final_eval(self) -> EvalResult:
         """The best checkpoint (else the current weights) on the whole validation split, in float32,
