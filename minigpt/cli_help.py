@@ -24,7 +24,7 @@ minigpt sample runs/default --prompt "ROMEO:" --max-new-tokens 500
 minigpt --install-completion bash     # Tab completion for commands, options and run directories""",
     "train": """minigpt train --data my_text.txt --out runs/mine
 minigpt train --data ~/books/ data.tokenizer=byte --out runs/books
-minigpt train configs/cpu_4min.yaml   # the best 4 CPU minutes buy (loss ~1.48)
+minigpt train configs/cpu_4min.yaml   # 4 minutes of CPU, val loss ~1.48
 minigpt train configs/shakespeare_char.yaml --out runs/big
 minigpt train --data my_text.txt model.n_layer=6 optim.lr=1e-3 train.max_steps=5000""",
     "sample": """minigpt sample runs/default --prompt "ROMEO:" --max-new-tokens 500
