@@ -34,6 +34,17 @@ def _own_ticks() -> float:
     return (t.user + t.system) * os.sysconf("SC_CLK_TCK")
 
 
+def allowed_cores() -> int:
+    """The cores this process may run on (os.sched_getaffinity: `taskset`, container CPU sets)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cores_left(cores: int, busy: float) -> int:
+    """Threads to run when other processes keep `busy` of our `cores` busy: one per core they
+    leave (a core counts as taken from half of it on), and never none."""
+    return max(1, cores - int(busy + 0.5))
+
+
 class CoreLoad:
     """How many of this process's cores other processes keep busy, measured over the time between
     the start of the command (before torch loads: ~2-3 s on 2 cores) and `others()`, less this
@@ -81,7 +92,7 @@ class CoreShare:
         self.window = CoreLoad()
         if busy is None:
             return None
-        want = max(1, self.cores - int(busy + 0.5))
+        want = cores_left(self.cores, busy)
         if want == self.threads:
             return None
         self.threads = want

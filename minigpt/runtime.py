@@ -93,8 +93,10 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         count = int(os.environ["OMP_NUM_THREADS"])
     else:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        count = max(1, cores - round(busy)) if busy is not None else cores
+        from minigpt.process import allowed_cores, cores_left
+
+        cores = allowed_cores()
+        count = cores_left(cores, busy) if busy is not None else cores
     torch.set_num_threads(count)
     return count
 
@@ -102,13 +104,12 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
 def core_share(threads: int, device: torch.device, distributed: bool) -> CoreShare | None:
     """A CoreShare (minigpt/process.py) for a CPU training on one process whose thread count is
     automatic (train.threads 0, no OMP_NUM_THREADS); None otherwise."""
-    from minigpt.process import CoreShare
+    from minigpt.process import CoreShare, allowed_cores
 
     auto = threads == 0 and not os.environ.get("OMP_NUM_THREADS")
     if device.type != "cpu" or distributed or not auto:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return CoreShare(torch.get_num_threads(), cores)
+    return CoreShare(torch.get_num_threads(), allowed_cores())
 
 
 def follow_core_load(share: CoreShare | None) -> None:

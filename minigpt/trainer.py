@@ -360,7 +360,7 @@ class Trainer:
         if self.cfg.optim.schedule_by == "time" and deadline is not None:
             # the rest of the decay (all of it, unless resumed) runs over what is left of max_time
             self._time_budget = (time.perf_counter(), state.time_progress, deadline)
-        budget = (t_start, deadline) if self._time_budget and deadline else None
+        budget = (t_start, deadline) if self._time_budget else None
         self._cores = core_share(self.cfg.train.threads, self.device, self.dist.enabled)
         reporter = Reporter(self.cfg, self.out_dir, self.model, self.tok, self.device, self.dist, state.step,
                             state.tokens_seen, budget)  # fmt: skip
