@@ -76,13 +76,7 @@ class MuonAdamW:
     def param_groups(self) -> list[dict[str, Any]]:
         return [self.muon_group, *self.adam.param_groups]
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.muon_group["params"]:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.zero_()
-        self.adam.zero_grad(set_to_none=set_to_none)
+    zero_grad = AdamW.zero_grad  # it walks self.param_groups: Muon's group and AdamW's
 
     @torch.no_grad()
     def step(self) -> None:

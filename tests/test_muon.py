@@ -93,3 +93,15 @@ def test_adamw_checkpoint_does_not_load_into_muon(text_file: Path, tmp_path: Pat
     muon = make_trainer(text_file, tmp_path / "b", "optim.optimizer=muon")
     with pytest.raises(ValueError, match="parameter groups"):
         muon.optimizer.load_state_dict(adam.optimizer.state_dict())
+
+
+def test_zero_grad_clears_both_optimizers_parameters() -> None:
+    cfg = Config(model=ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8), optim=OptimConfig(optimizer="muon"))
+    model = GPT(cfg.model, 40)
+    opt = build_optimizer(model, cfg, CPU)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
