@@ -140,6 +140,8 @@ def progress(msg: str) -> None:
 
 
 def child_env(cache_dir: Path) -> dict[str, str]:
+    """The environment of every child: its own encoding cache (made here) and the repo on PYTHONPATH."""
+    cache_dir.mkdir(exist_ok=True)
     env = dict(os.environ)
     env["MINIGPT_CACHE_DIR"] = str(cache_dir)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
@@ -524,9 +526,7 @@ def check_inputs(a: argparse.Namespace) -> str | None:
 
 
 def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
-    cache = tmp / "cache"
-    cache.mkdir()
-    env = child_env(cache)
+    env = child_env(tmp / "cache")
     ref, data = a.reference.resolve(), a.data.resolve()
     results: dict[str, Any] = {}
     parts = a.parts

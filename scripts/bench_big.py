@@ -78,9 +78,7 @@ def peak_gflops(env: dict[str, str]) -> float:
 
 
 def run(ref: Path, data: Path, tmp: Path, repeats: int, steps: int, compile_: bool) -> dict[str, Any]:
-    cache = tmp / "cache"
-    cache.mkdir(exist_ok=True)
-    env = child_env(cache)
+    env = child_env(tmp / "cache")
     runs = [big_once(ref.resolve(), data.resolve(), env, tmp, i, steps, compile_) for i in range(repeats)]
     peak = peak_gflops(env)
     tps = statistics.median(r["minigpt_tokens_per_s"] for r in runs)

@@ -156,9 +156,7 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def run(ref: Path, data: Path, tmp: Path, repeats: int, budget: float = BUDGET_S) -> dict[str, Any]:
-    cache = tmp / "cache"
-    cache.mkdir(exist_ok=True)
-    env = child_env(cache)
+    env = child_env(tmp / "cache")
     runs = [budget_once(ref.resolve(), data.resolve(), env, tmp, i, 1337 + i, budget) for i in range(repeats)]
     return summarize(runs, budget)
 
