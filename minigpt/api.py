@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from minigpt.attention import attention_maps_for, attention_page
-from minigpt.config import SampleOptions
+from minigpt.config.schema import SampleOptions
 from minigpt.errors import UserError
-from minigpt.explorer import HtmlPage, checked_text, score_page, source_line
-from minigpt.inference import Loaded, Scores, load_model, score_text
-from minigpt.inference import sample as sample_text
-from minigpt.runtime import resolve_device
+from minigpt.infer.loading import Loaded, Scores, load_model, score_text
+from minigpt.infer.loading import sample as sample_text
+from minigpt.inspect.attention import attention_maps_for, attention_page
+from minigpt.inspect.pages import HtmlPage, checked_text, score_page, source_line
+from minigpt.runtime.device import resolve_device
 
 
 class Model:

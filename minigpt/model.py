@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minigpt.config import ModelConfig
+from minigpt.config.schema import ModelConfig
 
 Rope = tuple[torch.Tensor, torch.Tensor] | None  # cos, signed sin (T, head_size) of the current positions
 

@@ -326,8 +326,8 @@ TARGET_BATCH_RATIO = 5.0
 BATCH_ONE_CODE = """
 import sys, torch
 from pathlib import Path
-from minigpt.config import SampleOptions
-from minigpt.inference import cast_for_sampling, load_model, sample_records
+from minigpt.config.schema import SampleOptions
+from minigpt.infer.loading import cast_for_sampling, load_model, sample_records
 loaded = load_model(Path(sys.argv[1]), torch.device("cpu"))
 cast_for_sampling(loaded, "auto", "cpu")
 n, chars = int(sys.argv[2]), int(sys.argv[3])

@@ -5,7 +5,7 @@ The reference runs `--layers 6 --heads 6 --embd 384 --ctx 256 --batch 16` and re
 step time (steps 20 on, evaluations excluded). minigpt trains the same model (the model section of
 configs/shakespeare_char.yaml with dropout 0, as the reference has none) at batch 16 and reports
 tokens/s every log.interval steps; the steady state is the median after the first three logs. The
-MFU figure counts FLOPs as minigpt/mfu.py does and divides by this machine's bf16 matrix-multiply
+MFU figure counts FLOPs as minigpt/runtime/mfu.py does and divides by this machine's bf16 matrix-multiply
 peak, measured by scripts/bench_peak.py in the same run.
 
     uv run python scripts/bench_big.py                 # one pair
@@ -50,8 +50,8 @@ STEPS = 60
 
 def flops_per_token() -> int:
     sys.path.insert(0, str(REPO))
-    from minigpt.config import ModelConfig
-    from minigpt.mfu import flops_per_token as count
+    from minigpt.config.schema import ModelConfig
+    from minigpt.runtime.mfu import flops_per_token as count
 
     return count(ModelConfig(n_layer=6, n_head=6, n_embd=384, block_size=256), 65)
 

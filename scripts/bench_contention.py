@@ -73,12 +73,12 @@ def finish(proc: subprocess.Popen) -> tuple[str, str]:
 
 SAMPLER = r"""
 import sys, time
-from minigpt.process import START_LOAD  # as `minigpt sample` does: before torch loads
+from minigpt.runtime.cores import START_LOAD  # as `minigpt sample` does: before torch loads
 import torch
 from pathlib import Path
-from minigpt.inference import cast_for_sampling, load_model
-from minigpt.runtime import configure_threads
-from minigpt.sampler import generate
+from minigpt.infer.loading import cast_for_sampling, load_model
+from minigpt.runtime.device import configure_threads
+from minigpt.infer.decode import generate
 
 configure_threads(int(sys.argv[3]) if len(sys.argv) > 3 else 0, START_LOAD.others())
 loaded = load_model(Path(sys.argv[1]), torch.device("cpu"))

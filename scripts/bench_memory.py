@@ -3,7 +3,7 @@
 
 For each config it starts a child process that builds the trainer, notes its resident memory,
 runs three training steps and reads its peak resident memory (ru_maxrss). The difference is what
-training added on top of the loaded program and data; the estimate of `minigpt.memory` for the
+training added on top of the loaded program and data; the estimate of `minigpt.runtime.memory` for the
 same config (minus the weights, which are resident before the steps) should be within 30% of it.
 
     uv run python scripts/bench_memory.py                 # the built-in configs
@@ -29,11 +29,11 @@ CHILD = r"""
 import json, resource, sys, tempfile
 from pathlib import Path
 import torch
-from minigpt.config_files import load_config
-from minigpt.data import load_corpus
-from minigpt.memory import estimate, parameter_count, process_rss
-from minigpt.runtime import configure_threads, resolve_dtype
-from minigpt.trainer import Trainer
+from minigpt.config.files import load_config
+from minigpt.data.corpus import load_corpus
+from minigpt.runtime.memory import estimate, parameter_count, process_rss
+from minigpt.runtime.device import configure_threads, resolve_dtype
+from minigpt.train.trainer import Trainer
 
 cfg = load_config(None, [f"data.path={sys.argv[1]}", "train.device=cpu", "log.tensorboard=false", *sys.argv[2:]])
 configure_threads(cfg.train.threads)

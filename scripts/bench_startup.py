@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = ["model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=16", "train.batch_size=8",
         "train.max_steps=5", "train.eval_interval=5", "train.eval_steps=2", "train.final_eval=false",
         "log.sample_length=0", "log.attention_probe=", "log.tensorboard=false", "log.progress=off"]  # fmt: skip
-MODULE_COUNT = "import sys\nfrom minigpt.cli import main\nmain(['--help'])\nprint(len(sys.modules), file=sys.stderr)"
+MODULE_COUNT = "import sys\nfrom minigpt.cli.app import main\nmain(['--help'])\nprint(len(sys.modules), file=sys.stderr)"
 
 
 def unpack(ref: str, dest: Path) -> Path:

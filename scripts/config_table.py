@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Print the README's table of config keys from the config dataclasses (the single source).
+"""Print the table of config keys for docs/configuration.md from the config dataclasses (the single source).
 
     uv run python scripts/config_table.py
-A test checks that README.md contains exactly this table.
+A test (tests/test_docs.py) checks that docs/configuration.md contains exactly this table.
 """
 
 from __future__ import annotations
 
-from minigpt.config import Config, all_keys
+from minigpt.config.schema import Config, all_keys
 
 
 def config_table() -> str:

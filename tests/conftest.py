@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.cli import main
+from minigpt.cli.app import main
 
 TINY = [
     "model.n_layer=2",

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from minigpt import __version__
-from minigpt.cli_help import EXAMPLES, SampleDtype, UnknownChars, complete_directory, complete_run_or_checkpoint
-from minigpt.config import SampleOptions, all_keys, is_device_name
+from minigpt.cli.help import EXAMPLES, SampleDtype, UnknownChars, complete_directory, complete_run_or_checkpoint
+from minigpt.config.schema import SampleOptions, all_keys, is_device_name
 
 from .conftest import TINY
 from .test_cli import one_error_line
@@ -156,14 +156,14 @@ c() {{ COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=(); _minigpt_compl
 def test_completion_costs_no_start_up_time() -> None:
     """Shell completion and --version import nothing heavy: not torch, not minigpt's config."""
     code = (
-        "import sys\nfrom minigpt.cli import main\nmain(['--help'])\n"
-        "heavy = ('torch', 'minigpt.config', 'importlib.metadata')\n"
+        "import sys\nfrom minigpt.cli.app import main\nmain(['--help'])\n"
+        "heavy = ('torch', 'minigpt.config.schema', 'importlib.metadata')\n"
         "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT)
     assert r.returncode == 0 and r.stderr.strip().splitlines()[-1] == "[]", r.stderr
     env = {**ENV, "_MINIGPT_COMPLETE": "complete_bash", "COMP_WORDS": "minigpt sample x --dtype ", "COMP_CWORD": "4"}
-    code = "import sys\nfrom minigpt.cli import main\ntry:\n    main([])\nfinally:\n    print('torch' in sys.modules)"
+    code = "import sys\nfrom minigpt.cli.app import main\ntry:\n    main([])\nfinally:\n    print('torch' in sys.modules)"  # noqa: E501
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert r.stdout.split() == ["auto", "float32", "bfloat16", "False"], r
 
@@ -172,8 +172,8 @@ EXIT_WITH_TRITON = """
 import atexit, sys, threading
 from concurrent.futures import ThreadPoolExecutor
 import triton  # loads nanobind, as torch.compile does
-from minigpt.cli import run
-from minigpt.process import nanobind_loaded
+from minigpt.cli.app import run
+from minigpt.runtime.cores import nanobind_loaded
 assert nanobind_loaded()
 pool = ThreadPoolExecutor(2)  # idle non-daemon workers, like the compiler's
 pool.submit(print, "pool ran", flush=True).result()
@@ -196,7 +196,7 @@ def test_exit_after_the_compiler_loaded_is_quiet_and_complete(tmp_path: Path) ->
 def test_the_cuda_home_notice_is_dropped_while_compiling() -> None:
     import logging
 
-    from minigpt.runtime import without_cuda_home_notice
+    from minigpt.runtime.device import without_cuda_home_notice
 
     class Keep(logging.Handler):
         def __init__(self):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.config import Config, all_keys
-from minigpt.config_files import load_config, parse_override
+from minigpt.config.files import load_config, parse_override
+from minigpt.config.schema import Config, all_keys
 from minigpt.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from minigpt import encoding
-from minigpt.config import DataConfig, ModelConfig
-from minigpt.data import Batcher, load_corpus
+from minigpt.config.schema import DataConfig, ModelConfig
+from minigpt.data import encoding
+from minigpt.data.corpus import Batcher, load_corpus
+from minigpt.data.sources import choose_val_files, resolve_sources
+from minigpt.data.tokenizer import ByteTokenizer, CharTokenizer
 from minigpt.errors import UserError
-from minigpt.evaluation import evaluate_ids
+from minigpt.infer.evaluate import evaluate_ids
 from minigpt.model import GPT
-from minigpt.runs import vocabulary_check
-from minigpt.sources import choose_val_files, resolve_sources
-from minigpt.tokenizer import ByteTokenizer, CharTokenizer
+from minigpt.train.launch import vocabulary_check
 
 from .conftest import TINY, make_text
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from minigpt import data as data_mod
-from minigpt import encoding
-from minigpt.config import DataConfig
-from minigpt.data import Batcher, fetch_tiny_shakespeare, load_corpus
+from minigpt.config.schema import DataConfig
+from minigpt.data import corpus as data_mod
+from minigpt.data import encoding
+from minigpt.data.corpus import Batcher, fetch_tiny_shakespeare, load_corpus
+from minigpt.data.tokenizer import CharTokenizer
 from minigpt.errors import UserError
-from minigpt.tokenizer import CharTokenizer
 
 from .conftest import make_text
 

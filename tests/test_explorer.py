@@ -32,7 +32,7 @@ def page_data(html: str) -> dict:
 
 
 def test_windowed_attention_is_each_windows_forward_pass(model) -> None:
-    from minigpt.attention import window_count, windowed_attention
+    from minigpt.inspect.attention import window_count, windowed_attention
 
     tok, gpt = model.tokenizer, model.loaded.model
     text = make_text(75, seed=3)  # block_size 16: windows start every 8 characters
@@ -63,14 +63,14 @@ def test_attention_page_holds_the_weights_and_nothing_from_the_network(model) ->
 
 
 def test_pages_escape_text_that_looks_like_markup(tmp_path: Path) -> None:
-    from minigpt.explorer import render
+    from minigpt.inspect.pages import render
 
     html = render("score", "a </title><b>", {"pieces": ["<", "/", "s", "c", "r", "i", "p", "t", ">"], "x": "</script>"})
     assert html.count("</script>") == 2 and "<\\/script>" in html and "&lt;/title&gt;" in html
 
 
 def test_api_matches_the_library_and_the_cli_numbers(model, trained_run: Path) -> None:
-    from minigpt.inference import load_model, score_text
+    from minigpt.infer.loading import load_model, score_text
 
     text = make_text(30, seed=4)
     loaded = load_model(trained_run, torch.device("cpu"))
@@ -113,7 +113,7 @@ def test_bad_input_is_one_clear_error(model, tmp_path: Path) -> None:
 
 
 def test_attention_page_limit_follows_the_model_size(model, monkeypatch: pytest.MonkeyPatch) -> None:
-    import minigpt.attention as attention
+    import minigpt.inspect.attention as attention
 
     monkeypatch.setattr(attention, "MAX_PAGE_WEIGHTS", 2 * 2 * 16 * 100)  # 100 characters of 2 x 2 heads
     with pytest.raises(UserError, match=r"is 101 characters; a page holds at most 100 with this model's 2 layers"):
@@ -122,12 +122,12 @@ def test_attention_page_limit_follows_the_model_size(model, monkeypatch: pytest.
 
 
 def test_a_byte_model_page_labels_every_byte() -> None:
-    from minigpt.attention import attention_page
-    from minigpt.config import ModelConfig
-    from minigpt.explorer import score_html, token_label
-    from minigpt.inference import Scores
+    from minigpt.config.schema import ModelConfig
+    from minigpt.data.tokenizer import ByteTokenizer
+    from minigpt.infer.loading import Scores
+    from minigpt.inspect.attention import attention_page
+    from minigpt.inspect.pages import score_html, token_label
     from minigpt.model import GPT
-    from minigpt.tokenizer import ByteTokenizer
 
     tok = ByteTokenizer()
     gpt = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8), tok.vocab_size).eval()
@@ -141,6 +141,6 @@ def test_a_byte_model_page_labels_every_byte() -> None:
 
 
 def test_import_minigpt_does_not_import_torch_or_ipython() -> None:
-    code = "import sys, minigpt, minigpt.explorer; print(sorted(m for m in ('torch', 'IPython') if m in sys.modules))"
+    code = "import sys, minigpt, minigpt.inspect.pages\nprint(sorted(m for m in ('torch', 'IPython') if m in sys.modules))"  # noqa: E501
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]"

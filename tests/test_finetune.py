@@ -11,10 +11,10 @@ import pytest
 import torch
 import yaml
 
-from minigpt.checkpoint import load_checkpoint
-from minigpt.runs import starting_vocabulary, starting_weights
-from minigpt.tokenizer import CharTokenizer
-from minigpt.trainer import Trainer
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.infer.checkpoint import load_checkpoint
+from minigpt.train.launch import starting_vocabulary, starting_weights
+from minigpt.train.trainer import Trainer
 
 from .conftest import TINY, make_text
 from .test_cli import one_error_line

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt import memory
-from minigpt.config import SampleOptions
+from minigpt.config.schema import SampleOptions
 from minigpt.errors import UserError
-from minigpt.generation import OrderedOutput, parse_prompts_file
-from minigpt.inference import load_model, sample_records
+from minigpt.infer.loading import load_model, sample_records
+from minigpt.infer.sample import OrderedOutput, parse_prompts_file
+from minigpt.runtime import memory
 
 ROOT = Path(__file__).resolve().parents[1]
 

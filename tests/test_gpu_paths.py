@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt import distributed, runtime
-from minigpt.config import ModelConfig
-from minigpt.data import Batcher
-from minigpt.distributed import wrap_ddp
+from minigpt.config.schema import ModelConfig
+from minigpt.data.corpus import Batcher
 from minigpt.errors import UserError
 from minigpt.model import GPT
-from minigpt.optim import AdamW, load_optimizer_state
-from minigpt.train_state import RngStreams
-from minigpt.trainer import StopRequest
+from minigpt.runtime import device as runtime
+from minigpt.runtime import distributed
+from minigpt.runtime.distributed import wrap_ddp
+from minigpt.train.optim import AdamW, load_optimizer_state
+from minigpt.train.state import RngStreams
+from minigpt.train.trainer import StopRequest
 
 from .test_cli import one_error_line
 from .test_trainer import make_trainer

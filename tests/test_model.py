@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from minigpt.config import ModelConfig
+from minigpt.config.schema import ModelConfig
 from minigpt.model import GPT, KVCache
 
 CFG = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.0)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt.checkpoint import load_checkpoint
-from minigpt.config import ModelConfig
+from minigpt.config.schema import ModelConfig
+from minigpt.infer.checkpoint import load_checkpoint
+from minigpt.infer.decode import generate
 from minigpt.model import GPT, KVCache, apply_rope, rope_tables, sinusoidal_table
-from minigpt.optim import AdamW
-from minigpt.sampler import generate
+from minigpt.train.optim import AdamW
 
 from .conftest import TINY
 
@@ -121,7 +121,7 @@ def test_options_train_sample_evaluate_and_resume_from_the_cli(text_file: Path, 
 
 
 def test_rope_needs_an_even_head_size() -> None:
-    from minigpt.config_files import load_config
+    from minigpt.config.files import load_config
     from minigpt.errors import UserError
 
     with pytest.raises(UserError, match="rope needs an even head size"):
@@ -134,7 +134,7 @@ def test_score_per_character_surprise(trained_run: Path, tmp_path: Path, cli) ->
 
     import torch.nn.functional as F
 
-    from minigpt.inference import load_model, score_text
+    from minigpt.infer.loading import load_model, score_text
 
     loaded = load_model(trained_run, torch.device("cpu"))
     short = "KING:\nSpeak now."  # 16 predictions: one window of block_size
@@ -184,7 +184,7 @@ def test_attention_command_writes_a_real_picture(trained_run: Path, tmp_path: Pa
 
 
 def test_visible_whitespace_labels() -> None:
-    from minigpt.attention import visible
+    from minigpt.inspect.attention import visible
 
     assert [visible(c) for c in "a \n\t"] == ["a", "\u2423", "\u21b5", "\u2192"]
 

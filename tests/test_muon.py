@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt.config import Config, ModelConfig, OptimConfig
+from minigpt.config.schema import Config, ModelConfig, OptimConfig
 from minigpt.model import GPT
-from minigpt.muon import MuonAdamW, orthogonalize
-from minigpt.optim import build_optimizer
+from minigpt.train.muon import MuonAdamW, orthogonalize
+from minigpt.train.optim import build_optimizer
 
 from .test_trainer import make_trainer, weights
 

@@ -8,11 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minigpt import generation, runtime
-from minigpt.config import ModelConfig
+from minigpt.config.schema import ModelConfig
+from minigpt.infer import sample as generation
+from minigpt.infer.decode import generate_batch
 from minigpt.model import GPT, KVCache, causal_attention
-from minigpt.runtime import sampling_dtype
-from minigpt.sampler import generate_batch
+from minigpt.runtime import device as runtime
+from minigpt.runtime.device import sampling_dtype
 
 CPU = torch.device("cpu")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt.checkpoint import load_checkpoint, save_checkpoint
 from minigpt.errors import UserError
+from minigpt.infer.checkpoint import load_checkpoint, save_checkpoint
 from minigpt.model import GPT
 
 from .conftest import TINY
@@ -27,7 +27,7 @@ LONG = [*TINY, "train.max_steps=100000", "train.eval_interval=1000", "train.ckpt
 
 def spawn(*args: str | Path, cache: Path, prelude: str = "") -> subprocess.Popen:
     """`python -m minigpt ARGS` in a child process (optionally after running `prelude` in it)."""
-    code = prelude + "\nimport sys\nfrom minigpt.cli import run\nsys.argv = ['minigpt', *sys.argv[1:]]\nrun()\n"
+    code = prelude + "\nimport sys\nfrom minigpt.cli.app import run\nsys.argv = ['minigpt', *sys.argv[1:]]\nrun()\n"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(cache)}
     return subprocess.Popen(
         [sys.executable, "-c", code, *map(str, args)],
@@ -74,7 +74,7 @@ def test_second_interrupt_exits_at_once(text_file: Path, tmp_path: Path) -> None
     out = tmp_path / "run"
     # make every checkpoint write slow, so the second Ctrl-C lands while the first one is being handled
     prelude = textwrap.dedent("""
-        import time, minigpt.checkpoint as c
+        import time, minigpt.infer.checkpoint as c
         _save = c.torch.save
         def slow_save(obj, f, *a, **k):
             time.sleep(1.0)
@@ -119,7 +119,7 @@ def test_kill_9_in_the_middle_of_a_checkpoint_write(text_file: Path, tmp_path: P
     """The third checkpoint write dies half-way: the second one stays in place, and resume works."""
     out = tmp_path / "run"
     prelude = textwrap.dedent("""
-        import io, os, signal, minigpt.checkpoint as c
+        import io, os, signal, minigpt.infer.checkpoint as c
         _save = c.torch.save
         calls = [0]
         def dying_save(obj, f, *a, **k):
@@ -227,7 +227,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(text_file: Pat
 
 
 def test_full_disk_while_checkpointing_is_a_clear_error(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
-    import minigpt.checkpoint as checkpoint_mod
+    import minigpt.infer.checkpoint as checkpoint_mod
 
     out = tmp_path / "run"
     calls = [0]
@@ -268,7 +268,7 @@ def test_bad_data_through_the_cli_leaves_no_run_directory(tmp_path: Path, cli) -
 
 def test_interrupt_never_saves_a_diverged_model(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
     """Ctrl-C right after the loss went NaN (before any log noticed): stop with the error, keep last.pt."""
-    from minigpt.trainer import Trainer
+    from minigpt.train.trainer import Trainer
 
     out = tmp_path / "run"
     args = ["--data", text_file, "--out", out, *TINY, "train.max_steps=40", "train.eval_interval=10",

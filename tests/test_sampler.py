@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minigpt.config import ModelConfig
+from minigpt.config.schema import ModelConfig
+from minigpt.infer.decode import generate, sample_next_token
 from minigpt.model import GPT
-from minigpt.sampler import generate, sample_next_token
 
 CFG = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16)
 V = 12

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from minigpt import corpus_cache, runtime
-from minigpt.checkpoint import load_checkpoint
-from minigpt.config import DataConfig
-from minigpt.data import load_corpus
+from minigpt.config.schema import DataConfig
+from minigpt.data import cache as corpus_cache
+from minigpt.data.corpus import load_corpus
 from minigpt.errors import UserError
+from minigpt.infer.checkpoint import load_checkpoint
+from minigpt.runtime import device as runtime
 
 from .conftest import TINY
 
@@ -75,7 +76,7 @@ def test_threads_follow_the_request_the_environment_and_the_cpu_affinity(monkeyp
 
 
 def test_the_load_of_other_processes_is_measured_without_our_own() -> None:
-    from minigpt.process import CoreLoad
+    from minigpt.runtime.cores import CoreLoad
 
     load = CoreLoad()
     spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
@@ -95,7 +96,7 @@ def test_no_command_changes_the_openmp_wait_policy() -> None:
     instead (CoreShare); a user's OMP_WAIT_POLICY is left as it is."""
     code = (
         "import os, sys\n"
-        "from minigpt.cli import main\n"
+        "from minigpt.cli.app import main\n"
         "main([sys.argv[1], '--help'])\n"
         "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)\n"
     )
@@ -113,7 +114,7 @@ def test_no_command_changes_the_openmp_wait_policy() -> None:
 
 
 def test_a_training_gives_up_a_core_while_another_process_keeps_it_busy_and_takes_it_back() -> None:
-    from minigpt.process import CoreShare
+    from minigpt.runtime.cores import CoreShare
 
     share = CoreShare(threads=2, cores=2, every=0.5)
     assert share.check() is None  # too early to measure
@@ -187,17 +188,17 @@ def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) 
     [[], ["model.pos_emb=learned", "model.bias=true"], ["model.norm=post", "model.n_layer=1", "model.n_embd=64"]],
 )
 def test_parameter_count_from_the_config_matches_the_model(overrides: list[str]) -> None:
-    from minigpt.config_files import load_config
-    from minigpt.memory import parameter_count
+    from minigpt.config.files import load_config
     from minigpt.model import GPT
+    from minigpt.runtime.memory import parameter_count
 
     cfg = load_config(None, overrides)
     assert parameter_count(cfg.model, 65) == sum(p.numel() for p in GPT(cfg.model, 65).parameters())
 
 
 def test_preflight_refuses_an_impossible_batch_and_names_a_grad_accum_that_fits(text_file, tmp_path, cli) -> None:
-    from minigpt.config_files import load_config
-    from minigpt.memory import available_bytes, check
+    from minigpt.config.files import load_config
+    from minigpt.runtime.memory import available_bytes, check
 
     huge = ["model.n_layer=2", "model.n_embd=1024", "model.n_head=8", "model.block_size=1024", "train.batch_size=4096"]
     out = tmp_path / "r"

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def default_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not DATA.exists():
         pytest.fail(f"{DATA} is missing: copy tiny Shakespeare there (or run `uv run minigpt train` once)")
-    from minigpt.cli import main
+    from minigpt.cli.app import main
 
     out = tmp_path_factory.mktemp("default") / "run"
     assert main(["train", "--data", str(DATA), "--out", str(out), "--device", "cpu"]) == 0
@@ -30,7 +30,7 @@ def default_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_default_config_beats_the_reference_loss(default_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from minigpt.cli import main
+    from minigpt.cli.app import main
 
     capsys.readouterr()
     assert main(["eval", str(default_run), "--json"]) == 0
@@ -40,7 +40,7 @@ def test_default_config_beats_the_reference_loss(default_run: Path, capsys: pyte
 
 
 def test_default_model_writes_shakespeare_like_text(default_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from minigpt.cli import main
+    from minigpt.cli.app import main
 
     capsys.readouterr()
     # three samples, so the check does not hang on one draw (seed 1 alone once gave only two speakers)

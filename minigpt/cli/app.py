@@ -1,0 +1,393 @@
+"""The `minigpt` command line: parse flags, call one library function, map errors to exit codes.
+
+Exit codes: 0 success, 2 a user mistake (one line `error: ...` on stderr, no traceback),
+130 / 143 training stopped by SIGINT / SIGTERM after saving last.pt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.core import TyperCommand
+
+from minigpt.cli import help as cli_help
+from minigpt.cli.help import SampleDtype, UnknownChars, epilog
+from minigpt.errors import TrainingInterrupted, UserError
+from minigpt.runtime.cores import exit_fast, honour_named_shell, measure_load_from_now
+
+app = typer.Typer(
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample.",
+    epilog=epilog("minigpt"),
+)
+
+
+def _device_option(help: str):
+    return typer.Option("--device", metavar=cli_help.DEVICE_METAVAR, autocompletion=cli_help.complete_device, help=help)
+
+
+DeviceOpt = Annotated[str, _device_option("The device: auto is cuda, else mps, else cpu.")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", min=0, show_default=False,
+                                         help="CPU threads (0 = the cores this process may use, less those busy).")]
+TargetArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="RUN_DIR|CHECKPOINT",
+        autocompletion=cli_help.complete_run_or_checkpoint,
+        help="A run directory or a .pt file.",
+    ),
+]
+
+
+HtmlOpt = Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), "
+                                             "e.g. page.html.", show_default=False)]  # fmt: skip
+UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(cli_help.version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Show the versions of minigpt, "
+                     "torch and Python, and exit."),
+    ] = False,
+) -> None:  # fmt: skip
+    """Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample."""
+
+
+class _TrainCommand(TyperCommand):
+    """`train`, whose help also lists the config keys that take fixed values, read from config.py
+    only when the help is shown: importing it costs ~12 ms that no other command should pay."""
+
+    @property
+    def epilog(self) -> str:
+        return cli_help.train_epilog()
+
+    @epilog.setter
+    def epilog(self, value: str | None) -> None:  # click's constructor sets it; the property wins
+        pass
+
+
+InitFromOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--init-from",
+        metavar="RUN_DIR|CHECKPOINT",
+        autocompletion=cli_help.complete_run_or_checkpoint,
+        show_default=False,
+        help="Start a new run from these weights (a run directory's best.pt): fine-tuning. Shortcut for "
+        "train.init_from; the model section is the checkpoint's.",
+    ),
+]
+
+
+def _device(name: str, threads: int):
+    """The device an inference command runs on, with the CPU thread count set first."""
+    from minigpt.runtime.cores import START_LOAD
+    from minigpt.runtime.device import configure_threads, resolve_device
+
+    configure_threads(threads, START_LOAD.others())  # cores a training beside us keeps busy are left to it
+    return resolve_device(name)
+
+
+def _split_args(args: list[str]) -> tuple[Path | None, list[str]]:
+    """[CONFIG] [KEY=VALUE ...] -> (config path, overrides)."""
+    configs = [a for a in args if "=" not in a]
+    overrides = [a for a in args if "=" in a]
+    if len(configs) > 1:
+        raise UserError(
+            f"expected at most one CONFIG file, got {', '.join(configs)}; overrides are written KEY=VALUE "
+            "(e.g. model.n_layer=6)"
+        )
+    return (Path(configs[0]) if configs else None), overrides
+
+
+def _launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool,
+                      config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
+    """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
+    from minigpt.config.files import load_config
+    from minigpt.config.schema import MPS_PROCESSES, batch_split_error
+    from minigpt.runtime.distributed import launch_local
+
+    if flags["--device"] == "mps":
+        raise UserError(MPS_PROCESSES)
+    if not resume:  # say what is wrong once, here, rather than from every process
+        cfg = load_config(config_path, overrides)
+        split = batch_split_error(cfg.train, nproc, "--nproc")
+        if split:
+            raise UserError(split)
+        if cfg.train.device == "mps" and flags["--device"] is None:
+            raise UserError(MPS_PROCESSES)
+    argv = ["train", *args]
+    for flag, value in flags.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    launch_local(nproc, argv + (["--resume"] if resume else []))
+
+
+@app.command(cls=_TrainCommand)
+def train(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="CONFIG KEY=VALUE",
+            help="A YAML config (default: the built-in configs/default.yaml) and dotted overrides such as "
+            "model.n_layer=6 optim.lr=3e-4 train.max_steps=500.",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            autocompletion=cli_help.complete_directory,
+            show_default=False,
+            help="Run directory (default: runs/<config name>).",
+        ),
+    ] = None,
+    data: Annotated[
+        Path | None, typer.Option("--data", help="A file, folder or 'glob' to train on (shortcut for data.path=PATH).")
+    ] = None,
+    device: Annotated[
+        str | None, _device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
+    ] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt.")] = False,
+    init_from: InitFromOpt = None,
+    nproc: Annotated[
+        int | None,
+        typer.Option("--nproc", help="Train with N local processes (DDP), launched through torchrun.", min=1),
+    ] = None,
+) -> None:
+    """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
+    config_path, overrides = _split_args(args or [])
+    if init_from is not None and resume:
+        raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
+    if nproc is not None:
+        flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}
+        _launch_processes(nproc, args or [], flags, resume, config_path, overrides)
+    from minigpt.train.launch import train_command
+
+    extra: list[str | tuple[str, object]] = list(overrides)
+    if data is not None:
+        extra.append(("data.path", str(data)))
+    if device is not None:
+        extra.append(("train.device", device))
+    if init_from is not None:
+        extra.append(("train.init_from", str(init_from)))
+    train_command(config_path, extra, out, resume)
+
+
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`minigpt sample RUN | head`): stop quietly, exit 0
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain
+        raise typer.Exit(0) from None
+
+
+@app.command(epilog=epilog("sample"))
+def sample(
+    target: TargetArg,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="Text to continue (default: a newline).")] = None,
+    prompt_file: Annotated[str | None, typer.Option("--prompt-file", metavar="FILE", show_default=False,
+                           help="The prompt is this UTF-8 file's whole text (- reads stdin).")] = None,  # fmt: skip
+    prompts_file: Annotated[str | None, typer.Option("--prompts-file", metavar="FILE", show_default=False,
+                            help="One prompt per line (\\n: a line break), batched.")] = None,  # fmt: skip
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")] = 1,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")] = 500,
+    temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")] = 0.8,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = 1337,
+    stop: Annotated[list[str] | None, typer.Option("--stop", metavar="TEXT", show_default=False,
+                    help="End a sample where it writes this text (not shown; repeatable).")] = None,  # fmt: skip
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, "
+                                          "seed.")] = False,  # fmt: skip
+    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Prompt after prompt on the terminal, "
+                                              "the model kept loaded (:help for settings).")] = False,  # fmt: skip
+    unknown: UnknownOpt = "error",
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
+    dtype: Annotated[SampleDtype, typer.Option("--dtype", help="The weights' precision while sampling. auto "
+                     "is bfloat16 where the GPU or CPU has it in hardware (2x faster there).")] = "auto",  # fmt: skip
+) -> int:
+    """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
+    from minigpt.config.schema import SampleOptions
+    from minigpt.infer.loading import cast_for_sampling, load_model, sample_command
+    from minigpt.infer.sample import prompts_from
+
+    opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
+    prompts, what = prompts_from(prompt, prompt_file, prompts_file)
+    loaded = load_model(target, _device(device, threads))
+    cast_for_sampling(loaded, dtype, device)
+    return sample_command(loaded, prompts, what, opts, stop or [], as_json, interactive, _write_stdout)
+
+
+@app.command(name="eval", epilog=epilog("eval"))
+def eval_(
+    target: TargetArg,
+    data: Annotated[
+        Path | None, typer.Option("--data", help="Evaluate on all of this file, folder or 'glob', not the val split.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
+) -> None:
+    """Loss over the whole validation split (or --data FILE), every position scored."""
+    from minigpt.infer.loading import evaluate, load_model
+
+    loaded = load_model(target, _device(device, threads))
+    result, what = evaluate(loaded, data)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(
+            f"loss {result.loss:.4f} nats | {result.bpc:.4f} bits/{result.unit} | perplexity {result.perplexity:.3f} | "
+            f"{result.tokens:,} {'characters' if result.unit == 'char' else 'bytes'} ({what}, {loaded.path})"
+        )
+
+
+@app.command(epilog=epilog("score"))
+def score(
+    target: TargetArg,
+    text: Annotated[str | None, typer.Option("--text", help="The text to score.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Score this UTF-8 file instead.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="Plain columns: position, character, bits.")] = False,
+    html: HtmlOpt = None,
+    unknown: UnknownOpt = "error",
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
+) -> None:
+    """How surprised the model is by each character, in bits (-log2 p), and the bits per character.
+
+    The text is shown coloured from green (expected) to red (surprising); each whole bit of
+    surprise is one step of colour. The first character is not scored: nothing comes before it.
+    --html writes a page with each character's probability and the model's top 5 guesses.
+    """
+    from minigpt.infer.loading import load_model, score_text
+    from minigpt.inspect.pages import check_output, checked_text, score_page, score_terminal, text_input
+
+    text, what = text_input(text, file)
+    if html is not None:
+        check_output(html)
+    loaded = load_model(target, _device(device, threads))
+    if html is not None:
+        page = score_page(loaded, text, what, unknown)
+        print(f"wrote {page.save(html)}: {page.summary} (from {loaded.path})", file=sys.stderr)
+        return
+    result = score_text(loaded, checked_text(loaded.tokenizer, text, what, unknown))
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
+    print(score_terminal(result, colour, str(loaded.path)))
+
+
+@app.command(epilog=epilog("attention"))
+def attention(
+    target: TargetArg,
+    text: Annotated[str | None, typer.Option("--text", help="The text to look at.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Look at this UTF-8 file instead.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="The picture to write, e.g. attention.png (the first block_size "
+                                  "characters).")
+    ] = None,
+    html: HtmlOpt = None,
+    layer: Annotated[int | None, typer.Option("--layer", help="Only this layer (0-based).")] = None,
+    head: Annotated[int | None, typer.Option("--head", help="Only this head (0-based).")] = None,
+    unknown: UnknownOpt = "error",
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
+) -> None:  # fmt: skip
+    """Heat maps of the causal attention weights over TEXT: layers as rows, heads as columns (--out),
+    or the interactive explorer page (--html), which reads a long text window by window.
+
+    Row i of a map is the character at position i deciding what comes next; column j is how much
+    it looks at character j. Whitespace is drawn as a visible symbol.
+    """
+    from minigpt.infer.loading import load_model
+    from minigpt.inspect.attention import write_attention_files
+    from minigpt.inspect.pages import text_input
+
+    text, what = text_input(text, file)
+    loaded = load_model(target, _device(device, threads))
+    for line in write_attention_files(loaded, text, what, out, html, layer, head, unknown):
+        print(f"{line} (from {loaded.path})" if line.startswith("wrote") else line, file=sys.stderr)
+
+
+@app.command(epilog=epilog("runs"))
+def runs(
+    folder: Annotated[
+        Path,
+        typer.Argument(
+            metavar="DIR", autocompletion=cli_help.complete_directory, help="The folder of run directories."
+        ),
+    ] = Path("runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per run, one per line.")] = False,
+) -> None:
+    """List the runs under DIR: steps, best val loss (~ marks the fixed-batch estimate, without ~ the
+    whole validation split from results.json), parameters, wall time and where a fine-tuned run started."""
+    from minigpt.cli.runs_table import format_runs, list_runs
+
+    found = list_runs(folder)
+    if as_json:
+        for run in found:
+            print(json.dumps(run.to_dict()))
+    elif found:
+        print(format_runs(found))
+    else:
+        print(f"no runs under {folder}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    measure_load_from_now()
+    honour_named_shell(args)
+    try:
+        result = app(args=argv, standalone_mode=False, prog_name="minigpt")
+        return result if isinstance(result, int) else 0
+    except UserError as e:
+        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank hits the same mistake: say it once
+            print(f"error: {e}", file=sys.stderr)
+        return 2
+    except typer.TyperException as e:  # usage errors: unknown option, missing argument, bad value
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `minigpt`: the help was shown
+            return 0
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = e.format_message().replace("Value error, ", "")  # pydantic's prefix on a wrong choice
+        print(f"error: {message}{hint}", file=sys.stderr)
+        return 2
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        return 130
+    except TrainingInterrupted as e:
+        if os.environ.get("RANK", "0") == "0":
+            print(str(e), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `minigpt sample RUN | head`
+        sys.stderr.close()
+        return 0
+
+
+def run() -> None:
+    """The `minigpt` program (and `python -m minigpt`)."""
+    exit_fast(main())

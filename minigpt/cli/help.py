@@ -1,0 +1,116 @@
+"""What the command line tells about itself: the values its options take (shown in --help, offered
+by Tab completion, refused with click's own "invalid value" line), what its path arguments
+complete to, each command's examples, and the --version line.
+
+Standard library only, because `minigpt --help` and every Tab press import it. The Literal types
+repeat config.py's choices for the sampling flags (config.py checks them for the Python API; a
+test keeps the two equal): importing config.py would cost ~12 ms on every start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Literal
+
+SampleDtype = Literal["auto", "float32", "bfloat16"]  # minigpt sample --dtype (config.SampleOptions.dtype)
+UnknownChars = Literal["error", "skip"]  # minigpt sample --unknown (config.SampleOptions.unknown)
+DEVICE_METAVAR = "<auto|cpu|cuda|cuda:N|mps>"  # not a closed set (cuda:N), so not a Literal
+
+EXAMPLES = {  # the end of each command's --help (rich markup: no square brackets)
+    "minigpt": """minigpt train                         # tiny Shakespeare, the default model, on the CPU
+minigpt sample runs/default --prompt "ROMEO:" --max-new-tokens 500
+minigpt --install-completion bash     # Tab completion for commands, options and run directories""",
+    "train": """minigpt train --data my_text.txt --out runs/mine
+minigpt train --data ~/books/ data.tokenizer=byte --out runs/books
+minigpt train configs/cpu_4min.yaml   # 4 minutes of CPU, val loss ~1.48
+minigpt train configs/shakespeare_char.yaml --out runs/big
+minigpt train --data my_text.txt model.n_layer=6 optim.lr=1e-3 train.max_steps=5000""",
+    "sample": """minigpt sample runs/default --prompt "ROMEO:" --max-new-tokens 500
+minigpt sample runs/default --num-samples 32 --stop $'\\n\\n' --json > samples.jsonl
+minigpt sample runs/default --prompts-file prompts.txt --temperature 0.6 --top-p 0.9
+minigpt sample runs/default --interactive""",
+    "eval": """minigpt eval runs/default
+minigpt eval runs/default --json
+minigpt eval runs/default --data other_texts/""",
+    "score": """minigpt score runs/default --text "ROMEO: What light through yonder window breaks?"
+minigpt score runs/default --file scene.txt --no-color
+minigpt score runs/default --text "KING:" --json
+minigpt score runs/default --file scene.txt --html score.html""",
+    "attention": """minigpt attention runs/default --text "ROMEO: But, soft!" --out attention.png
+minigpt attention runs/default --text "ROMEO: But, soft!" --layer 0 --head 1 --out head.png
+minigpt attention runs/default --file scene.txt --html attention.html""",
+    "runs": """minigpt runs
+minigpt runs experiments/ --json""",
+}
+
+
+def epilog(command: str) -> str:
+    return "Examples:\n" + EXAMPLES[command]
+
+
+def train_epilog() -> str:
+    """train's examples and the config keys that take fixed values, read from config.py (so only
+    when the help is shown)."""
+    from minigpt.config.schema import all_keys
+
+    fixed = [f"{k}={'|'.join(f.metadata['choices'])}" for k, f in all_keys().items() if f.metadata.get("choices")]
+    return epilog("train") + "\n\nKeys with fixed values (every key: README.md):\n" + "\n".join(fixed)
+
+
+def version_line() -> str:
+    """minigpt's, torch's and Python's versions, without importing torch (which takes seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from minigpt import __version__
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "not installed"
+    return f"minigpt {__version__} (torch {torch_version}, Python {sys.version.split()[0]})"
+
+
+def complete_device(incomplete: str) -> list[str]:
+    return [d for d in ("auto", "cpu", "cuda", "mps") if d.startswith(incomplete)]
+
+
+def _matches(incomplete: str, keep_file: Callable[[str], bool]) -> list[str]:
+    """Directories (with a trailing /) and the files `keep_file` accepts, whose path starts with
+    `incomplete`; hidden entries only when `incomplete` names them."""
+    folder, sep, start = incomplete.rpartition("/")
+    prefix = folder + sep
+    found = []
+    try:
+        with os.scandir(os.path.expanduser(prefix) or ".") as entries:
+            for entry in entries:
+                if not entry.name.startswith(start) or entry.name.startswith(".") and not start.startswith("."):
+                    continue
+                if entry.is_dir():
+                    found.append(f"{prefix}{entry.name}/")
+                elif keep_file(entry.name):
+                    found.append(prefix + entry.name)
+    except OSError:
+        return []
+    return sorted(found)
+
+
+def _complete(incomplete: str, keep_file: Callable[[str], bool]) -> list[str]:
+    found = _matches(incomplete, keep_file)
+    if len(found) == 1 and found[0].endswith("/"):
+        # One directory: offer its contents as well, so that the shell inserts the common prefix
+        # `dir/` and waits, rather than `dir/ ` with a space (typer's bash script does not tell
+        # bash that these are file names).
+        found += _matches(found[0], keep_file)
+    return found
+
+
+def complete_directory(incomplete: str) -> list[str]:
+    """A run directory, or a folder of them."""
+    return _complete(incomplete, lambda name: False)
+
+
+def complete_run_or_checkpoint(incomplete: str) -> list[str]:
+    """RUN_DIR|CHECKPOINT: directories and .pt files."""
+    return _complete(incomplete, lambda name: name.endswith(".pt"))

@@ -1,0 +1,110 @@
+"""Config from files and the command line: YAML read safely (errors name the file, line and
+column), `KEY=VALUE` overrides parsed as YAML scalars (text keys taken as written), the
+precedence defaults < file < overrides, and the resolved config written back as YAML."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from minigpt.config.schema import SECTIONS, Config, all_keys, config_from_dict, set_dotted
+from minigpt.errors import UserError
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """'optim.lr=3e-4' -> ('optim.lr', '3e-4' parsed as a YAML scalar)."""
+    key, eq, text = item.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise UserError(f"command line: override '{item}' must look like KEY=VALUE, e.g. train.max_steps=500")
+    if _is_text_key(key):
+        return key, _text_value(key, text)
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text  # not YAML: keep the raw string and let the type check decide
+    if isinstance(value, (dict, list)):
+        raise UserError(f"command line: override '{item}' must have a single value, not a YAML collection")
+    return key, value
+
+
+def read_yaml(path: Path) -> Any:
+    """Read YAML with the safe loader; errors name the file, line and column."""
+    if not path.exists():
+        raise UserError(f"config file {path} does not exist (see configs/ for examples)")
+    if path.is_dir():
+        raise UserError(f"config file {path} is a directory, not a YAML file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"config file {path} is not UTF-8 text (bad byte at offset {e.start})") from None
+    except OSError as e:
+        raise UserError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = e.problem or e.context or "malformed YAML"
+        raise UserError(f"{where}: malformed YAML: {problem}") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: malformed YAML: {e}") from None
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str | tuple[str, Any]] = ()) -> Config:
+    """defaults < YAML file (if given) < overrides, validated once.
+
+    An override is a 'KEY=VALUE' string (VALUE parsed as a YAML scalar) or a (key, value) pair.
+    """
+    source = str(path) if path is not None else "default config"
+    raw = read_yaml(Path(path)) if path is not None else {}
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    if not overrides:
+        return config_from_dict(raw, source)
+    # the file's types are checked against the file; values only once the overrides are in, so a
+    # file + override combination that is valid together is accepted (defaults < file < overrides)
+    merged = config_from_dict(raw, source, check=False).to_dict()
+    for item in overrides:
+        key, value = parse_override(item) if isinstance(item, str) else item
+        set_dotted(merged, key, value, "command line")
+    both = f"{source} with the command-line overrides" if path is not None else "command line"
+    return config_from_dict(merged, both)
+
+
+def _is_text_key(key: str) -> bool:
+    f = all_keys().get(key)
+    if f is None:
+        return False
+    section = key.split(".")[0]
+    typ = typing.get_type_hints(SECTIONS[section])[f.name]
+    return typ is str or (typing.get_origin(typ) in (typing.Union, types.UnionType) and str in typing.get_args(typ))
+
+
+def _text_value(key: str, text: str) -> str | None:
+    """A string key's override is taken as written ('no', 'ROMEO:', '#' stay text), with YAML's
+    escapes for quoted values; null or ~ clears an optional one."""
+    if text.strip() in ("null", "~") and all_keys()[key].default is None:
+        return None
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        try:
+            parsed = yaml.safe_load(text)
+            if isinstance(parsed, str):
+                return parsed
+        except yaml.YAMLError:
+            pass
+    return text
+
+
+def save_config(cfg: Config, path: Path) -> None:
+    """Write the resolved config as YAML (the run directory's config.yaml)."""
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
+    path.write_text("# resolved minigpt config of this run\n" + text, encoding="utf-8")

@@ -1,0 +1,370 @@
+"""Typed, validated run configuration.
+
+One frozen dataclass per YAML section. Precedence: dataclass defaults < YAML file <
+command-line `KEY=VALUE` overrides. Every field carries a one-line help text (used by
+the README's key table and `minigpt train --help`), and every mistake raises
+`UserError` naming the source and the key.
+
+The defaults here ARE the built-in default run (`configs/default.yaml` spells them
+out with comments; a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from minigpt.config.fields import SEED_LIMIT, _f, field_error
+from minigpt.errors import UserError
+
+DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
+
+
+DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
+MPS_PROCESSES = (
+    "multi-process training (--nproc / torchrun) runs on CUDA or the CPU, not on mps; use --device cpu or one process"
+)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_layer: int = _f(3, "number of transformer blocks", ge=1)
+    n_head: int = _f(4, "attention heads per block (must divide n_embd)", ge=1)
+    n_embd: int = _f(128, "width of the residual stream (embedding size)", ge=1)
+    block_size: int = _f(64, "context length in characters", ge=1)
+    dropout: float = _f(0.0, "dropout probability in [0, 1); 0 for small data or short runs", ge=0, lt=1)
+    bias: bool = _f(False, "use biases in Linear and LayerNorm layers")
+    pos_emb: str = _f(
+        "rope",
+        "positions: learned (a trained table, GPT-2), sinusoidal (the original Transformer's fixed "
+        "encoding) or rope (rotary, applied to queries and keys)",
+        ("learned", "sinusoidal", "rope"),
+    )
+    norm: str = _f(
+        "pre",
+        "LayerNorm placement: pre (before attention/MLP, GPT-2) or post (after each residual add, "
+        "the original Transformer)",
+        ("pre", "post"),
+    )
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str | list[str] = _f(
+        DEFAULT_DATA_PATH,
+        "what to train on: a text file, a folder (every file under it; hidden ones skipped), a glob pattern, or a "
+        "list of these (tiny Shakespeare is fetched if it is the default and missing)",
+        paths=True,
+    )
+    val_fraction: float = _f(
+        0.1,
+        "share held out for validation: the end of a single text, or whole files of several (chosen by a hash "
+        "of their names)",
+        gt=0,
+        lt=1,
+    )
+    val_path: str | list[str] | None = _f(
+        None, "validation text instead of a share of data.path: a file, folder, glob or list", paths=True
+    )
+    doc_separator: str = _f("\n", "text put between two files (documents), so no window glues them mid-line")
+    tokenizer: str = _f(
+        "char",
+        "char (one id per distinct character) or byte (the 256 byte values: any file, any language, a fixed "
+        "vocabulary; losses in bits per byte)",
+        ("char", "byte"),
+    )
+    cache_dir: str | None = _f(None, "where encoded text is cached (default: the user's cache directory)")
+    new_chars: str = _f(
+        "error",
+        "fine-tuning (train.init_from) on text with characters the model never saw: error (name them) or add "
+        "(new embedding rows, initialised like the others)",
+        ("error", "add"),
+    )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int = _f(32, "sequences per optimizer step (split over grad_accum_steps micro-batches)", ge=1)
+    max_steps: int = _f(480, "optimizer steps to train for", ge=1)
+    grad_accum_steps: int = _f(1, "micro-batches per optimizer step (must divide batch_size)", ge=1)
+    eval_interval: int = _f(240, "steps between evaluations (val loss, checkpoints, text sample)", ge=1)
+    eval_steps: int = _f(10, "validation batches per evaluation (fixed for the whole run)", ge=1)
+    ckpt_interval: int = _f(0, "steps between extra last.pt saves, independent of eval (0 = only at eval)", ge=0)
+    seed: int = _f(1337, "one seed for weights, batches and dropout", ge=0, lt=SEED_LIMIT)
+    device: str = _f("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
+    dtype: str = _f(
+        "auto",
+        "compute precision: auto (bf16 autocast on CUDA where supported, else fp16; on a CPU with native "
+        "bf16 (AVX512-BF16 or AMX) bf16 autocast, else fp32), "
+        "float32, bfloat16, float16",
+        ("auto", "float32", "bfloat16", "float16"),
+    )
+    compile: bool = _f(False, "torch.compile the model (falls back to eager if compilation fails)")
+    threads: int = _f(0, "CPU threads for training (0 = the cores this process may use)", ge=0)
+    init_from: str | None = _f(
+        None, "a run directory or checkpoint whose weights this new run starts from (fine-tuning; --init-from)"
+    )
+    patience: int = _f(0, "stop after this many evaluations without a new best val loss (0 = never)", ge=0)
+    min_delta: float = _f(0.0, "the least val-loss improvement that resets the patience count", ge=0)
+    max_time: str | None = _f(
+        None, "stop cleanly at the first step past this wall time, e.g. 90s, 10m, 1h (null = no limit)", duration=True
+    )
+    final_eval: bool = _f(True, "score the best checkpoint on the whole validation split at the end (results.json)")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = _f(3e-3, "peak learning rate, reached at the end of warm-up", ge=0)
+    min_lr: float = _f(3e-4, "learning rate at the end of the decay (<= lr)", ge=0)
+    warmup_steps: int = _f(50, "linear warm-up steps from ~0 to lr", ge=0)
+    schedule: str = _f("cosine", "decay after warm-up: cosine, linear or constant", ("cosine", "linear", "constant"))
+    schedule_by: str = _f(
+        "steps",
+        "what the decay runs over: steps (to train.max_steps), or time (to train.max_time of wall clock, so a "
+        "fixed time budget always ends its decay; one process only)",
+        ("steps", "time"),
+    )
+    weight_decay: float = _f(0.1, "AdamW weight decay, applied to weight matrices only", ge=0)
+    beta1: float = _f(0.9, "AdamW beta1", ge=0, lt=1)
+    beta2: float = _f(0.99, "AdamW beta2", ge=0, lt=1)
+    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)", ge=0)
+    optimizer: str = _f(
+        "adamw", "adamw, or muon for the blocks' weight matrices (AdamW for the rest)", ("adamw", "muon")
+    )
+    muon_lr: float = _f(0.02, "Muon's peak learning rate (on the same schedule as lr)", ge=0)
+    muon_momentum: float = _f(0.95, "Muon's Nesterov momentum", ge=0, lt=1)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    tensorboard: bool = _f(True, "write TensorBoard event files into the run directory")
+    progress: str = _f(
+        "auto",
+        "progress display: bar (a live bar), lines (a plain line every progress_seconds, for log files), off, "
+        "or auto (bar on a terminal, lines when stderr is a file or pipe)",
+        ("auto", "bar", "lines", "off"),
+    )
+    progress_seconds: float = _f(10.0, "seconds between progress lines in lines mode", gt=0)
+    interval: int = _f(10, "steps between train-loss / lr / throughput logs", ge=1)
+    sample_length: int = _f(200, "characters of sample text logged at each eval (0 = none)", ge=0)
+    sample_prompt: str = _f("\n", "prompt for the text sample logged at each eval")
+    attention_probe: str = _f(
+        "ROMEO:\nBut, soft! what light",
+        "text whose attention maps are logged to TensorBoard as images at each eval (empty = off)",
+    )
+    peak_tflops: float = _f(
+        0.0,
+        "peak TFLOPS of one device, for the MFU figure (0 = look the GPU up in minigpt's table; "
+        "no MFU on a CPU unless set)",
+        ge=0,
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """{'model.n_layer': 4, ...}"""
+        return {f"{s}.{k}": v for s, sec in self.to_dict().items() for k, v in sec.items()}
+
+    def replace(self, **flat_overrides: Any) -> Config:
+        """A copy with dotted keys replaced (values validated like overrides)."""
+        raw = self.to_dict()
+        for key, value in flat_overrides.items():
+            set_dotted(raw, key, value, "replace")
+        return config_from_dict(raw, "replace")
+
+
+SECTIONS: dict[str, type] = {f.name: typing.get_type_hints(Config)[f.name] for f in dataclasses.fields(Config)}
+
+
+def all_keys() -> dict[str, dataclasses.Field]:
+    """Every valid dotted key and its dataclass field, in declaration order."""
+    return {f"{s}.{f.name}": f for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key, list(all_keys()), n=1, cutoff=0.5)
+    if not close:
+        # a bare field name ("lr") or a section typo: match on the last part
+        tail = key.rsplit(".", 1)[-1]
+        close = [k for k in all_keys() if k.endswith("." + tail)][:1]
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
+    """Check `value` against the field type, accepting YAML's common spellings."""
+    if key in all_keys() and all_keys()[key].metadata.get("paths"):
+        if value is None and type(None) in typing.get_args(typ):
+            return None
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v for v in value):
+            return list(value)
+        raise UserError(f"{source}: {key} must be a path, folder or glob pattern, or a list of them, got {value!r}")
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        typ = next(t for t in typing.get_args(typ) if t is not type(None))
+    bad = UserError(f"{source}: {key} must be {_type_name(typ)}, got {value!r}")
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if typ is int:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        num = _as_number(value)
+        if num is not None and math.isfinite(num) and num == int(num):
+            return int(num)  # 5e3 or "5e3"
+        raise bad
+    if typ is float:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, (int, float)):
+            return float(value)
+        num = _as_number(value)
+        if num is not None:
+            return num  # YAML 1.1 reads "3e-4" as a string
+        raise bad
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        if key in all_keys() and all_keys()[key].metadata.get("duration") and _as_number(value) is not None:
+            return str(value)  # `max_time: 600` in YAML: seconds
+        raise bad
+    raise AssertionError(f"unsupported config type {typ!r} for {key}")
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _type_name(typ: Any) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(typ, str(typ))
+
+
+def set_dotted(raw: dict[str, dict[str, Any]], key: str, value: Any, source: str) -> None:
+    if key.count(".") != 1 or key not in all_keys():
+        raise UserError(f"{source}: unknown key '{key}'{_suggest(key)}")
+    section, name = key.split(".")
+    raw.setdefault(section, {})[name] = value
+
+
+def config_from_dict(raw: Any, source: str, check: bool = True) -> Config:
+    """Build a Config from nested plain data (YAML or a checkpoint): types always checked, values
+    and combinations too unless `check` is False (when overrides are still to come)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
+    sections = {}
+    for sname, body in raw.items():
+        if sname not in SECTIONS:
+            close = difflib.get_close_matches(str(sname), list(SECTIONS), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (sections: {', '.join(SECTIONS)})"
+            raise UserError(f"{source}: unknown section '{sname}'{hint}")
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            raise UserError(f"{source}: section '{sname}' must be a mapping of keys, got {body!r}")
+        cls = SECTIONS[sname]
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for name, value in body.items():
+            key = f"{sname}.{name}"
+            if name not in hints:
+                raise UserError(f"{source}: unknown key '{key}'{_suggest(key)}")
+            kwargs[name] = _coerce(key, value, hints[name], source)
+        sections[sname] = cls(**kwargs)
+    cfg = Config(**sections)
+    if check:
+        validate(cfg, source)
+    return cfg
+
+
+def batch_split_error(t: TrainConfig, processes: int = 1, what: str = "the number of processes") -> str | None:
+    """train.batch_size must split evenly into grad_accum_steps micro-steps on every process."""
+    if t.batch_size % (t.grad_accum_steps * processes) == 0:
+        return None
+    msg = f"train.batch_size ({t.batch_size}) must be divisible by train.grad_accum_steps ({t.grad_accum_steps})"
+    return msg if processes == 1 else f"{msg} x {what} ({processes}); change one of them"
+
+
+def is_device_name(name: str) -> bool:
+    """auto, cpu, mps, cuda or cuda:N (whether it exists here is the runtime's question)."""
+    prefix, colon, index = name.partition(":")
+    return name in ("auto", "cpu", "mps", "cuda") or (prefix == "cuda" and bool(colon) and index.isdigit())
+
+
+def validate(cfg: Config, source: str) -> None:
+    """Reject impossible values and combinations, naming the key: the bounds and choices in the
+    fields' metadata, then the rules that involve two keys."""
+
+    def fail(msg: str) -> None:
+        raise UserError(f"{source}: {msg}")
+
+    flat = cfg.flat()
+    for key, f in all_keys().items():
+        problem = field_error(key, flat[key], f.metadata)
+        if problem:
+            fail(problem)
+    m, t, o = cfg.model, cfg.train, cfg.optim
+    if m.n_embd % m.n_head:
+        fail(f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})")
+    if m.pos_emb == "rope" and (m.n_embd // m.n_head) % 2:
+        fail(f"model.pos_emb rope needs an even head size; n_embd / n_head is {m.n_embd // m.n_head}")
+    split = batch_split_error(t)
+    if split:
+        fail(split)
+    if not is_device_name(t.device):
+        fail(f"train.device must be {DEVICE_NAMES}, got '{t.device}'")
+    if o.lr <= 0:
+        fail(f"optim.lr must be > 0, got {o.lr}")
+    if o.min_lr > o.lr:
+        fail(f"optim.min_lr ({o.min_lr}) must be <= optim.lr ({o.lr})")
+    if o.schedule_by == "time" and not t.max_time:
+        fail("optim.schedule_by time needs train.max_time, the budget the decay runs over (e.g. train.max_time=4m)")
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    """How to sample, built once from `minigpt sample`'s flags (or the Python API's arguments) and
+    checked by its constructor; each field's error names its flag."""
+
+    num_samples: int = _f(1, "how many samples", ge=1)
+    max_new_tokens: int = _f(500, "characters to generate", ge=0)
+    temperature: float = _f(0.8, "softmax temperature; 0 is greedy", ge=0)
+    top_k: int | None = _f(None, "keep the k most likely characters", ge=1)
+    top_p: float | None = _f(None, "nucleus: keep the most likely p of the probability mass", gt=0, le=1)
+    seed: int = _f(1337, "random seed; the same seed gives the same text", ge=0, lt=SEED_LIMIT)
+    unknown: str = _f("error", "prompt characters the model never saw: an error, or skipped", ("error", "skip"))
+    dtype: str = _f("auto", "the weights' precision while sampling", ("auto", "float32", "bfloat16"))
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            problem = field_error("--" + f.name.replace("_", "-"), getattr(self, f.name), f.metadata, flag=True)
+            if problem:
+                raise UserError(problem)

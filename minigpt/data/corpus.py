@@ -1,0 +1,202 @@
+"""Text in, batches out: resolve the sources (sources.py), encode them once into a memory-mapped
+cache entry (encoding.py), split train/val, and draw random windows from a seeded generator."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from minigpt.config.schema import DEFAULT_DATA_PATH, DataConfig
+from minigpt.data.cache import load_or_encode, release_pages
+from minigpt.data.encoding import Encoded, HashIndex, Layout, ProgressFactory
+from minigpt.data.sources import absolute_spec, choose_val_files, describe, resolve_sources
+from minigpt.data.tokenizer import Tokenizer
+from minigpt.errors import UserError
+from minigpt.io.atomic import atomic_write
+
+TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+
+
+def default_cache_dir() -> Path:
+    """$MINIGPT_CACHE_DIR, else $XDG_CACHE_HOME/minigpt, else ~/.cache/minigpt."""
+    if os.environ.get("MINIGPT_CACHE_DIR"):
+        return Path(os.environ["MINIGPT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "minigpt"
+
+
+def fetch_tiny_shakespeare(dest: Path, url: str | None = None) -> None:
+    """Download tiny Shakespeare to `dest` and verify its SHA-256 (atomic: no partial file)."""
+    url = url or TINY_SHAKESPEARE_URL
+    how = f"put the file at {dest} yourself, or train on your own text with --data FILE"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            payload = response.read()
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise UserError(f"{dest} is missing and downloading it from {url} failed ({reason}): {how}") from None
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != TINY_SHAKESPEARE_SHA256:
+        raise UserError(f"the download from {url} has SHA-256 {digest}, expected {TINY_SHAKESPEARE_SHA256}: {how}")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(dest, lambda f: f.write(payload))
+    except OSError as e:
+        raise UserError(f"cannot write {dest}: {e.strerror}: {how}") from None
+
+
+@dataclass
+class Corpus:
+    """An encoded corpus and its split. `ids` is the whole joined text (a read-only memory map of
+    the cache entry); `train` and `val` are views of it, never copies. `table`, when set, maps the
+    stored ids into a model's vocabulary (fine-tuning), applied to each batch as it is drawn."""
+
+    description: str
+    sha256: str  # the content key: a single file's SHA-256, else the hash of the manifest
+    tokenizer: Tokenizer
+    ids: np.ndarray
+    split: int
+    documents: int = 1
+    table: np.ndarray | None = None
+
+    @property
+    def train(self) -> np.ndarray:
+        return self.ids[: self.split]
+
+    @property
+    def val(self) -> np.ndarray:
+        return self.ids[self.split :]
+
+    def in_vocabulary(self, tok: Tokenizer) -> Corpus:
+        """The same text with ids of `tok` (a model's vocabulary, which may order the characters
+        differently or hold more of them); itself when the vocabularies are equal."""
+        if tok.same_as(self.tokenizer):
+            return self
+        return dataclasses.replace(self, tokenizer=tok, table=tok.ids_of(self.tokenizer))
+
+
+def cache_dir_for(cfg: DataConfig) -> Path:
+    return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+
+
+def split_index(n: int, val_fraction: float) -> int:
+    """Where validation starts in a single text: the last val_fraction is validation."""
+    return int(n * (1.0 - val_fraction))
+
+
+def _layout(cfg: DataConfig, index: HashIndex, progress: ProgressFactory | None) -> tuple[Layout, str]:
+    """The documents in the order they are encoded (training files, then validation files) and a
+    description of the corpus for messages."""
+    files = resolve_sources(cfg.path, "data.path")
+    desc = describe(cfg.path) + (f" ({len(files):,} files)" if len(files) > 1 else "")
+    if cfg.val_path is not None:
+        val = resolve_sources(cfg.val_path, "data.val_path")
+        val_paths = {f.path for f in val}
+        files = [f for f in files if f.path not in val_paths]
+        if not files:
+            raise UserError(f"data.path: every file of {describe(cfg.path)} is also in data.val_path; "
+                            "nothing is left to train on")  # fmt: skip
+        desc += f", validation {describe(cfg.val_path)}" + (f" ({len(val):,} files)" if len(val) > 1 else "")
+        files, n_train = files + val, len(files)
+    else:
+        chosen = choose_val_files(files, cfg.val_fraction)
+        n_train = None
+        if chosen is not None:
+            files = [f for f, v in zip(files, chosen) if not v] + [f for f, v in zip(files, chosen) if v]
+            n_train = chosen.count(False)
+    unhashed = sum(f.size for f in files if not index.knows(f))
+    bar = progress(unhashed, f"hashing {desc}") if progress and unhashed else None
+    try:
+        hashes = [index.sha256(f, bar.update if bar else None) for f in files]
+    finally:
+        if bar:
+            bar.close()
+    index.save()
+    return Layout(files, hashes, n_train, cfg.doc_separator, cfg.tokenizer), desc
+
+
+def encode_corpus(cfg: DataConfig, progress: ProgressFactory | None = None,
+                  check_vocab: Callable[[int], None] | None = None) -> tuple[Encoded, Layout, str]:  # fmt: skip
+    """Resolve, hash and encode (through the cache) the configured sources; fetch tiny Shakespeare
+    if it is the default and missing."""
+    if cfg.path == DEFAULT_DATA_PATH and not Path(DEFAULT_DATA_PATH).exists():
+        fetch_tiny_shakespeare(Path(DEFAULT_DATA_PATH))
+    cache = cache_dir_for(cfg)
+    index = HashIndex(cache, [absolute_spec(cfg.path), cfg.val_path and absolute_spec(cfg.val_path)])
+    layout, desc = _layout(cfg, index, progress)
+    return load_or_encode(layout, cache, progress, desc, "data.path", check_vocab), layout, desc
+
+
+def load_corpus(cfg: DataConfig, block_size: int, progress: ProgressFactory | None = None,
+                check_vocab: Callable[[int], None] | None = None) -> Corpus:  # fmt: skip
+    """The configured corpus, encoded (cached), memory-mapped and split."""
+    enc, layout, desc = encode_corpus(cfg, progress, check_vocab)
+    n = len(enc.ids)
+    split = enc.split if enc.split is not None else split_index(n, cfg.val_fraction)
+    need = block_size + 2
+    if split < need or n - split < need:
+        unit = enc.tokenizer.unit + "s"
+        raise UserError(
+            f"data {desc} is too short: {n} {unit} give {split} for training and {n - split} for "
+            f"validation, each needs at least {need} (model.block_size + 2); use a longer text or lower "
+            f"model.block_size"
+        )
+    return Corpus(desc, layout.identity(), enc.tokenizer, enc.ids, split, enc.documents)
+
+
+class Batcher:
+    """Random windows of `block_size + 1` tokens from one split, drawn from its own seeded generator,
+    so the sequence of batches depends only on the seed (and is saved/restored for exact resume).
+    `data` may be a memory map: only the drawn windows are read, never the whole split.
+
+    With several ranks, every rank draws the same `batch_size` window starts and keeps its own
+    contiguous share of them: the ranks see different data, and together exactly the batches a
+    single process with the same seed would see. (That the batch splits evenly over the ranks is
+    config.batch_split_error's rule, checked before training starts.)
+    """
+
+    def __init__(
+        self, data: np.ndarray | torch.Tensor, block_size: int, batch_size: int, seed: int, device: torch.device,
+        rank: int = 0, world_size: int = 1, table: np.ndarray | None = None,
+    ):  # fmt: skip
+        if len(data) < block_size + 2:
+            raise ValueError(f"split of {len(data)} tokens is too short for block_size {block_size}")
+        self.data = data.numpy() if isinstance(data, torch.Tensor) else data
+        self.table = table
+        self.batch_size = batch_size
+        self.share = slice(rank * batch_size // world_size, (rank + 1) * batch_size // world_size)
+        self.device = device
+        self.offsets = np.arange(block_size + 1)
+        self.high = len(data) - block_size  # exclusive bound on window starts
+        self.generator = torch.Generator().manual_seed(seed)
+        self.pin = device.type == "cuda"
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """x, y of shape (B, T) on the device, y being x shifted left by one."""
+        starts = torch.randint(self.high, (self.batch_size,), generator=self.generator)[self.share]
+        rows = self.data[starts.numpy()[:, None] + self.offsets]  # (B, T+1), read from the map
+        release_pages(self.data)  # the windows are copied out: keep no page of the corpus mapped
+        rows = self.table[rows] if self.table is not None else rows.astype(np.int64)
+        window = torch.from_numpy(rows)
+        if self.pin:
+            window = window.pin_memory()
+        # non_blocking only from pinned memory (CUDA): from an ordinary temporary it may read memory
+        # that is already released by the time the copy runs (reported for CPU -> MPS copies)
+        window = window.to(self.device, non_blocking=self.pin)
+        return window[:, :-1], window[:, 1:]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.generator.set_state(state["generator"])

@@ -1,0 +1,144 @@
+"""Self-describing checkpoints: what one holds (`Checkpoint`), how it is written (atomically) and
+read (without running code), and which checkpoint of a run directory a command means.
+
+On disk a checkpoint is a dict of tensors and plain data only (weights, optimizer, step, resolved
+config, tokenizer vocabulary, RNG states), so `torch.load(weights_only=True)` reads it and
+`minigpt sample RUN` needs nothing else. Writes go to a temporary file in the same directory,
+are flushed and fsynced, then renamed over the old file: a crash at any moment leaves either the
+old checkpoint or the new one, never a partial file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minigpt.errors import UserError, first_line
+from minigpt.io import atomic
+
+FORMAT = "minigpt-checkpoint"
+VERSION = 1
+LAST, BEST = "last.pt", "best.pt"
+
+
+@dataclass
+class Checkpoint:
+    """Everything a checkpoint holds; the on-disk dict has exactly these keys (plus the format
+    marker and version). Sampling and evaluation need the first four; a resume needs the rest."""
+
+    model: dict[str, torch.Tensor]  # the unwrapped model's state dict: loads with or without DDP
+    config: dict[str, Any]  # the resolved config (Config.to_dict())
+    tokenizer: dict[str, Any]  # CharTokenizer.to_dict()
+    data: dict[str, Any]  # {"path": absolute path of the text, "sha256": its content hash}
+    step: int | None = None  # optimizer steps taken
+    tokens_seen: int | None = None
+    best_val_loss: float | None = None
+    best_step: int | None = None  # the step of best_val_loss
+    evals_since_best: int | None = None  # evaluations without an improvement that counts (patience)
+    time_progress: float | None = None  # optim.schedule_by=time: the fraction of the decay done
+    val_loss: float | None = None  # the fixed-batch estimate at this step, if evaluated
+    optimizer: dict[str, Any] | None = None
+    scaler: dict[str, Any] | None = None  # the fp16 GradScaler, when one is used
+    rng: dict[str, Any] | None = None  # this process's torch RNG states and the batch generator
+    rng_ranks: list[dict[str, Any]] | None = None  # every rank's torch RNG states under DDP
+    init_from: dict[str, Any] | None = None  # fine-tuned: {"path", "step", "val_loss"} of the starting checkpoint
+
+    RESUME_KEYS = ("optimizer", "rng", "step", "tokens_seen", "best_val_loss")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], path: Path) -> Checkpoint:
+        """The typed view of a loaded checkpoint; one missing essential key is a damaged file."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [k for k in ("model", "config", "tokenizer") if k not in raw]
+        if missing:
+            raise UserError(f"{path} is a damaged minigpt checkpoint: it lacks {', '.join(missing)}")
+        return cls(**{k: raw[k] for k in names if k in raw and k != "data"}, data=raw.get("data") or {})
+
+    def check_resumable(self, path: Path) -> None:
+        missing = [k for k in self.RESUME_KEYS if getattr(self, k) is None]
+        if missing:
+            raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (a damaged or foreign file)")
+
+    def save(self, path: Path) -> None:
+        """Write atomically; a full disk or a vanished directory is reported as what it is."""
+        try:
+            save_checkpoint(self.to_dict(), path)
+        except OSError as e:
+            raise UserError(
+                f"cannot write {path}: {e.strerror}; the previous {path.name} is unchanged (free space, then --resume)"
+            ) from None
+
+    @classmethod
+    def load(cls, path: Path) -> Checkpoint:
+        return cls.from_dict(load_checkpoint(path), path)
+
+
+def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
+    """Atomically write `payload` to `path` (tmp file + fsync + rename + directory fsync)."""
+    payload = {"format": FORMAT, "version": VERSION, **payload}
+    atomic.atomic_write(path, lambda f: torch.save(payload, f))
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a minigpt checkpoint on the CPU with `weights_only=True`; refuse anything else."""
+    if not path.exists():
+        raise UserError(f"checkpoint {path} does not exist")
+    if path.is_dir():
+        raise UserError(f"{path} is a directory, not a checkpoint file")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"PK\x03\x04":  # torch.save writes a zip archive
+        raise UserError(f"{path} is not a minigpt checkpoint (not a PyTorch checkpoint file at all)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. torch's note on a foreign pickle protocol: we refuse or load anyway
+            # mmap: tensors are paged in when used, so sampling does not read the optimizer state
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        raise UserError(
+            f"refusing to load {path}: it holds objects that would run code when loaded ({first_line(e)}); "
+            "minigpt checkpoints hold only tensors and plain data"
+        ) from None
+    except Exception as e:  # truncated zip, a text file, a legacy pickle: torch raises many kinds
+        raise UserError(
+            f"{path} is not a readable minigpt checkpoint (truncated or another format): {first_line(e)}"
+        ) from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise UserError(f"{path} is not a minigpt checkpoint (no '{FORMAT}' marker)")
+    if ckpt.get("version") != VERSION:
+        raise UserError(f"{path} is a version {ckpt.get('version')} checkpoint; this minigpt reads version {VERSION}")
+    return ckpt
+
+
+def find_checkpoint(run_dir: Path, prefer: str) -> Path | None:
+    """A run directory's `prefer` checkpoint (LAST or BEST), else the other one, else None.
+
+    Resuming and "the last good checkpoint" prefer LAST (the newest state); sampling and
+    evaluating prefer BEST (the lowest validation loss)."""
+    other = LAST if prefer == BEST else BEST
+    for name in (prefer, other):
+        if (run_dir / name).is_file():
+            return run_dir / name
+    return None
+
+
+def resolve_checkpoint(target: Path, prefer: str) -> Path:
+    """A checkpoint file, or a run directory's checkpoint by `prefer`; an error if there is none."""
+    if not target.exists():
+        raise UserError(f"{target} does not exist (give a run directory or a .pt checkpoint)")
+    if target.is_file():
+        return target
+    found = find_checkpoint(target, prefer)
+    if found is None:
+        other = LAST if prefer == BEST else BEST
+        raise UserError(f"run directory {target} holds no checkpoint ({prefer} or {other}); train into it first")
+    return found

@@ -1,0 +1,72 @@
+"""The exact validation number: a model's mean next-character loss over every position of a text,
+shared by `minigpt eval` and the trainer's final evaluation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from minigpt.data.cache import release_pages
+from minigpt.errors import UserError
+from minigpt.model import GPT
+
+
+@dataclass
+class EvalResult:
+    loss: float
+    tokens: int
+    unit: str = "char"  # what one token is: bits per char, or per byte for a byte model
+
+    @property
+    def bpc(self) -> float:
+        return self.loss / math.log(2)
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.loss)
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"loss": self.loss, "bpc": self.bpc, "perplexity": self.perplexity, "tokens": self.tokens,
+                "unit": self.unit}  # fmt: skip
+
+
+@torch.no_grad()
+def evaluate_ids(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None,
+                 batch_windows: int = 64) -> EvalResult:  # fmt: skip
+    """Mean next-token loss over all of `ids`: non-overlapping windows of block_size, every
+    position scored (the last, shorter window too), so exactly len(ids) - 1 predictions.
+
+    `ids` may be a memory map of any integer type: it is read `batch_windows` windows at a time
+    (mapped into the model's vocabulary through `table` when given), so memory stays flat."""
+    block = model.cfg.block_size
+    device = next(model.parameters()).device
+    data = ids.numpy() if isinstance(ids, torch.Tensor) else ids
+    n_pred = len(data) - 1
+    if n_pred < 1:
+        raise UserError("the text to evaluate needs at least 2 characters")
+    total = 0.0
+    span = batch_windows * block
+    for start in range(0, n_pred, span):
+        end = min(start + span, n_pred)  # predictions start..end-1, of ids start+1..end
+        window = data[start : end + 1]
+        chunk = table[window] if table is not None else np.array(window, dtype=np.int64)  # one copy out of the map
+        release_pages(data)
+        n_full = (end - start) // block
+        if n_full:
+            x = torch.from_numpy(chunk[: n_full * block].reshape(n_full, block)).to(device)
+            y = torch.from_numpy(chunk[1 : n_full * block + 1].reshape(n_full, block)).to(device)
+            total += _loss_sum(model, x, y)
+        if end - start > n_full * block:  # the tail
+            x = torch.from_numpy(chunk[n_full * block : end - start][None]).to(device)
+            y = torch.from_numpy(chunk[n_full * block + 1 : end - start + 1][None]).to(device)
+            total += _loss_sum(model, x, y)
+    return EvalResult(total / n_pred, n_pred)
+
+
+def _loss_sum(model: GPT, x: torch.Tensor, y: torch.Tensor) -> float:
+    logits, _ = model(x)
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()

@@ -1,0 +1,242 @@
+"""Pictures of attention: heat maps of the causal attention weights over a text, one per layer and
+head, with the characters on both axes (PNG, through matplotlib's headless Agg backend), and the
+interactive explorer page (explorer.py) over texts of any length, read window by window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from minigpt.data.tokenizer import Tokenizer
+from minigpt.errors import UserError
+from minigpt.inspect.pages import (
+    MAX_PAGE_CHARS,
+    MAX_PAGE_WEIGHTS,
+    VISIBLE,
+    HtmlPage,
+    attention_html,
+    check_length,
+    check_output,
+    checked_text,
+    source_line,
+)
+from minigpt.model import GPT
+
+if TYPE_CHECKING:
+    from minigpt.infer.loading import Loaded
+
+
+def visible(ch: str) -> str:
+    """A character as it can be read on an axis: whitespace gets a visible stand-in."""
+    return VISIBLE.get(ch, ch)
+
+
+def attention_figure(
+    maps: torch.Tensor, chars: list[str], layers: list[int], heads: list[int], title: str = "", light: bool = False
+) -> Any:
+    """A matplotlib Figure: rows are layers, columns heads; maps is (L, nh, T, T) for one text.
+
+    `light` (TensorBoard, every eval) labels only the outer axes and skips the layout solver:
+    creating and drawing hundreds of tick labels is what makes the full figure take seconds.
+    """
+    figure = AttentionFigure(chars, layers, heads, light)
+    return figure.update(maps, title)
+
+
+class AttentionFigure:
+    """A grid of attention heat maps that can be redrawn with new weights for the same text, so
+    logging at every eval pays for the axes and labels once."""
+
+    def __init__(self, chars: list[str], layers: list[int], heads: list[int], light: bool = False):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        T = len(chars)
+        # inches per character: long texts shrink, short ones stay readable; TensorBoard's is smaller
+        cell = min(0.12 if light else 0.22, 9.0 / max(T, 1))
+        side = max(2.6, T * cell + 0.9)
+        font = max(4.0, min(9.0, cell * (50 if light else 40)))
+        self.layers, self.heads = layers, heads
+        self.fig, axes = plt.subplots(
+            len(layers), len(heads), figsize=(side * len(heads) + 1.2, side * len(layers) + 0.6), squeeze=False,
+            layout=None if light else "constrained", dpi=72 if light else 100,
+        )  # fmt: skip
+        labels = [visible(c) for c in chars]
+        blank = [[0.0] * T for _ in range(T)]
+        self.images = {}
+        for r, layer in enumerate(layers):
+            for c, head in enumerate(heads):
+                ax = axes[r][c]
+                image = ax.imshow(blank, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+                self.images[layer, head] = image
+                bottom, left = r == len(layers) - 1, c == 0
+                ax.set_xticks(range(T), labels, fontsize=font) if bottom or not light else ax.set_xticks([])
+                ax.set_yticks(range(T), labels, fontsize=font) if left or not light else ax.set_yticks([])
+                ax.tick_params(length=0, pad=1)
+                ax.set_title(f"layer {layer} head {head}", fontsize=9)
+                if left:
+                    ax.set_ylabel("query (predicting after)", fontsize=8)
+                if bottom:
+                    ax.set_xlabel("key (attended to)", fontsize=8)
+        self.fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
+
+    def update(self, maps: torch.Tensor, title: str = "") -> Any:
+        """Show `maps` (L, nh, T, T); returns the Figure."""
+        for (layer, head), image in self.images.items():
+            image.set_data(maps[layer, head].float().cpu().numpy())
+        self.fig.suptitle(title, fontsize=10)
+        return self.fig
+
+    def close(self) -> None:
+        import matplotlib.pyplot as plt
+
+        plt.close(self.fig)
+
+
+def attention_maps_for(model: GPT, tok: Tokenizer, text: str) -> tuple[torch.Tensor, list[str]]:
+    """(L, nh, T, T) weights over `text` (at most block_size characters) and its characters."""
+    if not text:
+        raise UserError("--text must not be empty")
+    ids = torch.from_numpy(tok.encode_checked(text, "--text", skip_hint=False))[None, : model.cfg.block_size]
+    labels = tok.pieces(ids[0].tolist())  # a byte model: each character on its last byte
+    ids = ids.to(next(model.parameters()).device)
+    return model.attention_maps(ids)[:, 0], labels  # (L, nh, T, T)
+
+
+def chosen_layers_heads(model: GPT, layer: int | None, head: int | None) -> tuple[list[int], list[int]]:
+    """The layers and heads to show: all of them, or the one `--layer` / `--head` names."""
+    cfg = model.cfg
+    if layer is not None and not 0 <= layer < cfg.n_layer:
+        raise UserError(f"--layer must be in 0..{cfg.n_layer - 1} (the model has {cfg.n_layer} layers), got {layer}")
+    if head is not None and not 0 <= head < cfg.n_head:
+        raise UserError(f"--head must be in 0..{cfg.n_head - 1} (the model has {cfg.n_head} heads), got {head}")
+    layers = [layer] if layer is not None else list(range(cfg.n_layer))
+    heads = [head] if head is not None else list(range(cfg.n_head))
+    return layers, heads
+
+
+def write_attention_png(model: GPT, tok: Tokenizer, text: str, out: Path, layer: int | None, head: int | None) -> Path:
+    """Render the attention of `model` over `text` to `out` (any matplotlib format, e.g. .png)."""
+    layers, heads = chosen_layers_heads(model, layer, head)
+    if not out.parent.is_dir():
+        raise UserError(f"cannot write {out}: the folder {out.parent} does not exist")
+    maps, chars = attention_maps_for(model, tok, text)
+    fig = attention_figure(maps, chars, layers, heads)
+    try:
+        fig.savefig(out, dpi=150, bbox_inches="tight")
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot write {out}: {e}") from None
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    return out
+
+
+@dataclass
+class WindowedAttention:
+    """The attention over a text of any length, window by window.
+
+    The model sees at most block_size characters at once. Windows of block_size start every
+    `stride` = block_size // 2 characters (the last one may be shorter), as `minigpt score`
+    reads a long text. Character i is shown with the window where it has the most context: the
+    first window for i < block_size, else the one it ends in the second half of
+    (`owner_window`), so every character past the first window has between block_size - stride
+    and block_size - 1 characters before it. `maps[w]` is window w's (L', nh', T_w, T_w) weights
+    for the chosen `layers` and `heads`."""
+
+    pieces: list[str]  # what each token shows as (`Tokenizer.pieces`)
+    ids: list[int]
+    block: int
+    stride: int
+    layers: list[int]
+    heads: list[int]
+    maps: list[torch.Tensor]
+
+    def window_start(self, w: int) -> int:
+        return w * self.stride
+
+    def owner_window(self, i: int) -> int:
+        return 0 if i < self.block else (i - self.block) // self.stride + 1
+
+    def row(self, i: int) -> tuple[int, torch.Tensor]:
+        """Character i's attention, as the page shows it: (the first key's position, weights
+        (L', nh', keys)) over the characters from its window's start up to i."""
+        w = self.owner_window(i)
+        start = self.window_start(w)
+        return start, self.maps[w][:, :, i - start, : i - start + 1]
+
+
+def window_count(n: int, block: int) -> int:
+    """How many windows of `block` advancing by block // 2 cover n characters (see WindowedAttention)."""
+    return 1 if n <= block else (n - 1 - block) // max(1, block // 2) + 2
+
+
+@torch.no_grad()
+def windowed_attention(model: GPT, pieces: list[str], ids: list[int], layers: list[int], heads: list[int],
+                       batch: int = 32) -> WindowedAttention:  # fmt: skip
+    """`GPT.attention_maps` over every window of `ids` (forward passes of up to `batch` windows at once)."""
+    block = model.cfg.block_size
+    stride = max(1, block // 2)
+    n = len(ids)
+    starts = [w * stride for w in range(window_count(n, block))]
+    device = next(model.parameters()).device
+    data = torch.tensor(ids, dtype=torch.long, device=device)
+    layer_index = torch.tensor(layers, device=device)
+    head_index = torch.tensor(heads, device=device)
+    maps: list[torch.Tensor] = []
+    full = [s for s in starts if s + block <= n]  # every window but perhaps the last has block characters
+    for k in range(0, len(full), batch):
+        chunk = torch.stack([data[s : s + block] for s in full[k : k + batch]])  # (B, T)
+        kept = model.attention_maps(chunk)[layer_index][:, :, head_index]  # (L', B, nh', T, T)
+        maps += list(kept.float().cpu().unbind(1))
+    for s in starts[len(full) :]:  # a text shorter than a block, or the last window
+        kept = model.attention_maps(data[None, s:])[layer_index][:, :, head_index]
+        maps.append(kept[:, 0].float().cpu())
+    return WindowedAttention(pieces, ids, block, stride, layers, heads, maps)
+
+
+def attention_page(model: GPT, tok: Tokenizer, text: str, source: str = "", layer: int | None = None,
+                   head: int | None = None, what: str = "--text", unknown: str = "error") -> HtmlPage:  # fmt: skip
+    """The interactive attention explorer over `text` (any length up to the page's limit, read
+    window by window: WindowedAttention), for all layers and heads or the one `layer` / `head`."""
+    layers, heads = chosen_layers_heads(model, layer, head)
+    text = checked_text(tok, text, what, unknown)
+    ids = tok.encode(text)
+    block = model.cfg.block_size
+    limit = min(MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS // (len(layers) * len(heads) * block))
+    many = len(layers) * len(heads) > 1 and limit < MAX_PAGE_CHARS
+    hint = f" with this model's {len(layers)} layers x {len(heads)} heads (one --layer or --head allows more)"
+    check_length(len(ids), limit, what, hint if many else "")
+    att = windowed_attention(model, tok.pieces(ids), ids, layers, heads)
+    return attention_html(att, model.cfg.n_layer, model.cfg.n_head, source)
+
+
+def write_attention_files(
+    loaded: Loaded, text: str, what: str, out: Path | None, html: Path | None,
+    layer: int | None = None, head: int | None = None, unknown: str = "error",
+) -> list[str]:  # fmt: skip
+    """`minigpt attention`: the heat-map picture (`out`, the first block_size characters) and/or the
+    explorer page (`html`, the whole text). Every output is checked before any work; returns one
+    line per file written."""
+    if out is None and html is None:
+        raise UserError("give --out PICTURE.png, --html PAGE.html or both")
+    for path, flag in ((out, "--out"), (html, "--html")):
+        if path is not None:
+            check_output(path, flag)
+    text = checked_text(loaded.tokenizer, text, what, unknown)
+    done = []
+    if html is not None:
+        page = attention_page(loaded.model, loaded.tokenizer, text, source_line(loaded), layer, head, what)
+        done.append(f"wrote {page.save(html)}: {page.summary}")
+    if out is not None:
+        block = loaded.config.model.block_size
+        if len(loaded.tokenizer.encode(text)) > block:
+            done.append(f"note: the picture shows the first {block} characters (block_size)")
+        done.append(f"wrote {write_attention_png(loaded.model, loaded.tokenizer, text, out, layer, head)}")
+    return done

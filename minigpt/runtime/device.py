@@ -1,0 +1,248 @@
+"""Where and how computation runs, shared by training and inference: rank-0 status lines, the
+device, the precision policy (bf16 / fp16 / fp32 on CPUs and GPUs), autocast, and torch.compile
+with a fallback to eager. Nothing here imports the trainer, tqdm or TensorBoard."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from minigpt.runtime import distributed
+
+if TYPE_CHECKING:
+    from minigpt.runtime.cores import CoreShare
+from minigpt.config.schema import DEVICE_NAMES, MPS_PROCESSES, is_device_name
+from minigpt.errors import UserError, first_line
+
+_sink: Callable[[str], None] | None = None  # set by reporting while a progress bar is on screen
+
+
+def log(msg: str) -> None:
+    """Status for the person at the terminal: stderr, clear of any progress bar; rank 0 only."""
+    if not distributed.launched().is_main:
+        return
+    if _sink is not None:
+        _sink(msg)
+    else:
+        print(msg, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def log_sink(sink: Callable[[str], None]):
+    """Route `log` through `sink` (e.g. tqdm.write, which keeps a progress bar intact) for a while."""
+    global _sink
+    previous, _sink = _sink, sink
+    try:
+        yield
+    finally:
+        _sink = previous
+
+
+def resolve_device(name: str, dist: distributed.Dist | None = None) -> torch.device:
+    """'auto' -> cuda > mps > cpu; an explicit device must exist. Under torchrun (`dist` enabled)
+    a CUDA run puts each process on cuda:LOCAL_RANK."""
+    if not is_device_name(name):
+        raise UserError(f"unknown device '{name}': use {DEVICE_NAMES}")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError(f"device '{name}' requested but CUDA is not available here; use --device cpu or auto")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise UserError(f"device '{name}' requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise UserError("device 'mps' requested but Apple MPS is not available here; use --device cpu or auto")
+    if name == "auto":
+        if torch.cuda.is_available():
+            name = "cuda"
+        elif torch.backends.mps.is_available() and not (dist and dist.enabled):
+            name = "mps"
+        else:
+            name = "cpu"
+    if dist is None or not dist.enabled:
+        return torch.device(name)
+    if name == "mps":
+        raise UserError(MPS_PROCESSES)
+    if name.startswith("cuda"):
+        if dist.local_rank >= torch.cuda.device_count():
+            raise UserError(
+                f"LOCAL_RANK {dist.local_rank} but only {torch.cuda.device_count()} CUDA device(s): "
+                "lower --nproc_per_node"
+            )
+        return torch.device("cuda", dist.local_rank)
+    return torch.device("cpu")
+
+
+def configure_threads(requested: int = 0, busy: float | None = None) -> int:
+    """Set torch's intra-op thread count: `requested`; or (0, auto) OMP_NUM_THREADS when it is set
+    (torchrun sets 1 per process), else the cores this process may run on (os.sched_getaffinity,
+    so `taskset` and container CPU sets are honoured), less the cores other processes keep
+    `busy` (measured by the caller; inference only). Returns the count.
+
+    Why the inference commands leave busy cores alone: decoding is many tiny operations whose
+    threads spin-wait for each other; with a training on the other core, two threads got 178
+    characters/s against 773 alone, one thread 770 (scripts/bench_contention.py)."""
+    if requested > 0:
+        count = requested
+    elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        count = int(os.environ["OMP_NUM_THREADS"])
+    else:
+        from minigpt.runtime.cores import allowed_cores, cores_left
+
+        cores = allowed_cores()
+        count = cores_left(cores, busy) if busy is not None else cores
+    torch.set_num_threads(count)
+    return count
+
+
+def core_share(threads: int, device: torch.device, distributed: bool) -> CoreShare | None:
+    """A CoreShare (minigpt/runtime/cores.py) for a CPU training on one process whose thread count is
+    automatic (train.threads 0, no OMP_NUM_THREADS); None otherwise."""
+    from minigpt.runtime.cores import CoreShare, allowed_cores
+
+    auto = threads == 0 and not os.environ.get("OMP_NUM_THREADS")
+    if device.type != "cpu" or distributed or not auto:
+        return None
+    return CoreShare(torch.get_num_threads(), allowed_cores())
+
+
+def follow_core_load(share: CoreShare | None) -> None:
+    """Set torch's thread count to what `share` (if any) says other processes leave us, saying so."""
+    change = share.check() if share is not None else None
+    if change is not None:
+        threads, busy = change
+        torch.set_num_threads(threads)
+        log(f"sharing the cores: other processes keep {busy:.1f} of {share.cores} busy; now {threads} thread(s)")
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). There, bf16
+    matrix multiplies run about 4x faster than float32 ones (750 against 190 GFLOP/s on 2 cores
+    of an AVX512-BF16 EPYC); without it bf16 is emulated and slower than float32."""
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+def cuda_has_native_bf16(device: torch.device) -> bool:
+    """bf16 in hardware (Ampere and later, or ROCm); torch.cuda.is_bf16_supported() also says yes
+    where bf16 is only emulated (T4, V100), which is slower than fp16 there."""
+    if torch.version.hip:
+        return torch.cuda.is_bf16_supported()
+    return torch.cuda.get_device_capability(device)[0] >= 8
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The training autocast dtype; float32 means no autocast."""
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if cuda_has_native_bf16(device) else torch.float16
+        if device.type == "cpu" and cpu_has_native_bf16():
+            return torch.bfloat16
+        return torch.float32
+    dtype = DTYPES[name]
+    if dtype == torch.float16 and device.type == "cpu":
+        raise UserError("train.dtype float16 is not supported on the CPU; use bfloat16 or float32")
+    return dtype
+
+
+def sampling_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The weights' dtype for generation: `auto` is bfloat16 where bf16 is native (a CUDA GPU that
+    supports it, a CPU with AVX512-BF16 or AMX), where it halves the weights streamed per character
+    (generation at batch 1 is bound by reading them) and its matrix-vector products run about 4x
+    faster on the CPU; float32 elsewhere. Attention and the KV cache stay float32 on the CPU."""
+    if name == "auto":  # the training choice, except that fp16 (an older GPU) samples in float32
+        return torch.bfloat16 if resolve_dtype("auto", device) == torch.bfloat16 else torch.float32
+    return DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def enable_fast_matmul(device: torch.device) -> None:
+    """TF32 matrix multiplies and convolutions on CUDA (no effect elsewhere)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
+    """Fork the CPU random state and the training device's (CUDA or MPS), restored on exit."""
+    if device.type in ("cuda", "mps"):
+        return torch.random.fork_rng(devices=[device.index or 0], device_type=device.type)
+    return torch.random.fork_rng(devices=[])
+
+
+class _DropRecord(logging.Filter):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
+@contextlib.contextmanager
+def without_cuda_home_notice():
+    """Drop one log record: "No CUDA runtime is found, using CUDA_HOME=...". torch.utils.cpp_extension
+    logs it (a logging warning, not a `warnings` one) when the inductor first imports it on a machine
+    with a CUDA toolkit and no usable GPU: expected when compiling for the CPU, and alarming there.
+    Every other record of that logger, and every other warning, still shows."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    drop = _DropRecord("No CUDA runtime is found")
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def maybe_compile(
+    model: torch.nn.Module,
+    enabled: bool,
+    wrap: Callable[[torch.nn.Module], torch.nn.Module],
+    trial: Callable[[torch.nn.Module], Any],
+    device: torch.device,
+) -> torch.nn.Module:
+    """`wrap(torch.compile(model))` (wrap: DDP or nothing), with a fallback to `wrap(model)`, eager,
+    when no working compiler is available.
+
+    Compilation is lazy, so `trial(wrapped)` triggers it here: a forward and backward on batches of
+    the training shape, layout and autocast, through the same wrapper training uses, so the first
+    real step finds the graph it needs and compiles nothing more. The random-number state is
+    forked, so the trial does not change the run.
+    """
+    if not enabled:
+        return wrap(model)
+    if not hasattr(torch, "compile"):
+        log("warning: this PyTorch has no torch.compile; training eagerly")
+        return wrap(model)
+    t0 = time.perf_counter()
+    try:
+        with without_cuda_home_notice():
+            wrapped = wrap(torch.compile(model))
+            with fork_rng(device):
+                trial(wrapped)
+        model.zero_grad(set_to_none=True)
+    except Exception as e:  # any backend failure (no C++ compiler, unsupported op, ...)
+        model.zero_grad(set_to_none=True)
+        log(f"warning: torch.compile failed ({first_line(e)[:200]}); training eagerly")
+        return wrap(model)
+    log(f"compiled the model in {time.perf_counter() - t0:.1f}s")
+    return wrapped

@@ -1,0 +1,84 @@
+"""Model FLOPs utilisation (MFU): the model's training FLOPs per token, and the device's peak.
+
+MFU = tokens/s x training FLOPs per token / peak FLOP/s of the devices. FLOPs are counted in the
+convention of the PaLM paper's appendix B (the one nanoGPT's MFU uses), so figures compare with
+published ones: 6 FLOPs per weight of every matrix multiply per token (2 forward, 4 backward), plus
+12 x n_layer x n_embd x block_size for the attention scores and their weighted sum. The causal mask
+is not discounted, and recomputation is not counted.
+
+Peaks are the dense (no sparsity) bf16/fp16 tensor-core figures of the vendors' data sheets. A run
+in fp32 is still measured against them: MFU says how much of the hardware's best was used.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from minigpt.config.schema import ModelConfig
+
+# dense (no sparsity) tensor-core TFLOPS per device and the 16-bit type that figure is for (T4 and
+# V100 have no bf16); names match whole words of the device name (so "A10" is not "A100" or "A10G",
+# "L4" is not "L40S"), and the more specific names (NVL, PCIe variants) come first
+PEAK_TFLOPS: tuple[tuple[str, float, str], ...] = (
+    ("B200", 2250.0, "bf16"),
+    ("H200 NVL", 835.0, "bf16"),
+    ("H200", 989.0, "bf16"),
+    ("H100 NVL", 835.0, "bf16"),
+    ("H100 PCIe", 756.0, "bf16"),
+    ("H100", 989.0, "bf16"),
+    ("H800 PCIe", 756.0, "bf16"),
+    ("H800", 989.0, "bf16"),
+    ("A100", 312.0, "bf16"),
+    ("A800", 312.0, "bf16"),
+    ("L40S", 362.0, "bf16"),
+    ("L40", 181.0, "bf16"),
+    ("L4", 121.0, "bf16"),
+    ("A10", 125.0, "bf16"),
+    ("V100", 125.0, "fp16"),
+    ("T4", 65.0, "fp16"),
+    ("RTX 4090", 165.0, "bf16"),
+    ("RTX 3090", 71.0, "bf16"),
+    ("MI300X", 1307.0, "bf16"),
+    ("MI250X", 383.0, "bf16"),
+)
+
+
+def flops_per_token(cfg: ModelConfig, vocab_size: int) -> int:
+    """Training FLOPs (forward and backward) per token of this model."""
+    C, L, T = cfg.n_embd, cfg.n_layer, cfg.block_size
+    matmul_weights = L * 12 * C * C + vocab_size * C  # per block: qkv 3C^2, proj C^2, MLP 8C^2; the LM head
+    return 6 * matmul_weights + 12 * L * C * T
+
+
+def lookup_peak_tflops(device_name: str) -> float | None:
+    """The table's peak for a device name such as 'NVIDIA H100 80GB HBM3', or None if not listed."""
+    entry = _lookup(device_name)
+    return entry[1] if entry else None
+
+
+def _lookup(device_name: str) -> tuple[str, float, str] | None:
+    for entry in PEAK_TFLOPS:
+        if re.search(rf"\b{re.escape(entry[0])}\b", device_name):
+            return entry
+    return None
+
+
+def device_peak(device: torch.device, override_tflops: float) -> tuple[float | None, str]:
+    """(peak FLOP/s of one device, or None when unknown; a description of where the figure came from)."""
+    if override_tflops > 0:
+        return override_tflops * 1e12, f"{override_tflops:g} TFLOPS from log.peak_tflops"
+    if device.type != "cuda":
+        return None, f"no peak FLOPS known for a {device.type} device; set log.peak_tflops to report MFU"
+    name = torch.cuda.get_device_name(device)
+    entry = _lookup(name)
+    if entry is None:
+        return None, f"no peak FLOPS known for {name}; set log.peak_tflops to report MFU"
+    tflops, kind = entry[1], entry[2]
+    return tflops * 1e12, f"{tflops:g} TFLOPS, {name} dense {kind} (override with log.peak_tflops)"
+
+
+def mfu_percent(tokens_per_s: float, flops_tok: int, peak: float, n_devices: int = 1) -> float:
+    """MFU in percent: tokens_per_s counts the tokens of all n_devices together."""
+    return 100.0 * tokens_per_s * flops_tok / (peak * n_devices)

@@ -1,0 +1,315 @@
+"""Starting a training run: a new run or a resumed one, which config wins, which keys may change on
+resume, and the run directory itself. `minigpt train` calls `train_command`; the loop is the
+`Trainer`'s."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from minigpt.config.files import load_config, save_config
+from minigpt.config.schema import Config, ModelConfig, batch_split_error, config_from_dict
+from minigpt.data.corpus import Corpus, load_corpus
+from minigpt.data.sources import absolute_spec
+from minigpt.data.tokenizer import CharTokenizer, Tokenizer, tokenizer_from_dict
+from minigpt.errors import UserError
+from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
+from minigpt.runtime import distributed, memory
+from minigpt.runtime.device import configure_threads, log, resolve_device, resolve_dtype
+from minigpt.train.reporting import byte_progress
+from minigpt.train.schedule import lr_at
+from minigpt.train.trainer import Trainer, TrainResult
+
+# keys that may change when a run is resumed: they change neither what the model is nor what it
+# learns from (data.path and data.val_path may change too when the content is the same: its hash is checked)
+MAY_CHANGE_ON_RESUME = (
+    "train.max_steps", "train.eval_interval", "train.ckpt_interval", "train.device", "train.dtype",
+    "train.compile", "train.threads", "train.patience", "train.min_delta", "train.max_time", "train.final_eval",
+    "data.cache_dir", "data.path", "data.val_path", "log.",
+)  # fmt: skip
+
+
+def train_command(
+    config_path: Path | None,
+    overrides: Sequence[str | tuple[str, Any]],
+    out_dir: Path | None,
+    resume: bool,
+) -> TrainResult:
+    """`minigpt train`: resolve the config (a new run's, a fine-tuning run's, or the resumed
+    run's), then train."""
+    name = config_path.stem if config_path is not None else "default"
+    out_dir = out_dir if out_dir is not None else Path("runs") / name
+    if resume:
+        return _resume(config_path, overrides, out_dir)
+    existing = find_checkpoint(out_dir, prefer=LAST)
+    if existing is not None:
+        raise UserError(
+            f"{out_dir} already holds a run ({existing.name}); continue it with --resume, or pick another --out"
+        )
+    cfg = load_config(config_path, overrides)
+    if cfg.train.init_from is None:
+        return train(cfg, out_dir)
+    source = resolve_checkpoint(Path(cfg.train.init_from).expanduser(), prefer=BEST)
+    start = Checkpoint.load(source)
+    cfg = fine_tuning_config(config_path, overrides, config_from_dict(start.config, str(source)), source)
+    return train(cfg, out_dir, init_from=(source, start))
+
+
+def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], out_dir: Path) -> TrainResult:
+    ckpt_path = find_checkpoint(out_dir, prefer=LAST)
+    if ckpt_path is None:
+        raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
+    ckpt = Checkpoint.load(ckpt_path)
+    ckpt.check_resumable(ckpt_path)
+    saved = config_from_dict(ckpt.config, str(ckpt_path))
+    if config_path is not None:
+        cfg = load_config(config_path, overrides)
+    else:  # the run's own config, with the command line's overrides on top
+        cfg = load_config(None, [(k, v) for k, v in saved.flat().items()] + list(overrides))
+    changed = resume_changes(saved, cfg, str(config_path) if config_path else "these overrides")
+    if changed:
+        log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
+    if "train.max_steps" in changed and ckpt.step < cfg.train.max_steps:
+        log(replanned_schedule_note(saved, cfg, ckpt.step))
+    return train(cfg, out_dir, resume_from=ckpt)
+
+
+def fine_tuning_config(
+    config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], start: Config, source: Path
+) -> Config:
+    """A fine-tuning run's config: without a CONFIG file, the model section is the starting
+    checkpoint's (everything else the defaults, then the overrides); with one, its model section
+    must match. Only model.dropout may differ: it is not part of the weights."""
+    if config_path is None:
+        model_keys = [(k, v) for k, v in start.flat().items() if k.startswith("model.")]
+        cfg = load_config(None, model_keys + list(overrides))
+    else:
+        cfg = load_config(config_path, overrides)
+    a, b = start.flat(), cfg.flat()
+    differ = [k for k in a if k.startswith("model.") and k != "model.dropout" and a[k] != b[k]]
+    if differ:
+        diffs = ", ".join(f"{k}: {a[k]!r} there, {b[k]!r} here" for k in differ)
+        raise UserError(
+            f"cannot start from {source}: the model differs in {diffs}; use the same model section "
+            "(leave out CONFIG and model.* overrides to take the checkpoint's)"
+        )
+    return cfg.replace(**{"train.init_from": str(source.resolve())})
+
+
+def resume_changes(saved: Config, new: Config, source: str) -> list[str]:
+    """Keys whose values differ; raises if any of them changes the model or the data."""
+    a, b = saved.flat(), new.flat()
+    changed = [k for k in a if a[k] != b[k]]
+    fixed = [k for k in changed if not k.startswith(MAY_CHANGE_ON_RESUME)]
+    if fixed:
+        diffs = ", ".join(f"{k}: {a[k]!r} -> {b[k]!r}" for k in fixed)
+        raise UserError(
+            f"cannot resume with {source}: it changes {diffs}; only {', '.join(MAY_CHANGE_ON_RESUME)}* may change on "
+            "resume (start a new run with another --out instead)"
+        )
+    return changed
+
+
+def replanned_schedule_note(saved: Config, cfg: Config, step: int) -> str:
+    """A longer run re-plans the decay: say how the learning rate jumps at the resume step."""
+    before = lr_at(step - 1, saved.optim, saved.train.max_steps) if step else 0.0
+    after = lr_at(step, cfg.optim, cfg.train.max_steps)
+    return (
+        f"note: the {cfg.optim.schedule} schedule is re-planned over {cfg.train.max_steps} steps: "
+        f"the learning rate goes from {before:.3g} to {after:.3g} at step {step}"
+    )
+
+
+def prepare_run_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to the run directory {out_dir}: {e.strerror}; choose another --out") from None
+
+
+def starting_vocabulary(start: Tokenizer, corpus_tok: Tokenizer, new_chars: str, source: Path,
+                        corpus_path: str) -> Tokenizer:  # fmt: skip
+    """The fine-tuning run's vocabulary: the starting model's, each character keeping its id, plus
+    the new text's unseen characters at the end when data.new_chars is `add` (an error otherwise)."""
+    if start.kind != corpus_tok.kind:
+        raise UserError(
+            f"cannot start from {source}: it is a {start.kind} model and data.tokenizer is {corpus_tok.kind}; "
+            f"set data.tokenizer={start.kind}"
+        )
+    if not isinstance(start, CharTokenizer):
+        return start
+    unseen = [c for c in corpus_tok.chars if c not in start.stoi]
+    if not unseen:
+        return start
+    if new_chars != "add":
+        names = ", ".join(repr(c) for c in unseen[:10]) + (", ..." if len(unseen) > 10 else "")
+        raise UserError(
+            f"{corpus_path} has {len(unseen)} character(s) the model in {source} never saw: {names}; set "
+            "data.new_chars=add to give them new embedding rows, or remove them from the text"
+        )
+    return start.extended(unseen)
+
+
+def starting_weights(fresh: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
+    """The starting checkpoint's weights in a model of the same shape, except that the token
+    embedding (and the tied output head) may have more rows: the extra rows keep `fresh`'s
+    initialisation, the old ones are copied."""
+    out = {}
+    for key, tensor in fresh.items():
+        old = start[key]
+        if old.shape == tensor.shape:
+            out[key] = old
+        else:  # wte.weight / lm_head.weight: (vocab, n_embd) with new characters appended
+            grown = tensor.clone()
+            grown[: old.shape[0]] = old
+            out[key] = grown
+    return out
+
+
+LOCK_NAME = ".lock"
+
+
+class RunLock:
+    """An exclusive lock on a run directory for the life of one training process: `fcntl.flock`
+    on RUN/.lock, which the kernel releases when the process ends in any way (kill -9 included).
+    The file holds the owner's pid, for the message the next one gets."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / LOCK_NAME
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system: no lock
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            run = self.path.parent
+            raise UserError(
+                f"{run} is in use by another minigpt training (pid {owner}); wait for it to end, or train into "
+                "another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+
+def vocabulary_check(m: ModelConfig) -> Callable[[int], None]:
+    """A character vocabulary too large for the model: its embedding table alone would outweigh
+    the transformer blocks (most of the model would be rows for rare characters). Checked as soon
+    as the vocabulary is known, before the ids are written."""
+    blocks = 12 * m.n_layer * m.n_embd**2  # attention (4 d^2) and MLP (8 d^2) weights per block
+
+    def check(vocab: int) -> None:
+        if vocab > 256 and vocab * m.n_embd > blocks:
+            raise UserError(
+                f"data.path has {vocab:,} distinct characters: their embedding table ({vocab * m.n_embd / 1e6:.1f}M "
+                f"parameters at model.n_embd={m.n_embd}) would outweigh the model's transformer blocks "
+                f"({blocks / 1e6:.1f}M); train on bytes with data.tokenizer=byte (256 ids), or use a bigger model"
+            )
+
+    return check
+
+
+def model_vocabulary(
+    cfg: Config, corpus: Corpus, resume_from: Checkpoint | None, init_from: tuple[Path, Checkpoint] | None
+) -> Tokenizer:
+    """The vocabulary the model trains with: the text's own for a new run; the checkpoint's for a
+    resume (of the same text: its SHA-256 is checked); the starting model's, perhaps extended, for
+    fine-tuning."""
+    if resume_from is not None:
+        saved_sha = resume_from.data.get("sha256")
+        if saved_sha and saved_sha != corpus.sha256:
+            raise UserError(
+                f"cannot resume: {corpus.description} is not the text this run was trained on (its content hash "
+                "changed: a file was edited, added or removed); restore the original text or start a new run"
+            )
+        return tokenizer_from_dict(resume_from.tokenizer)
+    if init_from is not None:
+        start_tok = tokenizer_from_dict(init_from[1].tokenizer)
+        return starting_vocabulary(start_tok, corpus.tokenizer, cfg.data.new_chars, init_from[0], corpus.description)
+    return corpus.tokenizer
+
+
+def train(
+    cfg: Config,
+    out_dir: Path,
+    resume_from: Checkpoint | None = None,
+    init_from: tuple[Path, Checkpoint] | None = None,
+) -> TrainResult:
+    """Train `cfg` into `out_dir`: fresh, continuing `resume_from`, or starting from the weights
+    of `init_from` (its path and checkpoint).
+
+    Every input is checked before anything is written. Launched by torchrun, every rank runs
+    this; rank 0 alone writes files and prints.
+    """
+    t_start = time.perf_counter()
+    corpus = load_corpus(cfg.data, cfg.model.block_size, byte_progress, vocabulary_check(cfg.model))
+    # record the text's absolute paths: the run resumes and evaluates from any working directory
+    absolute = {"data.path": absolute_spec(cfg.data.path)}
+    if cfg.data.val_path is not None:
+        absolute["data.val_path"] = absolute_spec(cfg.data.val_path)
+    cfg = cfg.replace(**absolute)
+    tok = model_vocabulary(cfg, corpus, resume_from, init_from)
+    corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
+    dist = distributed.launched()
+    split = batch_split_error(cfg.train, dist.world_size)
+    if split:
+        raise UserError(split)
+    if cfg.optim.schedule_by == "time" and dist.enabled:
+        raise UserError("optim.schedule_by time trains on one process (each would read its own clock); "
+                        "use optim.schedule_by=steps with --nproc")  # fmt: skip
+    from minigpt.runtime.cores import START_LOAD
+
+    configure_threads(cfg.train.threads, START_LOAD.others())  # cores busy with others are left to them
+    device = resolve_device(cfg.train.device, dist)
+    dtype = resolve_dtype(cfg.train.dtype, device)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+    too_big = memory.check(cfg, tok.vocab_size, device, dtype, local)
+    if too_big:
+        raise UserError(too_big)
+    distributed.init(dist, device)
+    lock = RunLock(out_dir)
+    try:
+        if dist.is_main:
+            prepare_run_dir(out_dir)
+            lock.acquire()
+            existing = find_checkpoint(out_dir, prefer=LAST)
+            if resume_from is None and existing is not None:  # written while this process was starting
+                raise UserError(f"{out_dir} already holds a run ({existing.name}); pick another --out")
+        trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist)
+        if resume_from is not None:
+            trainer.load_state_dict(resume_from.to_dict())
+            log(f"resuming {out_dir} from step {trainer.state.step} (best val loss {trainer.state.best_val_loss:.4f})")
+        if init_from is not None:
+            _start_from(trainer, *init_from)
+        if dist.is_main:
+            save_config(cfg, out_dir / "config.yaml")
+        return trainer.train(started=t_start)
+    finally:
+        lock.release()
+        distributed.shutdown()
+
+
+def _start_from(trainer: Trainer, source: Path, start: Checkpoint) -> None:
+    trainer.model.load_state_dict(starting_weights(trainer.model.state_dict(), start.model))
+    trainer.init_from = {"path": str(source.resolve()), "step": start.step, "val_loss": start.val_loss}
+    added = trainer.tok.vocab_size - len(start.tokenizer["chars"])
+    extra = f"; {added} new character(s) get new embedding rows" if added else ""
+    log(f"starting from {source} (step {start.step}): its weights, a fresh optimizer and schedule{extra}")

@@ -1,0 +1,268 @@
+"""What a training run shows and records about itself: the start-up lines, the progress bar,
+TensorBoard scalars, text samples and attention images, tokens/s and MFU, and the summary.
+The only module that draws progress or writes TensorBoard events; rank 0 only."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from minigpt.config.schema import Config
+from minigpt.data.corpus import Corpus
+from minigpt.data.tokenizer import Tokenizer
+from minigpt.infer.decode import generate
+from minigpt.infer.evaluate import EvalResult
+from minigpt.model import GPT
+from minigpt.runtime import device as runtime
+from minigpt.runtime import distributed
+from minigpt.runtime.device import log
+from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
+
+
+def sample_text(model: GPT, tok: Tokenizer, prompt: str, length: int, seed: int) -> str:
+    """A short sample for TensorBoard, from its own generator (training RNG untouched); prompt
+    characters the model does not know are dropped."""
+    device = next(model.parameters()).device
+    ids = tok.encode_checked(prompt, "log.sample_prompt", unknown="skip").tolist() or [0]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return tok.decode(ids + generate(model, ids, length, temperature=0.8, generator=gen))
+
+
+class AttentionLogger:
+    """The probe text's attention maps as a TensorBoard image at each eval (unknown characters
+    dropped); the figure is built once and redrawn, about a second an eval on 2 CPU cores."""
+
+    def __init__(self, model: GPT, tok: Tokenizer, probe: str):
+        self.model = model
+        self.ids = tok.encode_checked(probe, "log.attention_probe", unknown="skip")[: model.cfg.block_size].tolist()
+        self.chars = tok.pieces(self.ids)
+        self.figure: Any = None
+
+    def log(self, writer: Any, step: int) -> None:
+        if len(self.ids) < 2:
+            return
+        from minigpt.inspect.attention import AttentionFigure
+
+        model = self.model
+        was_training = model.training
+        model.eval()
+        maps = model.attention_maps(torch.tensor([self.ids], device=next(model.parameters()).device))[:, 0]
+        model.train(was_training)
+        if self.figure is None:
+            cfg = model.cfg
+            self.figure = AttentionFigure(self.chars, list(range(cfg.n_layer)), list(range(cfg.n_head)), light=True)
+        writer.add_figure("attention", self.figure.update(maps, f"step {step}"), step, close=False)
+
+    def close(self) -> None:
+        if self.figure is not None:
+            self.figure.close()
+
+
+def describe_run(cfg: Config, corpus: Corpus, tok: Tokenizer, model: GPT, device: torch.device,
+                 dtype: torch.dtype, dist: distributed.Dist) -> None:  # fmt: skip
+    """The start-up lines: the data, the model and where it runs, the MFU basis."""
+    n_train, n_val = len(corpus.train), len(corpus.val)
+    unit = tok.unit + "s"
+    log(f"data: {corpus.description} ({n_train + n_val:,} {unit}, {tok.kind} vocab {tok.vocab_size}; "
+        f"{n_train:,} train / {n_val:,} val)")  # fmt: skip
+    where = f"{dist.world_size} processes ({device.type}, DDP)" if dist.enabled else f"device {device}"
+    log(f"model: {model.num_params() / 1e6:.2f}M parameters | {where} | dtype {runtime.dtype_name(dtype)}")
+    peak, peak_source = device_peak(device, cfg.log.peak_tflops)
+    if peak is not None or device.type == "cuda":
+        log(f"MFU: {flops_per_token(cfg.model, tok.vocab_size) / 1e6:.1f} MFLOP per token trained; peak {peak_source}")
+
+
+BIG_ENCODE = 64 << 20  # bytes: smaller texts encode in well under a second, silently
+
+
+class ByteProgress:
+    """Encoding or hashing a large corpus: a tqdm bar in bytes/s on a terminal, and one line with the
+    throughput when it is done (rank 0 only)."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc, self.start = total, desc, time.perf_counter()
+        show = total >= BIG_ENCODE and distributed.launched().is_main
+        self.bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
+                        disable=not (show and sys.stderr.isatty()))  # fmt: skip
+        self.show = show
+
+    def update(self, n: int) -> None:
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.show:
+            seconds = time.perf_counter() - self.start
+            log(f"{self.desc}: {self.total / 1e6:,.0f} MB in {seconds:.2f} s ({self.total / 1e6 / seconds:,.0f} MB/s)")
+
+
+def byte_progress(total: int, desc: str) -> ByteProgress:
+    return ByteProgress(total, desc)
+
+
+def progress_mode(setting: str) -> str:
+    """log.progress resolved: auto is a bar on a terminal and plain lines in a file or a pipe (a bar
+    there leaves carriage-return fragments: ~500 KB of them for a 4-minute run)."""
+    if setting != "auto":
+        return setting
+    return "bar" if sys.stderr.isatty() else "lines"
+
+
+class Reporter:
+    """Progress bar, TensorBoard and status lines for one training process (silent off rank 0).
+
+    The trainer calls `on_log` every log.interval steps, `on_eval` after each evaluation (inside
+    `paused()`, so evaluation time stays out of tokens/s), and `close` at the end."""
+
+    def __init__(self, cfg: Config, out_dir: Path, model: GPT, tok: Tokenizer, device: torch.device,
+                 dist: distributed.Dist, start_step: int, start_tokens: int,
+                 time_budget: tuple[float, float] | None = None) -> None:  # fmt: skip
+        self.cfg, self.out_dir, self.model, self.tok, self.dist = cfg, out_dir, model, tok, dist
+        # optim.schedule_by=time: (start, deadline) in perf_counter seconds; progress is time, not steps
+        self.time_budget = time_budget
+        self.bits = "bpc" if tok.unit == "char" else "bits/byte"  # a byte model's loss is per byte
+        self.flops_tok = flops_per_token(cfg.model, tok.vocab_size)
+        self.peak = device_peak(device, cfg.log.peak_tflops)[0]
+        self.rates: list[float] = []  # tokens/s of each log interval, for the summary
+        self.final_seconds = 0.0  # how long the final whole-split evaluation took
+        self.t_log, self.tokens_at_log = time.perf_counter(), start_tokens
+        self._exit = contextlib.ExitStack()
+        self.writer: Any = None
+        if cfg.log.tensorboard and dist.is_main:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                from torch.utils.tensorboard import SummaryWriter
+            # on resume, drop events a crashed run logged after its checkpoint (steps > start_step)
+            self.writer = SummaryWriter(log_dir=str(out_dir), purge_step=start_step + 1 if start_step else None)
+        probe = cfg.log.attention_probe
+        self.attention = AttentionLogger(model, tok, probe) if self.writer is not None and probe else None
+        self.mode = progress_mode(cfg.log.progress)
+        total = None if time_budget else cfg.train.max_steps  # a step count there is only a cap
+        self.bar = tqdm(total=total, initial=start_step, desc="train", unit="step", file=sys.stderr,
+                        dynamic_ncols=True, disable=not dist.is_main or self.mode != "bar")  # fmt: skip
+        if self.mode == "bar":
+            self._exit.enter_context(runtime.log_sink(lambda msg: tqdm.write(msg, file=sys.stderr)))
+        self.start_step, self.t_start = start_step, time.perf_counter()
+        self.t_line = self.t_start  # lines mode: when the last progress line was written
+
+    def _mfu(self, tokens_per_s: float) -> float | None:
+        if self.peak is None:
+            return None
+        return mfu_percent(tokens_per_s, self.flops_tok, self.peak, self.dist.world_size)
+
+    def step(self) -> None:
+        self.bar.update(1)
+
+    def on_log(self, step: int, tokens_seen: int, loss: float, lr: float, grad_norm: float) -> None:
+        now = time.perf_counter()
+        tps = (tokens_seen - self.tokens_at_log) / max(now - self.t_log, 1e-9)
+        self.t_log, self.tokens_at_log = now, tokens_seen
+        self.rates.append(tps)
+        mfu = self._mfu(tps)
+        shown = {"loss": f"{loss:.4f}", "lr": f"{lr:.2e}", "tok_s": f"{tps:,.0f}"}
+        if mfu is not None:
+            shown["mfu"] = f"{mfu:.1f}%"
+        self.bar.set_postfix(shown, refresh=False)
+        last = step == self.cfg.train.max_steps
+        if self.mode == "lines" and (now - self.t_line >= self.cfg.log.progress_seconds or last):
+            self.t_line = now
+            log(self._progress_line(step, loss, lr, tps, mfu, now))
+        if self.writer is not None:
+            self.writer.add_scalar("train/loss", loss, step)
+            self.writer.add_scalar("lr", lr, step)
+            self.writer.add_scalar("grad_norm", grad_norm, step)
+            self.writer.add_scalar("tokens_per_sec", tps, step)
+            if mfu is not None:
+                self.writer.add_scalar("mfu", mfu, step)
+
+    def _progress_line(self, step: int, loss: float, lr: float, tps: float, mfu: float | None, now: float) -> str:
+        """One plain progress line (lines mode): what the bar shows, plus the time left."""
+        total = self.cfg.train.max_steps
+        if self.time_budget:
+            start, deadline = self.time_budget
+            left = max(0.0, deadline - now)
+            done = f"step {step} ({100 * min(1.0, (now - start) / max(deadline - start, 1e-9)):.0f}% of the time)"
+        else:
+            rate = (step - self.start_step) / max(now - self.t_start, 1e-9)  # steps/s in this process
+            left = (total - step) / rate if rate > 0 else 0.0
+            done = f"step {step}/{total} ({100 * step / total:.0f}%)"
+        eta = f"{int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
+        extra = f" | MFU {mfu:.1f}%" if mfu is not None else ""
+        return f"{done} | loss {loss:.4f} | lr {lr:.2e} | {tps:,.0f} tokens/s{extra} | ETA {eta}"
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Time spent inside does not count towards tokens/s (evaluation, checkpoints)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.t_log += time.perf_counter() - t0
+
+    def on_eval(self, step: int, val_loss: float, improved: bool) -> None:
+        best = " *best" if improved else ""
+        log(f"step {step}: val loss {val_loss:.4f} ({val_loss / math.log(2):.3f} {self.bits}){best}")
+        if self.writer is None:
+            return
+        self.writer.add_scalar("val/loss", val_loss, step)
+        self.writer.add_scalar("val/bpc", val_loss / math.log(2), step)
+        log_cfg = self.cfg.log
+        if log_cfg.sample_length > 0:
+            text = sample_text(self.model, self.tok, log_cfg.sample_prompt, log_cfg.sample_length, self.cfg.train.seed)
+            # TensorBoard renders text as markdown: a code block keeps the line breaks
+            self.writer.add_text("sample", "```\n" + text + "\n```", step)
+        if self.attention is not None:
+            self.attention.log(self.writer, step)
+        self.writer.flush()
+
+    def end_progress(self) -> None:
+        """Close the progress bar (and give status lines back to plain stderr); idempotent."""
+        self.bar.close()
+        self._exit.close()
+
+    def close(self) -> None:
+        self.end_progress()
+        if self.writer is not None:
+            self.writer.close()
+        if self.attention is not None:
+            self.attention.close()
+
+    def on_final(self, step: int, full: EvalResult, seconds: float) -> None:
+        """The best checkpoint's whole-validation-split loss (TensorBoard val/loss_full)."""
+        self.final_seconds = seconds
+        if self.writer is not None:
+            self.writer.add_scalar("val/loss_full", full.loss, step)
+            self.writer.add_scalar("val/bpc_full", full.bpc, step)
+            self.writer.flush()
+
+    def median_rate(self) -> float | None:
+        """The median tokens/s over the run's log intervals."""
+        return statistics.median(self.rates) if self.rates else None
+
+    def summary(self, steps: int, wall: float, best_val_loss: float, full: EvalResult | None) -> None:
+        speed = ""
+        rate = self.median_rate()
+        if rate is not None:
+            mfu = self._mfu(rate)
+            speed = f", {rate:,.0f} tokens/s" + (f" (MFU {mfu:.1f}%)" if mfu is not None else "")
+        exact = ""
+        if full is not None:
+            took = f"scored in {self.final_seconds:.1f}s"
+            exact = f"; whole val split {full.loss:.4f} ({full.bpc:.3f} {self.bits}, {took})"
+        out = self.out_dir
+        log(
+            f"done: {steps} steps in {wall:.1f}s{speed}, best val loss {best_val_loss:.4f} "
+            f"({best_val_loss / math.log(2):.3f} {self.bits}){exact}\n"
+            f"  sample:      minigpt sample {out}\n"
+            f"  evaluate:    minigpt eval {out}\n"
+            f"  tensorboard: tensorboard --logdir {out.parent}"
+        )

@@ -1,0 +1,111 @@
+"""The state a training run carries from step to step besides the weights and the optimizer:
+counters (`TrainState`) and every random-number stream (`RngStreams`), each with
+`state_dict()` / `load_state_dict()`, so a checkpoint gathers them and a resume is exact."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from minigpt.data.corpus import Batcher
+from minigpt.runtime import distributed
+from minigpt.runtime.device import log
+
+
+@dataclass
+class TrainState:
+    """Where the run is: optimizer steps taken, tokens trained on, the best validation loss and its
+    step, and how many evaluations have passed without an improvement that counts (patience)."""
+
+    step: int = 0
+    tokens_seen: int = 0
+    best_val_loss: float = math.inf
+    best_step: int = 0
+    evals_since_best: int = 0
+    time_progress: float = 0.0  # optim.schedule_by=time: the fraction of the decay done
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.tokens_seen = int(state["tokens_seen"])
+        self.best_val_loss = float(state["best_val_loss"])
+        self.best_step = int(state.get("best_step") or 0)  # checkpoints from before early stopping
+        self.evals_since_best = int(state.get("evals_since_best") or 0)
+        self.time_progress = float(state.get("time_progress") or 0.0)
+
+    def record_eval(self, val_loss: float, min_delta: float) -> bool:
+        """Count an evaluation; True when it is a new best (best.pt). Only an improvement of more
+        than `min_delta` over the best so far resets the patience count."""
+        counts = val_loss < self.best_val_loss - min_delta
+        improved = val_loss < self.best_val_loss
+        if improved:
+            self.best_val_loss, self.best_step = val_loss, self.step
+        self.evals_since_best = 0 if counts else self.evals_since_best + 1
+        return improved
+
+
+class RngStreams:
+    """Every random-number stream of a training process.
+
+    Weights and dropout use torch's global generator (per device); training batches come from the
+    batcher's own generator, which every rank shares (each keeps its share of the same draws).
+    Evaluation batches and logged samples use their own generators and are not part of this.
+    """
+
+    def __init__(self, device: torch.device, batcher: Batcher, dist: distributed.Dist, seed: int):
+        self.device, self.batcher, self.dist, self.seed = device, batcher, dist, seed
+
+    def _torch_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"torch_cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["torch_cuda"] = torch.cuda.get_rng_state_all()
+        elif self.device.type == "mps":
+            state["torch_mps"] = torch.mps.get_rng_state()
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """{"rng": this process's streams, "rng_ranks": every rank's torch streams or None}.
+        A collective call under DDP (it gathers every rank's state)."""
+        own = self._torch_state()
+        ranks = distributed.all_gather(own, self.dist)
+        return {"rng": {**own, "batcher": self.batcher.state_dict()}, "rng_ranks": ranks if self.dist.enabled else None}
+
+    def load_state_dict(self, state: dict[str, Any], step: int) -> None:
+        """Put every stream back where the checkpoint left it.
+
+        The batch stream is shared by all ranks. The dropout streams are per rank: restored exactly
+        when the number of processes is unchanged, re-derived from the seed and step otherwise.
+        """
+        self.batcher.load_state_dict(state["rng"]["batcher"])
+        ranks, dist = state.get("rng_ranks"), self.dist
+        if dist.enabled == bool(ranks) and (not ranks or len(ranks) == dist.world_size):
+            own = ranks[dist.rank] if ranks else state["rng"]
+            torch.set_rng_state(own["torch_cpu"])
+            if self.device.type == "cuda":
+                self._restore_cuda(own.get("torch_cuda", []))
+            elif self.device.type == "mps" and "torch_mps" in own:
+                torch.mps.set_rng_state(own["torch_mps"])
+        else:
+            torch.manual_seed(self.seed + 1 + dist.rank + 7919 * step)
+            log("note: the number of processes changed since the checkpoint; dropout masks are re-seeded")
+
+    def _restore_cuda(self, saved: list[torch.Tensor]) -> None:
+        """Every GPU's stream when the same number are visible; otherwise the training device's
+        own, taken from the saved one of the same index (or the first), and a note saying so."""
+        if len(saved) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(saved)
+            return
+        if not saved:
+            log("note: the checkpoint holds no CUDA random state; dropout masks on the GPU start afresh")
+            return
+        index = self.device.index or 0
+        torch.cuda.set_rng_state(saved[index if index < len(saved) else 0], self.device)
+        log(
+            f"note: the checkpoint saved {len(saved)} GPU random state(s) and {torch.cuda.device_count()} GPU(s) "
+            f"are visible; restored {self.device}'s from the saved GPU {index if index < len(saved) else 0}"
+        )

@@ -1,0 +1,396 @@
+"""The training loop: a `Trainer` that owns the model, optimizer, batches and state of one run.
+
+`Trainer.__init__` sets everything up, `train_step()` is one optimizer step, `evaluate()` the
+fixed-batch validation loss, `save()` a checkpoint, `state_dict()` / `load_state_dict()` the
+whole resumable state, and `train()` the loop that ties them together with logging, evaluation,
+checkpoints and interrupts. Which config a run uses and whether it resumes is decided in
+`runs.py`; what it shows and records is `reporting.py`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import json
+import math
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minigpt.config.fields import parse_duration
+from minigpt.config.schema import Config
+from minigpt.data.corpus import Batcher, Corpus
+from minigpt.data.tokenizer import Tokenizer
+from minigpt.errors import TrainingInterrupted, UserError
+from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
+from minigpt.infer.evaluate import EvalResult, evaluate_ids
+from minigpt.io.atomic import atomic_write
+from minigpt.model import GPT
+from minigpt.runtime import distributed
+from minigpt.runtime.cores import CoreShare
+from minigpt.runtime.device import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
+from minigpt.runtime.distributed import wrap_ddp
+from minigpt.train.optim import build_optimizer, load_optimizer_state
+from minigpt.train.reporting import Reporter, describe_run
+from minigpt.train.schedule import lr_at, time_progress
+from minigpt.train.state import RngStreams, TrainState
+
+
+@torch.no_grad()
+def estimate_loss(model: GPT, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], ctx) -> float:
+    """Mean loss over fixed batches, in eval mode (no dropout)."""
+    was_training = model.training
+    model.eval()
+    total = torch.zeros((), device=batches[0][0].device)
+    for x, y in batches:
+        with ctx:
+            _, loss = model(x, y)
+        total += loss.float()
+    model.train(was_training)
+    return total.item() / len(batches)
+
+
+OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+class StopRequest:
+    """Turns the first SIGINT/SIGTERM into a flag the loop checks between steps (so a step is never
+    cut in half); a second signal exits at once (checkpoints are written atomically, so nothing on
+    disk can be left half-written)."""
+
+    def __init__(self, hard_exit: bool = True) -> None:
+        # under torchrun the launcher itself follows a Ctrl-C with SIGTERM to every worker and
+        # kills them after its own timeout: there, further signals only keep the stop request
+        self.hard_exit = hard_exit
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            if not self.hard_exit:
+                return
+            log("second interrupt: exiting now without saving")
+            raise SystemExit(128 + signum)
+        self.signum = signum
+        log(f"{signal.Signals(signum).name}: finishing this step, then saving last.pt (interrupt again to quit now)")
+
+    def __enter__(self) -> StopRequest:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (e.g. inside a test runner thread)
+                pass
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    step: int
+    best_val_loss: float
+    val_loss: float | None
+    wall_seconds: float
+    stopped: str | None = None  # why training ended before max_steps (patience, max_time)
+    full: EvalResult | None = None  # the best checkpoint on the whole validation split
+
+
+@dataclass
+class StepStats:
+    """What one optimizer step reports: its learning rate, gradient norm and summed loss (tensors
+    stay on the device until a log step needs them)."""
+
+    lr: float
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+
+
+class Trainer:
+    """One training process of one run. Under torchrun every rank builds one; rank 0 alone writes."""
+
+    def __init__(self, cfg: Config, corpus: Corpus, tok: Tokenizer, device: torch.device, dtype: torch.dtype,
+                 out_dir: Path, dist: distributed.Dist | None = None) -> None:  # fmt: skip
+        self.cfg, self.corpus, self.tok, self.out_dir = cfg, corpus, tok, out_dir
+        self.device, self.dtype, self.dist = device, dtype, dist or distributed.Dist()
+        t, rank, world = cfg.train, self.dist.rank, self.dist.world_size
+        torch.manual_seed(t.seed)  # weights (the same on every rank) and dropout
+        enable_fast_matmul(device)
+        self.model = GPT(cfg.model, tok.vocab_size).to(device)
+        if self.dist.enabled:
+            torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
+        self.optimizer = build_optimizer(self.model, cfg, device)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+        micro = t.batch_size // t.grad_accum_steps  # sequences per micro-step, all ranks together
+        block = cfg.model.block_size
+        table = corpus.table
+        self.batcher = Batcher(corpus.train, block, micro, t.seed, device, rank=rank, world_size=world, table=table)
+        val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, rank=rank, world_size=world, table=table)
+        self.val_batches = [val_source.next() for _ in range(t.eval_steps)]  # fixed for the whole run
+        self.state = TrainState()
+        self.rng = RngStreams(device, self.batcher, self.dist, t.seed)
+        self.ctx = autocast(device, dtype)
+        self.val_loss: float | None = None  # the latest evaluation's
+        self.init_from: dict[str, Any] | None = None  # where a fine-tuned run's weights came from
+        self._agreed_signal: int | None = None  # under DDP: a stop signal every rank has seen
+        self._time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
+        self._cores: CoreShare | None = None  # set by train()
+        self._loss_sum = torch.zeros((), device=device)  # training loss since the last log step
+        self._loss_count = 0
+        describe_run(cfg, corpus, tok, self.model, device, dtype, self.dist)
+        wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
+        self.train_model = maybe_compile(self.model, t.compile, wrap, self._compile_trial(micro // world), device)
+
+    def _compile_trial(self, rows: int) -> Callable[[torch.nn.Module], None]:
+        """A forward and backward shaped like a real micro-step: x and y are views of one (B, T+1)
+        window, as the batcher gives them (torch.compile guards on strides), under DDP's no_sync."""
+
+        def trial(wrapped: torch.nn.Module) -> None:
+            window = torch.zeros((rows, self.cfg.model.block_size + 1), dtype=torch.long, device=self.device)
+            no_sync = wrapped.no_sync() if self.dist.enabled else contextlib.nullcontext()
+            with no_sync, self.ctx:
+                _, loss = wrapped(window[:, :-1], window[:, 1:])
+            loss.backward()
+
+        return trial
+
+    # -- one step, one evaluation -------------------------------------------------------------
+
+    def train_step(self) -> StepStats:
+        """One optimizer step over train.batch_size sequences (grad_accum_steps micro-steps)."""
+        cfg, dist = self.cfg, self.dist
+        progress = None
+        if self._time_budget is not None:  # optim.schedule_by=time
+            progress = self.state.time_progress = time_progress(*self._time_budget)
+        lr = lr_at(self.state.step, cfg.optim, cfg.train.max_steps, progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's group has its own peak
+        accum = cfg.train.grad_accum_steps
+        step_loss = torch.zeros((), device=self.device)
+        for micro_step in range(accum):
+            x, y = self.batcher.next()
+            # under DDP, gradients are averaged over ranks only on the last micro-step
+            sync = not dist.enabled or micro_step == accum - 1
+            with contextlib.nullcontext() if sync else self.train_model.no_sync(), self.ctx:
+                _, loss = self.train_model(x, y)
+                loss = loss / accum
+            self.scaler.scale(loss).backward()
+            step_loss += loss.detach()
+        self.scaler.unscale_(self.optimizer)
+        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        self.state.tokens_seen += cfg.train.batch_size * cfg.model.block_size
+        self._loss_sum += step_loss
+        self._loss_count += 1
+        return StepStats(lr, step_loss, grad_norm)
+
+    def evaluate(self) -> float:
+        """The validation loss on the run's fixed batches, averaged over ranks."""
+        local = estimate_loss(self.model, self.val_batches, self.ctx)
+        return distributed.all_sum(torch.tensor([local], device=self.device), self.dist).item() / self.dist.world_size
+
+    def _sync(self, stop: StopRequest, late: bool) -> tuple[float, bool, bool]:
+        """A sync point (the same steps on every rank): the mean training loss over ranks since the
+        last call, whether any rank was asked to stop, and whether any is past train.max_time; the
+        only host sync between evals."""
+        flags = [self._loss_sum.float(), self._loss_sum.new_tensor(float(stop.signum or 0)),
+                 self._loss_sum.new_tensor(float(late))]  # fmt: skip
+        reduced = distributed.all_sum(torch.stack(flags), self.dist)
+        mean = reduced[0].item() / self.dist.world_size / max(self._loss_count, 1)
+        return mean, reduced[1].item() > 0, reduced[2].item() > 0
+
+    def _reset_loss(self) -> None:
+        self._loss_sum.zero_()
+        self._loss_count = 0
+
+    # -- state and checkpoints ----------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly (a collective call under DDP): the checkpoint's
+        content. Tensors are the live ones: copy them to keep a snapshot in memory."""
+        return Checkpoint(
+            model=self.model.state_dict(),  # the unwrapped model: loads anywhere, with or without DDP
+            config=self.cfg.to_dict(),
+            tokenizer=self.tok.to_dict(),
+            data={"path": self.cfg.data.path, "sha256": self.corpus.sha256},
+            val_loss=self.val_loss,
+            optimizer=self.optimizer.state_dict(),
+            scaler=self.scaler.state_dict() if self.scaler.is_enabled() else None,
+            init_from=self.init_from,
+            **self.state.state_dict(),
+            **self.rng.state_dict(),
+        ).to_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.state.load_state_dict(state)
+        self.rng.load_state_dict(state, self.state.step)
+        self.init_from = state.get("init_from")
+
+    def save(self, *names: str) -> None:
+        """Write the current state as each of `names` (last.pt, best.pt) in the run directory."""
+        ckpt = Checkpoint(**self.state_dict())
+        if self.dist.is_main:
+            for name in names:
+                ckpt.save(self.out_dir / name)
+
+    def _out_of_memory(self) -> UserError:
+        """A device that ran out of memory despite the preflight: the same advice, nothing saved."""
+        t = self.cfg.train
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        micro = t.batch_size // t.grad_accum_steps // self.dist.world_size
+        split = [a for a in range(t.grad_accum_steps + 1, micro * t.grad_accum_steps + 1)
+                 if (t.batch_size // self.dist.world_size) % a == 0]  # fmt: skip
+        advice = f"; try train.grad_accum_steps={split[0]} (the same batch in smaller micro-batches)" if split else ""
+        return UserError(
+            f"out of memory on {self.device} at step {self.state.step} with micro-batches of {micro} sequences of "
+            f"{self.cfg.model.block_size}{advice}, or a smaller model; {self.out_dir / LAST} is unchanged"
+        )
+
+    def _diverged(self, what: str, value: float) -> UserError:
+        good = find_checkpoint(self.out_dir, prefer=LAST)
+        kept = f"the last good checkpoint is kept: {good}" if good else "no checkpoint was written"
+        o = self.cfg.optim
+        return UserError(
+            f"training diverged: the {what} became {value} at step {self.state.step} ({kept}); try a lower optim.lr "
+            f"(now {o.lr:g}), keep optim.grad_clip on (now {o.grad_clip:g}), or check the data"
+        )
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _stop_for_signal(self, signum: int) -> None:
+        """Save last.pt (never a broken model) and stop with the resume command."""
+        if self._loss_count and not math.isfinite(self._loss_sum.item()):
+            raise self._diverged("training loss", self._loss_sum.item())
+        self.save(LAST)
+        raise TrainingInterrupted(
+            128 + signum,
+            f"stopped at step {self.state.step}; saved {self.out_dir / LAST}. Resume with: "
+            f"minigpt train --out {self.out_dir} --resume",
+        )
+
+    def _evaluate_and_save(self, reporter: Reporter) -> None:
+        with reporter.paused():  # keep eval time out of tokens/s
+            self.val_loss = self.evaluate()
+            if not math.isfinite(self.val_loss):
+                raise self._diverged("validation loss", self.val_loss)
+            improved = self.state.record_eval(self.val_loss, self.cfg.train.min_delta)
+            self.save(LAST, BEST) if improved else self.save(LAST)
+            reporter.on_eval(self.state.step, self.val_loss, improved)
+
+    def _after_step(
+        self, stats: StepStats, reporter: Reporter, stop: StopRequest, deadline: float | None
+    ) -> str | None:
+        """Log, evaluate and save where this step calls for it; why training must end, or None."""
+        t, state = self.cfg.train, self.state
+        last = state.step == t.max_steps
+        do_eval = state.step % t.eval_interval == 0 or last
+        do_ckpt = bool(t.ckpt_interval) and state.step % t.ckpt_interval == 0
+        do_log = state.step % self.cfg.log.interval == 0 or last
+        late = deadline is not None and time.perf_counter() > deadline
+        if not (do_eval or do_ckpt or do_log or (late and not self.dist.enabled)):
+            return None  # under DDP, the time limit is agreed at the next sync point
+        mean_loss, any_stop, any_late = self._sync(stop, late)
+        if self.dist.enabled and any_stop:
+            self._agreed_signal = stop.signum or signal.SIGTERM
+        if not math.isfinite(mean_loss):  # never checkpoint a broken model
+            raise self._diverged("training loss", mean_loss)
+        if do_log:
+            self._reset_loss()
+            follow_core_load(self._cores)
+            reporter.on_log(state.step, state.tokens_seen, mean_loss, stats.lr, float(stats.grad_norm))
+        if do_eval:
+            self._evaluate_and_save(reporter)
+            if t.patience and state.evals_since_best >= t.patience:
+                what = "a new best" if not t.min_delta else f"an improvement of more than {t.min_delta:g} (min_delta)"
+                return (f"early stop at step {state.step}: {state.evals_since_best} evaluations without {what} "
+                        f"(train.patience {t.patience}); the best, {state.best_val_loss:.4f}, was at step "
+                        f"{state.best_step}")  # fmt: skip
+        elif do_ckpt:
+            self.save(LAST)
+        if any_late and not last:
+            if not do_eval:  # the weights trained last are scored (they may be the best) and saved
+                self._evaluate_and_save(reporter)
+            return f"stopped at step {state.step}: train.max_time ({t.max_time}) reached; saved {self.out_dir / LAST}"
+        return None
+
+    def final_eval(self) -> EvalResult:
+        """The best checkpoint (else the current weights) on the whole validation split, in float32,
+        as `minigpt eval` scores it."""
+        model = copy.deepcopy(self.model).float().eval()
+        best = find_checkpoint(self.out_dir, prefer=BEST)
+        if best is not None:
+            model.load_state_dict(Checkpoint.load(best).model)
+        return evaluate_ids(model, self.corpus.val, self.corpus.table)
+
+    def _write_results(self, result: TrainResult, tokens_per_s: float | None) -> None:
+        full = result.full
+        results = {
+            "steps": result.step, "wall_s": round(result.wall_seconds, 3), "tokens": self.state.tokens_seen,
+            "best_step": self.state.best_step, "best_val_loss": result.best_val_loss,
+            "val_loss_full": full.loss if full else None, "val_bpc_full": full.bpc if full else None,
+            "tokens_per_s": tokens_per_s, "stopped": result.stopped or "max_steps",
+        }  # fmt: skip
+        text = json.dumps(results, indent=1) + "\n"
+        atomic_write(self.out_dir / "results.json", lambda f: f.write(text.encode("utf-8")))
+
+    def train(self, started: float | None = None) -> TrainResult:
+        """Train until train.max_steps (or patience / max_time), evaluating, logging and saving on the
+        way, then score the best checkpoint on the whole validation split. `started` is the
+        perf_counter time the command began (wall times and max_time count from it)."""
+        t_start, t, state = started or time.perf_counter(), self.cfg.train, self.state
+        deadline = t_start + parse_duration(t.max_time) if t.max_time else None
+        if self.cfg.optim.schedule_by == "time" and deadline is not None:
+            # the rest of the decay (all of it, unless resumed) runs over what is left of max_time
+            self._time_budget = (time.perf_counter(), state.time_progress, deadline)
+        budget = (t_start, deadline) if self._time_budget else None
+        self._cores = core_share(self.cfg.train.threads, self.device, self.dist.enabled)
+        reporter = Reporter(self.cfg, self.out_dir, self.model, self.tok, self.device, self.dist, state.step,
+                            state.tokens_seen, budget)  # fmt: skip
+        self.model.train()
+        stopped: str | None = None
+        full: EvalResult | None = None
+        try:
+            with StopRequest(hard_exit=not self.dist.enabled) as stop:
+                while state.step < t.max_steps and stopped is None:
+                    signum = stop.signum if not self.dist.enabled else self._agreed_signal
+                    if signum is not None:
+                        self._stop_for_signal(signum)
+                    try:
+                        stats = self.train_step()
+                    except OUT_OF_MEMORY:
+                        raise self._out_of_memory() from None
+                    reporter.step()
+                    stopped = self._after_step(stats, reporter, stop, deadline)
+            reporter.end_progress()  # the bar stops at the last step; the final evaluation is its own line
+            if stopped:
+                log(stopped)
+            if t.final_eval and self.dist.is_main:
+                t_full = time.perf_counter()
+                full = self.final_eval()
+                reporter.on_final(state.step, full, time.perf_counter() - t_full)
+        finally:
+            reporter.close()
+        result = TrainResult(self.out_dir, state.step, state.best_val_loss, self.val_loss,
+                             time.perf_counter() - t_start, stopped, full)  # fmt: skip
+        if self.dist.is_main:
+            self._write_results(result, reporter.median_rate())
+        reporter.summary(result.step, result.wall_seconds, result.best_val_loss, full)
+        return result
