@@ -138,6 +138,14 @@ def cuda_has_native_bf16(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 8
 
 
+def multiplies_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bf16 matrices in hardware (elsewhere bf16 is emulated, and slower
+    than float32)."""
+    if device.type == "cuda":
+        return cuda_has_native_bf16(device)
+    return device.type == "cpu" and cpu_has_native_bf16()
+
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

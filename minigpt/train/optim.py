@@ -1,4 +1,10 @@
-"""AdamW for CPU (and MPS) training.
+"""The optimizers: AdamW, and Muon on the blocks' matrices beside it (`optim.optimizer=muon`).
+
+Both implement the part of torch.optim.Optimizer the trainer uses (`Optimizer`: param_groups,
+zero_grad, step, state_dict, load_state_dict), with torch.optim's state-dict layout, so checkpoints
+move between them and torch's own optimizers.
+
+AdamW, for CPU (and MPS) training.
 
 The update is torch.optim.AdamW's, op for op (decoupled weight decay, bias-corrected moments), and
 a test holds the two to the same numbers. It exists for start-up time: the first use of any
@@ -10,6 +16,25 @@ foreach formulation makes eight passes. On the reference recipe that is 0.75 ms 
 3.7 ms. Where the fused kernel is missing (an older torch, another device) the same update runs as
 foreach operations. On CUDA the trainer uses torch.optim.AdamW(fused=True) instead. The state dict has
 torch.optim.AdamW's layout, so checkpoints move between the two.
+
+Muon (Keller Jordan, 2024; the optimizer of the speed-record GPT trainers) keeps a Nesterov
+momentum of each matrix's gradient and replaces the update by its nearest semi-orthogonal matrix,
+found with five Newton-Schulz iterations: every direction of the update moves by the
+same amount, where Adam's would be dominated by a few. It applies to the 2-D weights inside the
+blocks (attention q, k and v, each its own square matrix; the attention and MLP projections).
+Embeddings, the tied head, norms and biases stay with AdamW, as in the speed-record trainers.
+
+Its step size is `optim.muon_lr` at the peak, scaled by the same schedule as `optim.lr` (the
+trainer sets every group's lr to schedule x the group's `lr_scale`). A matrix with more rows than
+columns gets a sqrt(rows / cols) larger step, so that its update's RMS per entry matches a square one's.
+
+Newton-Schulz runs in bfloat16 where the hardware multiplies it (a CUDA GPU from Ampere on, a CPU
+with AVX512-BF16 or AMX) and in float32 elsewhere: emulated bfloat16 products made a step of the
+four-minute recipe 15x slower on an AVX2-only CPU.
+
+torch.optim.Muon (torch 2.9 on) was measured against this one (scripts/bench_muon.py): it takes each
+2-D parameter as one matrix (the fused q/k/v weight as one (3C, C) matrix), loops over them one by
+one, always orthogonalizes in bfloat16, and imports torch._dynamo at its first step.
 """
 
 from __future__ import annotations
@@ -19,12 +44,28 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from minigpt.runtime.device import multiplies_bf16
+
 if TYPE_CHECKING:
     from minigpt.config.schema import Config
 
 
-class AdamW:
-    """The subset of the torch.optim.Optimizer interface the trainer uses."""
+class Optimizer:
+    """What the trainer uses of torch.optim.Optimizer: the shared part of AdamW and MuonAdamW."""
+
+    param_groups: list[dict[str, Any]]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.zero_()
+
+
+class AdamW(Optimizer):
+    """torch.optim.AdamW's update (fused kernel, or foreach where it is missing)."""
 
     def __init__(
         self,
@@ -54,14 +95,6 @@ class AdamW:
             )
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
         self.fused = hasattr(torch, "_fused_adamw_")  # cleared if the kernel turns out to be missing
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                if set_to_none:
-                    p.grad = None
-                elif p.grad is not None:
-                    p.grad.zero_()
 
     @torch.no_grad()
     def step(self) -> None:
@@ -156,11 +189,129 @@ class AdamW:
             }
 
 
+# the quintic iteration's coefficients, tuned to push singular values towards 1 fast (Jordan 2024)
+NS_COEFFS = (3.4445, -4.7750, 2.0315)
+
+
+def orthogonalize(g: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """An approximately semi-orthogonal matrix (singular values ~0.7 to 1.2) with g's singular
+    vectors, for each matrix of a (batch, rows, cols) stack, computed in `dtype`; returned in
+    float32. Each iteration is three batched matrix products with the scalings folded in (baddbmm):
+    on a 2-core CPU the separate bfloat16 multiplies and adds took longer than the products."""
+    a, b, c = NS_COEFFS
+    x = g.to(dtype)
+    wide = g.size(-2) > g.size(-1)
+    if wide:
+        x = x.mT
+    x = (x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)).contiguous()  # spectral norm <= Frobenius <= 1
+    for _ in range(steps):
+        s = torch.bmm(x, x.mT)
+        x = torch.baddbmm(x, torch.baddbmm(s, s, s, beta=b, alpha=c), x, beta=a)  # a x + (b s + c s^2) x
+    if wide:
+        x = x.mT
+    return x.float()
+
+
+def muon_views(name: str, p: torch.Tensor) -> torch.Tensor:
+    """The matrices Muon orthogonalizes for one parameter: attention's fused q, k, v weight is
+    three square matrices, every other weight is itself."""
+    if name.endswith("attn.c_attn.weight"):
+        return p.view(3, p.size(1), p.size(1))
+    return p.unsqueeze(0)
+
+
+def is_muon_param(name: str, p: torch.Tensor) -> bool:
+    """Weight matrices inside the transformer blocks."""
+    return p.dim() == 2 and name.startswith("blocks.")
+
+
+class MuonAdamW(Optimizer):
+    """Muon on the block matrices, the project's AdamW (fused on CUDA: torch's) on the rest.
+
+    param_groups[0] is Muon's; the rest are AdamW's, in the order the AdamW optimizer keeps them.
+    The state dict holds both in torch.optim's layout, parameters numbered in group order."""
+
+    def __init__(self, muon_params: list[tuple[str, torch.Tensor]], adam: AdamW | torch.optim.AdamW,
+                 lr: float, lr_scale: float, momentum: float = 0.95,
+                 ns_dtype: torch.dtype = torch.bfloat16) -> None:  # fmt: skip
+        self.adam, self.ns_dtype = adam, ns_dtype
+        self.muon_group: dict[str, Any] = {
+            "params": [p for _, p in muon_params], "names": [n for n, _ in muon_params],
+            "lr": lr * lr_scale, "lr_scale": lr_scale, "momentum": momentum, "nesterov": True,
+        }  # fmt: skip
+        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [self.muon_group, *self.adam.param_groups]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        group = self.muon_group
+        lr, momentum = group["lr"], group["momentum"]
+        by_shape: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        for name, p in zip(group["names"], group["params"]):
+            if p.grad is None:
+                continue
+            buf = self.state.setdefault(p, {"momentum_buffer": torch.zeros_like(p)})["momentum_buffer"]
+            buf.lerp_(p.grad, 1 - momentum)
+            update = p.grad.lerp(buf, momentum)  # Nesterov: the gradient pushed on along the momentum
+            for view, upd in zip(muon_views(name, p), muon_views(name, update)):
+                by_shape.setdefault(tuple(view.shape), []).append((view, upd))
+        for (rows, cols), pairs in by_shape.items():  # one batched orthogonalization per shape
+            ortho = orthogonalize(torch.stack([u for _, u in pairs]), dtype=self.ns_dtype)
+            scale = -lr * max(1.0, rows / cols) ** 0.5
+            for (view, _), o in zip(pairs, ortho):
+                view.add_(o.to(view.dtype), alpha=scale)
+        self.adam.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        adam = self.adam.state_dict()
+        n = len(self.muon_group["params"])
+        saved_group = {k: v for k, v in self.muon_group.items() if k not in ("params", "names")}
+        groups = [{**saved_group, "params": list(range(n))}]
+        groups += [{**g, "params": [i + n for i in g["params"]]} for g in adam["param_groups"]]
+        state: dict[int, Any] = {
+            i: dict(self.state[p]) for i, p in enumerate(self.muon_group["params"]) if p in self.state
+        }
+        state.update({int(i) + n: s for i, s in adam["state"].items()})
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups = state_dict["param_groups"]
+        n = len(self.muon_group["params"])
+        if len(groups) != len(self.param_groups) or len(groups[0]["params"]) != n:
+            raise ValueError("optimizer state does not match the model's parameter groups")
+        for key in ("lr", "momentum"):
+            self.muon_group[key] = groups[0].get(key, self.muon_group[key])
+        self.state = {}
+        for i, p in enumerate(self.muon_group["params"]):
+            if i in state_dict["state"]:
+                self.state[p] = {
+                    "momentum_buffer": state_dict["state"][i]["momentum_buffer"].to(p.device, p.dtype).clone()
+                }
+        adam_groups = [{**g, "params": [i - n for i in g["params"]]} for g in groups[1:]]
+        adam_state = {int(i) - n: s for i, s in state_dict["state"].items() if int(i) >= n}
+        self.adam.load_state_dict({"state": adam_state, "param_groups": adam_groups})
+
+
+def split_muon(named: Iterable[tuple[str, torch.Tensor]]) -> tuple[list[tuple[str, torch.Tensor]], list[torch.Tensor]]:
+    """(Muon's named parameters, the rest), trainable parameters only, each tied tensor once."""
+    muon, rest, seen = [], [], set()
+    for name, p in named:
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        if is_muon_param(name, p):
+            muon.append((name, p))
+        else:
+            rest.append(p)
+    return muon, rest
+
+
 def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -> Any:
     """AdamW with weight decay on matrices (Linear weights, embeddings) only, fused where supported;
-    with optim.optimizer=muon, Muon on the blocks' matrices and this AdamW on the rest (minigpt/train/muon.py)."""
-    from minigpt.train.muon import MuonAdamW, split_muon
-
+    with optim.optimizer=muon, Muon on the blocks' matrices and this AdamW on the rest (above)."""
     o = cfg.optim
     muon, params = split_muon(model.named_parameters()) if o.optimizer == "muon" else ([], list(model.parameters()))
     params = [p for p in params if p.requires_grad]
@@ -175,7 +326,8 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -
         adam = AdamW(groups, lr=o.lr, betas=betas)  # same update, ~6 s less start-up (see above)
     if o.optimizer != "muon":
         return adam
-    return MuonAdamW(muon, adam, o.lr, o.muon_lr / o.lr if o.lr > 0 else 0.0, o.muon_momentum)
+    ns_dtype = torch.bfloat16 if multiplies_bf16(device) else torch.float32
+    return MuonAdamW(muon, adam, o.lr, o.muon_lr / o.lr if o.lr > 0 else 0.0, o.muon_momentum, ns_dtype)
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer | AdamW, saved: dict[str, Any]) -> None:
