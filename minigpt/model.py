@@ -15,6 +15,17 @@ from minigpt.config.schema import ModelConfig
 Rope = tuple[torch.Tensor, torch.Tensor] | None  # cos, signed sin (T, head_size) of the current positions
 
 
+def parameter_count(m: ModelConfig, vocab_size: int) -> int:
+    """The GPT's parameters, counted from the config (a test holds it to the model's own count): the
+    tied embedding/head, learned positions, and per block two LayerNorms, qkv, the projection and
+    the 4x MLP, biases where model.bias; a final LayerNorm in pre-norm models."""
+    C, b = m.n_embd, int(m.bias)
+    norm = C * (1 + b)
+    block = 2 * norm + (3 * C * C + 3 * C * b) + (C * C + C * b) + (4 * C * C + 4 * C * b) + (4 * C * C + C * b)
+    learned = m.block_size * C if m.pos_emb == "learned" else 0
+    return vocab_size * C + learned + m.n_layer * block + (norm if m.norm == "pre" else 0)
+
+
 class KVCache:
     """Keys and values of the positions seen so far, for every layer, so that generating one more
     token costs one position of work. Preallocated to `max_len` positions."""
@@ -208,7 +219,7 @@ class GPT(nn.Module):
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count (the tied head counted once; learned positions excluded when non_embedding)."""
-        n = sum(p.numel() for p in self.parameters())
+        n = parameter_count(self.cfg, self.vocab_size)
         return n - self.wpe.weight.numel() if non_embedding and self.wpe is not None else n
 
     def forward(

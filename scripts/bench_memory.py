@@ -31,7 +31,9 @@ from pathlib import Path
 import torch
 from minigpt.config.files import load_config
 from minigpt.data.corpus import load_corpus
-from minigpt.runtime.memory import estimate, parameter_count, process_rss
+from minigpt.model import parameter_count
+from minigpt.runtime.memory import process_rss
+from minigpt.train.preflight import estimate
 from minigpt.runtime.device import configure_threads, resolve_dtype
 from minigpt.train.trainer import Trainer
 

@@ -189,8 +189,7 @@ def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) 
 )
 def test_parameter_count_from_the_config_matches_the_model(overrides: list[str]) -> None:
     from minigpt.config.files import load_config
-    from minigpt.model import GPT
-    from minigpt.runtime.memory import parameter_count
+    from minigpt.model import GPT, parameter_count
 
     cfg = load_config(None, overrides)
     assert parameter_count(cfg.model, 65) == sum(p.numel() for p in GPT(cfg.model, 65).parameters())
@@ -198,7 +197,8 @@ def test_parameter_count_from_the_config_matches_the_model(overrides: list[str])
 
 def test_preflight_refuses_an_impossible_batch_and_names_a_grad_accum_that_fits(text_file, tmp_path, cli) -> None:
     from minigpt.config.files import load_config
-    from minigpt.runtime.memory import available_bytes, check
+    from minigpt.runtime.memory import available_bytes
+    from minigpt.train.preflight import check
 
     huge = ["model.n_layer=2", "model.n_embd=1024", "model.n_head=8", "model.block_size=1024", "train.batch_size=4096"]
     out = tmp_path / "r"

@@ -17,8 +17,9 @@ from typer.core import TyperCommand
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.help import SampleDtype, UnknownChars, epilog
+from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.errors import TrainingInterrupted, UserError
-from minigpt.runtime.cores import exit_fast, honour_named_shell, measure_load_from_now
+from minigpt.runtime.cores import measure_load_from_now
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -9,8 +9,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
 from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
+from minigpt.model import parameter_count
 
 
 @dataclass
@@ -28,17 +30,6 @@ class RunInfo:
         return asdict(self)
 
 
-def count_params(state: dict[str, Any]) -> int:
-    """Parameters of a state dict, a tensor shared by two names (the tied head) counted once."""
-    seen, total = set(), 0
-    for tensor in state.values():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key not in seen:
-            seen.add(key)
-            total += tensor.numel()
-    return total
-
-
 def read_run(run_dir: Path, name: str) -> RunInfo:
     results: dict[str, Any] = {}
     try:
@@ -47,6 +38,7 @@ def read_run(run_dir: Path, name: str) -> RunInfo:
         pass
     try:
         ckpt = Checkpoint.load(find_checkpoint(run_dir, prefer=LAST))
+        params = parameter_count(config_from_dict(ckpt.config, name).model, ckpt.model["wte.weight"].shape[0])
     except UserError as e:
         return RunInfo(name, None, None, False, None, None, None, problem=str(e))
     full = results.get("val_loss_full")
@@ -54,8 +46,7 @@ def read_run(run_dir: Path, name: str) -> RunInfo:
     if best is not None and not math.isfinite(best):
         best = None
     started = (ckpt.init_from or {}).get("path")
-    return RunInfo(name, ckpt.step, best, isinstance(full, (int, float)), count_params(ckpt.model),
-                   results.get("wall_s"), started)  # fmt: skip
+    return RunInfo(name, ckpt.step, best, isinstance(full, (int, float)), params, results.get("wall_s"), started)
 
 
 def list_runs(root: Path) -> list[RunInfo]:

@@ -17,8 +17,9 @@ from minigpt.data.sources import absolute_spec
 from minigpt.data.tokenizer import CharTokenizer, Tokenizer, tokenizer_from_dict
 from minigpt.errors import UserError
 from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
-from minigpt.runtime import distributed, memory
+from minigpt.runtime import distributed
 from minigpt.runtime.device import configure_threads, log, resolve_device, resolve_dtype
+from minigpt.train import preflight
 from minigpt.train.reporting import byte_progress
 from minigpt.train.schedule import lr_at
 from minigpt.train.trainer import Trainer, TrainResult
@@ -281,7 +282,7 @@ def train(
     device = resolve_device(cfg.train.device, dist)
     dtype = resolve_dtype(cfg.train.dtype, device)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
-    too_big = memory.check(cfg, tok.vocab_size, device, dtype, local)
+    too_big = preflight.check(cfg, tok.vocab_size, device, dtype, local)
     if too_big:
         raise UserError(too_big)
     distributed.init(dist, device)
