@@ -19,11 +19,14 @@ from pathlib import Path
 import torch
 
 from minigpt.config.schema import SampleOptions
+from minigpt.data.tokenizer import checked_text
 from minigpt.errors import UserError
-from minigpt.infer.loading import Loaded, Scores, load_model, score_text
-from minigpt.infer.loading import sample as sample_text
+from minigpt.infer.loading import Loaded, load_model, source_line
+from minigpt.infer.sample import sample as sample_text
+from minigpt.infer.score import Scores, score_text
 from minigpt.inspect.attention import attention_maps_for, attention_page
-from minigpt.inspect.pages import HtmlPage, checked_text, score_page, source_line
+from minigpt.inspect.pages import HtmlPage
+from minigpt.inspect.surprise import score_page
 from minigpt.runtime.device import resolve_device
 
 

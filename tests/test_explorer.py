@@ -32,7 +32,8 @@ def page_data(html: str) -> dict:
 
 
 def test_windowed_attention_is_each_windows_forward_pass(model) -> None:
-    from minigpt.inspect.attention import window_count, windowed_attention
+    from minigpt.infer.score import window_count
+    from minigpt.inspect.attention import windowed_attention
 
     tok, gpt = model.tokenizer, model.loaded.model
     text = make_text(75, seed=3)  # block_size 16: windows start every 8 characters
@@ -70,7 +71,8 @@ def test_pages_escape_text_that_looks_like_markup(tmp_path: Path) -> None:
 
 
 def test_api_matches_the_library_and_the_cli_numbers(model, trained_run: Path) -> None:
-    from minigpt.infer.loading import load_model, score_text
+    from minigpt.infer.loading import load_model
+    from minigpt.infer.score import score_text
 
     text = make_text(30, seed=4)
     loaded = load_model(trained_run, torch.device("cpu"))
@@ -124,7 +126,7 @@ def test_attention_page_limit_follows_the_model_size(model, monkeypatch: pytest.
 def test_a_byte_model_page_labels_every_byte() -> None:
     from minigpt.config.schema import ModelConfig
     from minigpt.data.tokenizer import ByteTokenizer
-    from minigpt.infer.loading import Scores
+    from minigpt.infer.score import Scores
     from minigpt.inspect.attention import attention_page
     from minigpt.inspect.pages import score_html, token_label
     from minigpt.model import GPT

@@ -18,8 +18,8 @@ import torch
 
 from minigpt.config.schema import SampleOptions
 from minigpt.errors import UserError
-from minigpt.infer.loading import load_model, sample_records
-from minigpt.infer.sample import OrderedOutput, parse_prompts_file
+from minigpt.infer.loading import load_model
+from minigpt.infer.sample import OrderedOutput, parse_prompts_file, sample_records
 from minigpt.runtime import memory
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -134,7 +134,8 @@ def test_score_per_character_surprise(trained_run: Path, tmp_path: Path, cli) ->
 
     import torch.nn.functional as F
 
-    from minigpt.infer.loading import load_model, score_text
+    from minigpt.infer.loading import load_model
+    from minigpt.infer.score import score_text
 
     loaded = load_model(trained_run, torch.device("cpu"))
     short = "KING:\nSpeak now."  # 16 predictions: one window of block_size

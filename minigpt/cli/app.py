@@ -227,8 +227,9 @@ def sample(
                      "is bfloat16 where the GPU or CPU has it in hardware (2x faster there).")] = "auto",  # fmt: skip
 ) -> int:
     """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
+    from minigpt.cli.sample import sample_command
     from minigpt.config.schema import SampleOptions
-    from minigpt.infer.loading import cast_for_sampling, load_model, sample_command
+    from minigpt.infer.loading import cast_for_sampling, load_model
     from minigpt.infer.sample import prompts_from
 
     opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
@@ -249,7 +250,8 @@ def eval_(
     threads: ThreadsOpt = 0,
 ) -> None:
     """Loss over the whole validation split (or --data FILE), every position scored."""
-    from minigpt.infer.loading import evaluate, load_model
+    from minigpt.infer.evaluate import evaluate
+    from minigpt.infer.loading import load_model
 
     loaded = load_model(target, _device(device, threads))
     result, what = evaluate(loaded, data)
@@ -280,8 +282,12 @@ def score(
     surprise is one step of colour. The first character is not scored: nothing comes before it.
     --html writes a page with each character's probability and the model's top 5 guesses.
     """
-    from minigpt.infer.loading import load_model, score_text
-    from minigpt.inspect.pages import check_output, checked_text, score_page, score_terminal, text_input
+    from minigpt.cli.pages import score_terminal, text_input
+    from minigpt.data.tokenizer import checked_text
+    from minigpt.infer.loading import load_model
+    from minigpt.infer.score import score_text
+    from minigpt.inspect.pages import check_output
+    from minigpt.inspect.surprise import score_page
 
     text, what = text_input(text, file)
     if html is not None:
@@ -321,9 +327,8 @@ def attention(
     Row i of a map is the character at position i deciding what comes next; column j is how much
     it looks at character j. Whitespace is drawn as a visible symbol.
     """
+    from minigpt.cli.pages import text_input, write_attention_files
     from minigpt.infer.loading import load_model
-    from minigpt.inspect.attention import write_attention_files
-    from minigpt.inspect.pages import text_input
 
     text, what = text_input(text, file)
     loaded = load_model(target, _device(device, threads))

@@ -181,3 +181,14 @@ def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
 
 def new_tokenizer(kind: str, chars: Iterable[str] = ()) -> Tokenizer:
     return ByteTokenizer() if kind == "byte" else CharTokenizer(sorted(set(chars)))
+
+
+def checked_text(tok: Tokenizer, text: str, what: str, unknown: str = "error") -> str:
+    """`text` when the model can read it: not empty, and every character one it saw in training;
+    with unknown='skip' the others are dropped (the tokenizer's rule, as for `minigpt sample`)."""
+    if not text:
+        raise UserError(f"{what} is empty; give some text to look at")
+    kept = tok.decode(tok.encode_checked(text, what, unknown))
+    if not kept:
+        raise UserError(f"{what} has no character the model saw in training")
+    return kept

@@ -3,15 +3,20 @@ shared by `minigpt eval` and the trainer's final evaluation."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from minigpt.config.schema import DataConfig
 from minigpt.data.cache import release_pages
+from minigpt.data.corpus import encode_corpus, load_corpus
 from minigpt.errors import UserError
+from minigpt.infer.loading import Loaded
 from minigpt.model import GPT
 
 
@@ -70,3 +75,40 @@ def evaluate_ids(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray |
 def _loss_sum(model: GPT, x: torch.Tensor, y: torch.Tensor) -> float:
     logits, _ = model(x)
     return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
+
+
+def eval_ids_for(loaded: Loaded, data: str | None) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """The ids to evaluate (a memory map), the table into the model's vocabulary, and what they
+    are: the run's validation split, or all of `data` (a file, folder or glob, joined as in
+    training)."""
+    tok = loaded.tokenizer
+    dcfg = loaded.config.data
+    if data is not None:
+        cfg = DataConfig(path=data, val_path=None, doc_separator=dcfg.doc_separator, tokenizer=tok.kind,
+                         cache_dir=dcfg.cache_dir)  # fmt: skip
+        enc, _, desc = encode_corpus(cfg)
+        unseen = enc.tokenizer.unknown_to(tok)
+        if unseen:
+            names = ", ".join(repr(c) for c in unseen[:10]) + (", ..." if len(unseen) > 10 else "")
+            raise UserError(f"data {desc} has characters the model never saw in training: {names}")
+        table = None if enc.tokenizer.same_as(tok) else tok.ids_of(enc.tokenizer)
+        return enc.ids, table, f"all of {desc}"
+    info = loaded.checkpoint.data
+    recorded = DataConfig(**{**dataclasses.asdict(dcfg), "path": info.get("path", dcfg.path)})
+    try:
+        corpus = load_corpus(recorded, loaded.config.model.block_size)
+    except UserError as e:
+        raise UserError(f"cannot read the run's data ({e}); pass --data FILE|FOLDER to evaluate other text") from None
+    if info.get("sha256") and corpus.sha256 != info["sha256"] or corpus.tokenizer.unknown_to(tok):
+        raise UserError(
+            f"{corpus.description} changed since this run was trained; pass --data FILE|FOLDER to evaluate on it anyway"
+        )
+    table = None if corpus.tokenizer.same_as(tok) else tok.ids_of(corpus.tokenizer)
+    return corpus.val, table, f"validation split of {corpus.description}"
+
+
+def evaluate(loaded: Loaded, data: str | Path | None) -> tuple[EvalResult, str]:
+    ids, table, what = eval_ids_for(loaded, str(data) if data is not None else None)
+    result = evaluate_ids(loaded.model, ids, table)
+    result.unit = loaded.tokenizer.unit
+    return result, what

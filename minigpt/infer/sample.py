@@ -19,9 +19,11 @@ from typing import Any
 
 import torch
 
+from minigpt.config.schema import SampleOptions
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.infer.decode import generate_batch
+from minigpt.infer.loading import Loaded
 from minigpt.io.textfiles import read_text
 from minigpt.model import GPT
 from minigpt.runtime import memory
@@ -218,3 +220,27 @@ class OrderedOutput:
                 self.emit((SEPARATOR if self.next else "") + "".join(self.buffers[self.next]))
                 self.buffers[self.next] = []
             self.next += 1
+
+
+def sample_records(loaded: Loaded, prompts: str | Sequence[str], opts: SampleOptions,
+                   write: Callable[[str], None] | None = None, stops: Sequence[str] = (),
+                   what: str = "--prompt") -> list[Sample]:  # fmt: skip
+    """`opts.num_samples` samples for each prompt, generated in batches (generation.py), seeds
+    opts.seed, opts.seed + 1, ... in order. With `write`, stdout's form: prompt + continuation
+    per sample, a single sample streamed, several separated by a blank line and '---', each
+    written once it and those before it are complete. An empty prompt starts from a newline."""
+    tok = loaded.tokenizer
+    check_stops(tok, stops)
+    requests = requests_for(tok, [prompts] if isinstance(prompts, str) else prompts, opts.num_samples, opts.seed,
+                            opts.unknown, what)  # fmt: skip
+    output = OrderedOutput(len(requests), write) if write is not None else None
+    samples = generate_samples(loaded.model, tok, requests, opts.max_new_tokens, opts.temperature, opts.top_k,
+                               opts.top_p, stops, output)  # fmt: skip
+    if write is not None:
+        write("\n")
+    return samples
+
+
+def sample(loaded: Loaded, prompt: str, opts: SampleOptions, write: Callable[[str], None]) -> list[str]:
+    """`sample_records` for one prompt, written through `write`: the samples' texts."""
+    return [s.text for s in sample_records(loaded, prompt, opts, write)]

@@ -1,32 +1,20 @@
 """Pictures of attention: heat maps of the causal attention weights over a text, one per layer and
 head, with the characters on both axes (PNG, through matplotlib's headless Agg backend), and the
-interactive explorer page (explorer.py) over texts of any length, read window by window."""
+interactive explorer page (pages.py) over texts of any length, read window by window."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from minigpt.data.tokenizer import Tokenizer
+from minigpt.data.tokenizer import Tokenizer, checked_text
 from minigpt.errors import UserError
-from minigpt.inspect.pages import (
-    MAX_PAGE_CHARS,
-    MAX_PAGE_WEIGHTS,
-    VISIBLE,
-    HtmlPage,
-    attention_html,
-    check_length,
-    check_output,
-    checked_text,
-    source_line,
-)
+from minigpt.infer.score import half_window, window_count
+from minigpt.inspect.pages import MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS, VISIBLE, HtmlPage, attention_html, check_length
 from minigpt.model import GPT
-
-if TYPE_CHECKING:
-    from minigpt.infer.loading import Loaded
 
 
 def visible(ch: str) -> str:
@@ -171,10 +159,14 @@ class WindowedAttention:
         start = self.window_start(w)
         return start, self.maps[w][:, :, i - start, : i - start + 1]
 
-
-def window_count(n: int, block: int) -> int:
-    """How many windows of `block` advancing by block // 2 cover n characters (see WindowedAttention)."""
-    return 1 if n <= block else (n - 1 - block) // max(1, block // 2) + 2
+    def weight_bytes(self) -> bytes:
+        """The weights as the page stores them: weight x 255 rounded to a byte, each window's lower
+        triangle, in the order layer, head, window, row, column."""
+        tris = []
+        for m in self.maps:  # (L', nh', T, T), each window made bytes at once: a quarter of the memory
+            rows, cols = torch.tril_indices(m.size(-1), m.size(-1))
+            tris.append((m[:, :, rows, cols] * 255).round().clamp(0, 255).to(torch.uint8))
+        return torch.cat(tris, dim=-1).numpy().tobytes()  # (L', nh', cells)
 
 
 @torch.no_grad()
@@ -182,7 +174,7 @@ def windowed_attention(model: GPT, pieces: list[str], ids: list[int], layers: li
                        batch: int = 32) -> WindowedAttention:  # fmt: skip
     """`GPT.attention_maps` over every window of `ids` (forward passes of up to `batch` windows at once)."""
     block = model.cfg.block_size
-    stride = max(1, block // 2)
+    stride = half_window(block)
     n = len(ids)
     starts = [w * stride for w in range(window_count(n, block))]
     device = next(model.parameters()).device
@@ -214,29 +206,5 @@ def attention_page(model: GPT, tok: Tokenizer, text: str, source: str = "", laye
     hint = f" with this model's {len(layers)} layers x {len(heads)} heads (one --layer or --head allows more)"
     check_length(len(ids), limit, what, hint if many else "")
     att = windowed_attention(model, tok.pieces(ids), ids, layers, heads)
-    return attention_html(att, model.cfg.n_layer, model.cfg.n_head, source)
-
-
-def write_attention_files(
-    loaded: Loaded, text: str, what: str, out: Path | None, html: Path | None,
-    layer: int | None = None, head: int | None = None, unknown: str = "error",
-) -> list[str]:  # fmt: skip
-    """`minigpt attention`: the heat-map picture (`out`, the first block_size characters) and/or the
-    explorer page (`html`, the whole text). Every output is checked before any work; returns one
-    line per file written."""
-    if out is None and html is None:
-        raise UserError("give --out PICTURE.png, --html PAGE.html or both")
-    for path, flag in ((out, "--out"), (html, "--html")):
-        if path is not None:
-            check_output(path, flag)
-    text = checked_text(loaded.tokenizer, text, what, unknown)
-    done = []
-    if html is not None:
-        page = attention_page(loaded.model, loaded.tokenizer, text, source_line(loaded), layer, head, what)
-        done.append(f"wrote {page.save(html)}: {page.summary}")
-    if out is not None:
-        block = loaded.config.model.block_size
-        if len(loaded.tokenizer.encode(text)) > block:
-            done.append(f"note: the picture shows the first {block} characters (block_size)")
-        done.append(f"wrote {write_attention_png(loaded.model, loaded.tokenizer, text, out, layer, head)}")
-    return done
+    return attention_html(att.pieces, att.weight_bytes(), att.block, att.stride, att.layers, att.heads,
+                          model.cfg.n_layer, model.cfg.n_head, len(att.maps), source)  # fmt: skip

@@ -1,0 +1,71 @@
+"""What `minigpt score` and `minigpt attention` do around the pages: the text they read (--text or
+--file), the files they write, and the coloured text score prints on a terminal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minigpt.data.tokenizer import checked_text
+from minigpt.errors import UserError
+from minigpt.infer.loading import Loaded, source_line
+from minigpt.infer.score import Scores
+from minigpt.inspect.attention import attention_page, write_attention_png
+from minigpt.inspect.pages import check_output
+from minigpt.io.textfiles import read_text
+
+
+def text_input(text: str | None, file: Path | None) -> tuple[str, str]:
+    """The text of `--text TEXT` or `--file FILE` (exactly one), and how errors name it."""
+    if (text is None) == (file is None):
+        raise UserError("give exactly one of --text TEXT or --file FILE")
+    if file is not None:
+        return read_text(file, "--file"), f"--file {file}"
+    return text, "--text"
+
+
+def write_attention_files(
+    loaded: Loaded, text: str, what: str, out: Path | None, html: Path | None,
+    layer: int | None = None, head: int | None = None, unknown: str = "error",
+) -> list[str]:  # fmt: skip
+    """`minigpt attention`: the heat-map picture (`out`, the first block_size characters) and/or the
+    explorer page (`html`, the whole text). Every output is checked before any work; returns one
+    line per file written."""
+    if out is None and html is None:
+        raise UserError("give --out PICTURE.png, --html PAGE.html or both")
+    for path, flag in ((out, "--out"), (html, "--html")):
+        if path is not None:
+            check_output(path, flag)
+    text = checked_text(loaded.tokenizer, text, what, unknown)
+    done = []
+    if html is not None:
+        page = attention_page(loaded.model, loaded.tokenizer, text, source_line(loaded), layer, head, what)
+        done.append(f"wrote {page.save(html)}: {page.summary}")
+    if out is not None:
+        block = loaded.config.model.block_size
+        if len(loaded.tokenizer.encode(text)) > block:
+            done.append(f"note: the picture shows the first {block} characters (block_size)")
+        done.append(f"wrote {write_attention_png(loaded.model, loaded.tokenizer, text, out, layer, head)}")
+    return done
+
+
+SURPRISE_RAMP = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # ANSI 256 colours, dark green .. dark red
+
+
+def score_terminal(scores: Scores, colour: bool, source: str) -> str:
+    """`minigpt score`'s text: the characters on backgrounds from green (expected) to red
+    (surprising), one step per whole bit and white text on all, or plain columns (position,
+    character, bits); then the bits per character."""
+    if colour:
+        shown = [scores.text[0]]
+        for c, b in zip(scores.text[1:], scores.bits):
+            code = SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(b))]
+            mark = "\u21b5" if c == "\n" else c  # a line break shows as a coloured arrow, then breaks
+            shown.append(f"\x1b[48;5;{code}m\x1b[97m{mark}\x1b[0m" + ("\n" if c == "\n" else ""))
+        lines = ["".join(shown)]
+    else:
+        pairs = enumerate(zip(scores.text[1:], scores.bits), start=1)
+        lines = ["pos\tchar\tbits", *(f"{i}\t{c!r}\t{b:.3f}" for i, (c, b) in pairs)]
+    total = f"{sum(scores.bits):,.1f} bits in all; {source}"
+    unit = "characters" if scores.unit == "char" else "bytes"
+    summary = f"{scores.bits_per_char:.4f} bits/{scores.unit} over {len(scores.bits):,} {unit} ({total})"
+    return "\n".join([*lines, summary])
