@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +29,42 @@ def test_using_a_model_does_not_load_the_training_side() -> None:
 
 
 def test_no_module_over_400_lines_and_no_function_over_60(capsys) -> None:
+    """scripts/code_shape.py --check: the layer order, no cycle, and the size limits."""
+    assert _code_shape().main(["--check"]) == 0, capsys.readouterr().out
+
+
+def _code_shape():
     spec = importlib.util.spec_from_file_location("code_shape", ROOT / "scripts" / "code_shape.py")
     code_shape = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(code_shape)
-    assert code_shape.main(["--check"]) == 0, capsys.readouterr().out
+    return code_shape
+
+
+def _broken_copy(tmp_path: Path, module: str, code: str) -> Path:
+    package = tmp_path / "minigpt"
+    shutil.copytree(ROOT / "minigpt", package, ignore=shutil.ignore_patterns("__pycache__", "web"))
+    path = package / module
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + code, encoding="utf-8")
+    return package
+
+
+@pytest.mark.parametrize(
+    "module, code, problem",
+    [
+        ("data/tokenizer.py", "def f():\n    from minigpt.train.trainer import Trainer\n",
+         "minigpt.data.tokenizer imports minigpt.train.trainer: data may not import train"),
+        ("model.py", "from minigpt.data import corpus\n",
+         "minigpt.model imports minigpt.data.corpus: model may not import data"),
+        ("infer/decode.py",
+         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from minigpt.infer.sample import Request\n",
+         "import cycle: minigpt.infer.decode <-> minigpt.infer.sample"),
+        ("infer/score.py", "import typer\n", "minigpt.infer.score imports typer: only cli may"),
+        ("infer/score.py", "def f():\n" + "    pass\n" * 60, "minigpt/infer/score.py: f is 61 lines (limit 60)"),
+    ],
+)  # fmt: skip
+def test_code_shape_fails_on_a_wrong_import_a_cycle_or_a_long_function(tmp_path, capsys, module, code, problem) -> None:
+    code_shape = _code_shape()
+    assert code_shape.main(["--check", "--package", str(_broken_copy(tmp_path, module, code))]) == 1
+    out = capsys.readouterr().out
+    assert problem in out, out
+    assert "layers, each importing only those below it" in out  # the diagram it checked
