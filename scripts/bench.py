@@ -47,17 +47,35 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_REFERENCE = REPO.parent / "shared" / "bench" / "reference_gpt.py"
-DEFAULT_DATA = REPO / "data" / "tinyshakespeare.txt"
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_big  # noqa: E402
+import bench_budget  # noqa: E402
+from bench_common import (  # noqa: E402
+    REPO,
+    BenchError,
+    Proc,
+    add_pair_args,
+    child_env,
+    last_json,
+    minigpt,
+    minigpt_train,
+    pair_args_problem,
+    progress,
+    read_tokens_per_sec,
+    run_reference,
+    run_timed,
+    scratch,
+    steady_state,
+    yes_no,
+)
+
 REFERENCE_CONFIG = REPO / "configs" / "reference_cpu.yaml"
 # the reference's default recipe as minigpt overrides (used while configs/reference_cpu.yaml is missing)
 REFERENCE_OVERRIDES = [
@@ -67,17 +85,14 @@ REFERENCE_OVERRIDES = [
 ]  # fmt: skip
 SAMPLE_MODEL = ["model.n_layer=6", "model.n_head=6", "model.n_embd=384", "model.block_size=256"]
 SAMPLE_REFERENCE_MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--ctx", "256"]
-STEADY_SKIP = 3  # tokens_per_sec logs dropped as warm-up (each covers log.interval steps)
+# a checkpoint made by 1 training step (decoding speed does not depend on the weights)
+ONE_STEP = ["train.max_steps=1", "train.eval_steps=1", "log.sample_length=0", "log.tensorboard=false"]
 
 TARGET_WALL_RATIO = 0.5
 TARGET_TRAIN_RATIO = 1.5
 TARGET_SAMPLE_RATIO = 10.0
 # every comparison, in the order the bench runs them (--only picks some)
 PARTS = ("batch-sampling", "quality", "throughput", "budget", "big", "sampling")
-
-
-class BenchError(Exception):
-    """A child process failed or printed something unexpected."""
 
 
 @dataclass(frozen=True)
@@ -93,15 +108,6 @@ class Plan:
 
 FULL_PLAN = Plan(None, None, 300, 1000, 3000)
 QUICK_PLAN = Plan(30, 30, 30, 100, 100)
-
-
-@dataclass
-class Proc:
-    """A finished child process: its output and its wall time measured from the outside."""
-
-    stdout: str
-    stderr: str
-    wall_s: float
 
 
 @dataclass
@@ -132,43 +138,7 @@ class Row:
     met: str
 
 
-# ---------------------------------------------------------------------------------------- processes
-
-
-def progress(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def child_env(cache_dir: Path) -> dict[str, str]:
-    """The environment of every child: its own encoding cache (made here) and the repo on PYTHONPATH."""
-    cache_dir.mkdir(exist_ok=True)
-    env = dict(os.environ)
-    env["MINIGPT_CACHE_DIR"] = str(cache_dir)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def run_timed(args: list[str], env: dict[str, str]) -> Proc:
-    """Run `python ARGS` in the repo root; raise BenchError (with its stderr tail) if it fails."""
-    cmd = [sys.executable, *args]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, encoding="utf-8", errors="replace")
-    wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise BenchError(f"{' '.join(cmd)} exited with {done.returncode}:\n{tail}")
-    return Proc(done.stdout, done.stderr, wall)
-
-
-def last_json(proc: Proc, what: str) -> dict[str, Any]:
-    """The last line of stdout that parses as a JSON object."""
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                break
-    raise BenchError(f"{what} printed no JSON line; stdout ends with: {proc.stdout[-300:]!r}")
+# ---------------------------------------------------------------------------------------- readers
 
 
 def compile_seconds(train: Proc) -> float:
@@ -181,30 +151,6 @@ def train_dtype(train: Proc) -> str:
     """The compute dtype `minigpt train` chose ("model: ... | dtype bfloat16")."""
     found = re.search(r"\| dtype (\w+)", train.stderr)
     return found.group(1) if found else "?"
-
-
-def minigpt(*args: str) -> list[str]:
-    return ["-m", "minigpt", *args]
-
-
-# ---------------------------------------------------------------------------------------- readers
-
-
-def read_tokens_per_sec(run_dir: Path) -> list[float]:
-    """The `tokens_per_sec` TensorBoard scalars of a run, in step order."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    if "tokens_per_sec" not in acc.Tags().get("scalars", []):
-        raise BenchError(f"no tokens_per_sec scalars in {run_dir}")
-    return [e.value for e in sorted(acc.Scalars("tokens_per_sec"), key=lambda e: e.step)]
-
-
-def steady_state(values: list[float]) -> list[float]:
-    """Drop the first few (warm-up) values; keep at least half of a short list."""
-    skip = STEADY_SKIP if len(values) > 2 * STEADY_SKIP else len(values) // 2
-    return values[skip:]
 
 
 def read_run_config_int(run_dir: Path, section: str, key: str) -> int:
@@ -224,13 +170,12 @@ def read_run_config_int(run_dir: Path, section: str, key: str) -> int:
 def quality_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Path, rep: int) -> dict[str, float]:
     steps = [] if plan.quality_ref_steps is None else ["--steps", str(plan.quality_ref_steps)]
     progress(f"time to quality [{rep}]: reference ({plan.quality_ref_steps or 'default'} steps)")
-    ref_proc = run_timed([str(ref), "--data", str(data), "--device", "cpu", *steps], env)
-    ref_out = last_json(ref_proc, "reference")
+    ref_proc, ref_out = run_reference(ref, data, env, *steps)
 
     run_dir = tmp / f"quality-{rep}"
     overrides = [] if plan.quality_minigpt_steps is None else [f"train.max_steps={plan.quality_minigpt_steps}"]
     progress(f"time to quality [{rep}]: minigpt train (default config{', ' if overrides else ''}{' '.join(overrides)})")
-    train = run_timed(minigpt("train", "--data", str(data), "--out", str(run_dir), "--device", "cpu", *overrides), env)
+    train = run_timed(minigpt_train(data, run_dir, *overrides), env)
     progress(f"time to quality [{rep}]: minigpt eval")
     ev = run_timed(minigpt("eval", str(run_dir), "--json", "--device", "cpu"), env)
     ev_out = last_json(ev, "minigpt eval")
@@ -246,27 +191,22 @@ def quality_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Pa
     }
 
 
-def reference_recipe() -> tuple[str, list[str]]:
-    """(what it is, the minigpt train arguments) for the reference recipe."""
+def reference_recipe() -> tuple[str, Path | None, list[str]]:
+    """(what it is, the config file, the overrides) of minigpt's reference recipe."""
     if REFERENCE_CONFIG.is_file():
-        return "configs/reference_cpu.yaml", [str(REFERENCE_CONFIG)]
-    return "overrides (configs/reference_cpu.yaml is missing)", REFERENCE_OVERRIDES
+        return "configs/reference_cpu.yaml", REFERENCE_CONFIG, []
+    return "overrides (configs/reference_cpu.yaml is missing)", None, REFERENCE_OVERRIDES
 
 
 def throughput_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Path, rep: int) -> dict[str, float]:
     steps = plan.throughput_steps
     progress(f"train throughput [{rep}]: reference ({steps} steps)")
-    ref_proc = run_timed([str(ref), "--data", str(data), "--device", "cpu", "--steps", str(steps)], env)
-    ref_out = last_json(ref_proc, "reference")
+    ref_proc, ref_out = run_reference(ref, data, env, "--steps", str(steps))
 
     run_dir = tmp / f"throughput-{rep}"
-    name, recipe = reference_recipe()
+    name, config, overrides = reference_recipe()
     progress(f"train throughput [{rep}]: minigpt train ({name})")
-    train = run_timed(
-        minigpt("train", *recipe, "--data", str(data), "--out", str(run_dir), "--device", "cpu",
-                f"train.max_steps={steps}"),
-        env,
-    )  # fmt: skip
+    train = run_timed(minigpt_train(data, run_dir, *overrides, f"train.max_steps={steps}", config=config), env)
     values = read_tokens_per_sec(run_dir)
     tps = statistics.median(steady_state(values))
     tokens_per_step = read_run_config_int(run_dir, "train", "batch_size") * read_run_config_int(
@@ -285,27 +225,22 @@ def throughput_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp:
     }
 
 
-def make_sample_checkpoint(data: Path, env: dict[str, str], tmp: Path) -> Path:
-    """A 6-layer, 6-head, 384-channel, context-256 checkpoint, made by training 1 step."""
-    run_dir = tmp / "sample-model"
-    progress("sampling: making a 6x384 ctx-256 checkpoint (1 training step)")
-    run_timed(
-        minigpt("train", "--data", str(data), "--out", str(run_dir), "--device", "cpu", *SAMPLE_MODEL,
-                "train.max_steps=1", "train.batch_size=2", "train.eval_steps=1", "log.sample_length=0",
-                "log.tensorboard=false"),
-        env,
-    )  # fmt: skip
+def make_checkpoint(data: Path, env: dict[str, str], run_dir: Path, *overrides: str) -> Path:
+    """A checkpoint of the model that `overrides` describe, made by training 1 step."""
+    run_timed(minigpt_train(data, run_dir, *overrides, *ONE_STEP), env)
     return run_dir
+
+
+def make_sample_checkpoint(data: Path, env: dict[str, str], tmp: Path) -> Path:
+    """A 6-layer, 6-head, 384-channel, context-256 checkpoint."""
+    progress("sampling: making a 6x384 ctx-256 checkpoint (1 training step)")
+    return make_checkpoint(data, env, tmp / "sample-model", *SAMPLE_MODEL, "train.batch_size=2")
 
 
 def sampling_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], run_dir: Path, rep: int) -> dict[str, float]:
     progress(f"sampling [{rep}]: reference --generate {plan.ref_gen_chars}")
-    ref_proc = run_timed(
-        [str(ref), "--data", str(data), "--device", "cpu", "--generate", str(plan.ref_gen_chars),
-         *SAMPLE_REFERENCE_MODEL],
-        env,
-    )  # fmt: skip
-    ref_out = last_json(ref_proc, "reference --generate")
+    ref_proc, ref_out = run_reference(ref, data, env, "--generate", str(plan.ref_gen_chars), *SAMPLE_REFERENCE_MODEL,
+                                      what="reference --generate")  # fmt: skip
 
     n = plan.minigpt_gen_chars
     progress(f"sampling [{rep}]: minigpt sample --max-new-tokens {n}")
@@ -327,21 +262,14 @@ BATCH_ONE_CODE = """
 import sys, torch
 from pathlib import Path
 from minigpt.config.schema import SampleOptions
-from minigpt.infer.loading import cast_for_sampling, load_model, sample_records
+from minigpt.infer.loading import cast_for_sampling, load_model
+from minigpt.infer.sample import sample_records
 loaded = load_model(Path(sys.argv[1]), torch.device("cpu"))
 cast_for_sampling(loaded, "auto", "cpu")
 n, chars = int(sys.argv[2]), int(sys.argv[3])
 out = [sample_records(loaded, "", SampleOptions(max_new_tokens=chars, seed=1337 + k))[0].text for k in range(n)]
 print(sum(len(t) for t in out))
 """
-
-
-def make_default_checkpoint(data: Path, env: dict[str, str], tmp: Path) -> Path:
-    """A default-config checkpoint (1 training step: decoding speed does not depend on the weights)."""
-    run_dir = tmp / "default-model"
-    run_timed(minigpt("train", "--data", str(data), "--out", str(run_dir), "--device", "cpu", "train.max_steps=1",
-                      "train.eval_steps=1", "log.sample_length=0", "log.tensorboard=false"), env)  # fmt: skip
-    return run_dir
 
 
 def batch_sampling_once(models: dict[str, Path], plan: Plan, env: dict[str, str], rep: int) -> dict[str, float]:
@@ -384,29 +312,16 @@ def summarize_quality(s: dict[str, Series]) -> dict[str, Any]:
     }
 
 
-def summarize_throughput(s: dict[str, Series]) -> dict[str, Any]:
-    ratio = s["minigpt_tokens_per_s"].median / s["reference_tokens_per_s"].median
-    return {
-        **{k: v.to_dict() for k, v in s.items()},
-        "recipe": reference_recipe()[0],
-        "ratio": ratio,
-        "target": TARGET_TRAIN_RATIO,
-        "met": ratio >= TARGET_TRAIN_RATIO,
-    }
+def summarize_speedup(s: dict[str, Series], metric: str, target: float, **extra: Any) -> dict[str, Any]:
+    """Every series, then minigpt's median `metric` over the reference's, met when it is >= target."""
+    ratio = s[f"minigpt_{metric}"].median / s[f"reference_{metric}"].median
+    return {**{k: v.to_dict() for k, v in s.items()}, **extra, "ratio": ratio, "target": target, "met": ratio >= target}
 
 
-def summarize_sampling(s: dict[str, Series]) -> dict[str, Any]:
-    ratio = s["minigpt_chars_per_s"].median / s["reference_chars_per_s"].median
-    return {
-        **{k: v.to_dict() for k, v in s.items()},
-        "ratio": ratio,
-        "target": TARGET_SAMPLE_RATIO,
-        "met": ratio >= TARGET_SAMPLE_RATIO,
-    }
-
-
-def yes_no(ok: bool) -> str:
-    return "yes" if ok else "NO"
+def compile_row(metric: str, part: dict[str, Any]) -> Row:
+    """minigpt's compile time and dtype in a training comparison (the reference: eager float32)."""
+    mg = f"{part['minigpt_compile_s']['median']:.1f}, {part['minigpt_dtype']['median']}"
+    return Row(metric, mg, "0, float32", "", "", "")
 
 
 def table_rows(results: dict[str, Any]) -> list[Row]:
@@ -420,16 +335,14 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
                         f"<= {TARGET_WALL_RATIO}x", yes_no(q["wall_ratio_met"])))  # fmt: skip
         rows.append(Row("  reference's own wall_s", "", f"{q['reference_reported_wall_s']['median']:.1f}", "", "", ""))
         rows.append(Row("  minigpt eval process wall (s)", f"{q['minigpt_eval_wall_s']['median']:.1f}", "", "", "", ""))
-        rows.append(Row("  of which compile (s), dtype", f"{q['minigpt_compile_s']['median']:.1f}, "
-                        f"{q['minigpt_dtype']['median']}", "0, float32", "", "", ""))  # fmt: skip
+        rows.append(compile_row("  of which compile (s), dtype", q))
     if t := results.get("train_throughput"):
         mg, ref = t["minigpt_tokens_per_s"]["median"], t["reference_tokens_per_s"]["median"]
         rows.append(Row("train tokens/s (reference recipe)", f"{mg:,.0f}", f"{ref:,.0f}", f"{t['ratio']:.2f}x",
                         f">= {TARGET_TRAIN_RATIO}x", yes_no(t["met"])))  # fmt: skip
         mg, ref = t["minigpt_ms_per_step"]["median"], t["reference_ms_per_step"]["median"]
         rows.append(Row("  ms/step", f"{mg:.2f}", f"{ref:.2f}", f"{mg / ref:.2f}x", "", ""))
-        rows.append(Row("  compile (s, not in tokens/s), dtype", f"{t['minigpt_compile_s']['median']:.1f}, "
-                        f"{t['minigpt_dtype']['median']}", "0, float32", "", "", ""))  # fmt: skip
+        rows.append(compile_row("  compile (s, not in tokens/s), dtype", t))
     if s := results.get("sampling"):
         mg, ref = s["minigpt_chars_per_s"]["median"], s["reference_chars_per_s"]["median"]
         rows.append(Row("sampling chars/s (6x384, ctx 256)", f"{mg:,.1f}", f"{ref:,.1f}", f"{s['ratio']:.2f}x",
@@ -492,9 +405,7 @@ def machine_info() -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE, help="reference_gpt.py to compare with")
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="text file to train on")
-    ap.add_argument("--repeats", type=int, default=1, help="repeat each measurement N times; report medians")
+    add_pair_args(ap)
     ap.add_argument("--quick", action="store_true", help="tiny step counts: a smoke test of this script")
     ap.add_argument("--skip-train", action="store_true", help="skip the two training comparisons")
     ap.add_argument("--skip-sample", action="store_true", help="skip the sampling comparison")
@@ -514,24 +425,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def check_inputs(a: argparse.Namespace) -> str | None:
-    """A one-line problem with the arguments, or None."""
-    if not a.reference.is_file():
-        return f"reference script not found: {a.reference}"
-    if not a.data.is_file():
-        return f"data file not found: {a.data}"
-    if a.repeats < 1:
-        return f"--repeats must be >= 1, got {a.repeats}"
-    return None
-
-
 def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
     env = child_env(tmp / "cache")
     ref, data = a.reference.resolve(), a.data.resolve()
     results: dict[str, Any] = {}
     parts = a.parts
     if "batch-sampling" in parts:
-        models = {"default": make_default_checkpoint(data, env, tmp), "6x384": make_sample_checkpoint(data, env, tmp)}
+        models = {"default": make_checkpoint(data, env, tmp / "default-model"),
+                  "6x384": make_sample_checkpoint(data, env, tmp)}  # fmt: skip
         batch = [batch_sampling_once(models, plan, env, i) for i in range(a.repeats)]
         results["batch_sampling"] = summarize_batch_sampling(collect(batch))
     if "quality" in parts:
@@ -539,38 +440,31 @@ def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
         results["time_to_quality"] = summarize_quality(collect(quality))
     if "throughput" in parts:
         throughput = [throughput_once(ref, data, plan, env, tmp, i) for i in range(a.repeats)]
-        results["train_throughput"] = summarize_throughput(collect(throughput))
+        results["train_throughput"] = summarize_speedup(collect(throughput), "tokens_per_s", TARGET_TRAIN_RATIO,
+                                                        recipe=reference_recipe()[0])  # fmt: skip
     if "budget" in parts:
-        import bench_budget  # scripts/ is on sys.path when this file runs as a script
-
         results["budget"] = bench_budget.run(ref, data, tmp, a.repeats, 40.0 if a.quick else bench_budget.BUDGET_S)
         bench_budget.plot(results["budget"]["runs"], tmp / "budget_curve.png" if a.quick else bench_budget.PLOT)
     if "big" in parts:
-        import bench_big
-
         results["big"] = bench_big.run(ref, data, tmp, a.repeats, 8 if a.quick else bench_big.STEPS, not a.quick)
     if "sampling" in parts:
         run_dir = tmp / "sample-model"
         if not run_dir.exists():  # made by the batch-sampling part when that ran
             make_sample_checkpoint(data, env, tmp)
         sampling = [sampling_once(ref, data, plan, env, run_dir, i) for i in range(a.repeats)]
-        results["sampling"] = summarize_sampling(collect(sampling))
+        results["sampling"] = summarize_speedup(collect(sampling), "chars_per_s", TARGET_SAMPLE_RATIO)
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    if problem := check_inputs(a):
+    if problem := pair_args_problem(a):
         print(f"error: {problem}", file=sys.stderr)
         return 2
     plan = QUICK_PLAN if a.quick else FULL_PLAN
     t0 = time.perf_counter()
-    try:
-        with tempfile.TemporaryDirectory(prefix="minigpt-bench-") as tmp:
-            results = run_all(a, plan, Path(tmp))
-    except BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    with scratch("minigpt-bench-") as tmp:
+        results = run_all(a, plan, tmp)
     report = {
         "machine": machine_info(),
         "settings": {

@@ -21,24 +21,27 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import (  # noqa: E402
-    DEFAULT_DATA,
-    DEFAULT_REFERENCE,
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import (  # noqa: E402
     REPO,
-    BenchError,
+    add_pair_args,
     child_env,
     last_json,
-    minigpt,
+    medians,
+    minigpt_train,
+    pair_args_problem,
     progress,
     read_tokens_per_sec,
+    run_reference,
     run_timed,
+    scratch,
     steady_state,
-)  # fmt: skip
+    yes_no,
+)
 
 MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--ctx", "256", "--batch", "16"]
 RECIPE = REPO / "configs" / "shakespeare_char.yaml"
@@ -60,12 +63,11 @@ def big_once(
     ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, steps: int, compile_: bool
 ) -> dict[str, Any]:
     progress(f"6x384 [{rep}]: reference ({steps} steps)")
-    ref_out = last_json(run_timed([str(ref), "--data", str(data), "--device", "cpu", "--steps", str(steps), *MODEL],
-                                  env), "reference")  # fmt: skip
+    _, ref_out = run_reference(ref, data, env, "--steps", str(steps), *MODEL)
     run_dir = tmp / f"big-{rep}"
     progress(f"6x384 [{rep}]: minigpt train ({steps} steps, train.compile={str(compile_).lower()})")
     args = [*OVERRIDES, f"train.max_steps={steps}", f"train.compile={str(compile_).lower()}"]
-    run_timed(minigpt("train", str(RECIPE), "--data", str(data), "--out", str(run_dir), "--device", "cpu", *args), env)
+    run_timed(minigpt_train(data, run_dir, *args, config=RECIPE), env)
     tps = statistics.median(steady_state(read_tokens_per_sec(run_dir)))
     return {"minigpt_tokens_per_s": tps, "reference_tokens_per_s": float(ref_out["tokens_per_s"]),
             "ratio": tps / float(ref_out["tokens_per_s"])}  # fmt: skip
@@ -81,19 +83,17 @@ def run(ref: Path, data: Path, tmp: Path, repeats: int, steps: int, compile_: bo
     env = child_env(tmp / "cache")
     runs = [big_once(ref.resolve(), data.resolve(), env, tmp, i, steps, compile_) for i in range(repeats)]
     peak = peak_gflops(env)
-    tps = statistics.median(r["minigpt_tokens_per_s"] for r in runs)
+    med = medians(runs)  # minigpt_tokens_per_s, reference_tokens_per_s, ratio
     flops = flops_per_token()
     return {
-        "repeats": repeats, "steps": steps, "compile": compile_, "runs": runs,
-        "minigpt_tokens_per_s": tps,
-        "reference_tokens_per_s": statistics.median(r["reference_tokens_per_s"] for r in runs),
-        "ratio": statistics.median(r["ratio"] for r in runs), "target_ratio": TARGET_RATIO,
-        "flops_per_token": flops, "bf16_peak_gflops": peak, "fraction_of_peak": tps * flops / (peak * 1e9),
+        "repeats": repeats, "steps": steps, "compile": compile_, "runs": runs, **med, "target_ratio": TARGET_RATIO,
+        "flops_per_token": flops, "bf16_peak_gflops": peak,
+        "fraction_of_peak": med["minigpt_tokens_per_s"] * flops / (peak * 1e9),
     }  # fmt: skip
 
 
 def describe(s: dict[str, Any]) -> str:
-    met = "yes" if s["ratio"] >= TARGET_RATIO else "NO"
+    met = yes_no(s["ratio"] >= TARGET_RATIO)
     return (f"6x384, context 256, batch 16: minigpt {s['minigpt_tokens_per_s']:,.0f} tokens/s, reference "
             f"{s['reference_tokens_per_s']:,.0f}: {s['ratio']:.2f}x (target >= {TARGET_RATIO:g}x: {met}); "
             f"{100 * s['fraction_of_peak']:.0f}% of the measured bf16 peak ({s['bf16_peak_gflops']:.0f} GFLOP/s, "
@@ -102,18 +102,15 @@ def describe(s: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--repeats", type=int, default=1)
+    add_pair_args(ap)
     ap.add_argument("--steps", type=int, default=STEPS, help="training steps of each side")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True, help="minigpt's train.compile")
     a = ap.parse_args(argv)
-    try:
-        with tempfile.TemporaryDirectory(prefix="minigpt-big-") as tmp:
-            summary = run(a.reference, a.data, Path(tmp), a.repeats, a.steps, a.compile)
-    except BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    if problem := pair_args_problem(a):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    with scratch("minigpt-big-") as tmp:
+        summary = run(a.reference, a.data, tmp, a.repeats, a.steps, a.compile)
     print(describe(summary))
     print(json.dumps(summary))
     return 0

@@ -23,13 +23,26 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import DEFAULT_DATA, DEFAULT_REFERENCE, REPO, BenchError, child_env, last_json, minigpt, progress, run_timed  # noqa: E402
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import (  # noqa: E402
+    REPO,
+    add_pair_args,
+    child_env,
+    medians,
+    minigpt_train,
+    pair_args_problem,
+    progress,
+    read_scalars,
+    run_reference,
+    run_timed,
+    scratch,
+    yes_no,
+)
 
 RECIPE = REPO / "configs" / "cpu_4min.yaml"
 BUDGET_S = 240.0
@@ -47,8 +60,7 @@ def loss_at(curve: list[list[float]], seconds: float) -> float | None:
 def reference_steps(ref: Path, data: Path, env: dict[str, str], budget: float) -> tuple[int, dict[str, Any]]:
     """How many reference steps fit in `budget` seconds of whole-process time, from a calibration run."""
     progress(f"budget: reference calibration ({CALIBRATION_STEPS} steps)")
-    out = last_json(run_timed([str(ref), "--data", str(data), "--device", "cpu", "--steps", str(CALIBRATION_STEPS)],
-                              env), "reference")  # fmt: skip
+    _, out = run_reference(ref, data, env, "--steps", str(CALIBRATION_STEPS))
     startup = out["curve"][0][1]  # process start to the end of the step-0 evaluation
     per_step = (out["wall_s"] - startup) / CALIBRATION_STEPS  # evaluations every 250 steps included
     return int((budget - startup) / per_step), out
@@ -56,12 +68,7 @@ def reference_steps(ref: Path, data: Path, env: dict[str, str], budget: float) -
 
 def minigpt_curve(run_dir: Path, launched: float) -> list[list[float]]:
     """[[step, seconds since launch, val/loss], ...] from the run's TensorBoard events."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    events = sorted(acc.Scalars("val/loss"), key=lambda e: e.step)
-    return [[e.step, round(e.wall_time - launched, 2), round(e.value, 4)] for e in events]
+    return [[e.step, round(e.wall_time - launched, 2), round(e.value, 4)] for e in read_scalars(run_dir, "val/loss")]
 
 
 def budget_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, seed: int,
@@ -71,16 +78,13 @@ def budget_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int,
     shorter = [] if budget == BUDGET_S else [f"train.max_time={budget - 8:g}s"]
     progress(f"budget [{rep}]: minigpt train configs/cpu_4min.yaml (train.seed={seed} {' '.join(shorter)})")
     launched = time.time()
-    train = run_timed(minigpt("train", str(RECIPE), "--data", str(data), "--out", str(run_dir), "--device", "cpu",
-                              f"train.seed={seed}", *shorter), env)  # fmt: skip
+    train = run_timed(minigpt_train(data, run_dir, f"train.seed={seed}", *shorter, config=RECIPE), env)
     results = json.loads((run_dir / "results.json").read_text())
     curve = minigpt_curve(run_dir, launched)
     curve.append([results["steps"], round(train.wall_s, 2), round(results["val_loss_full"], 4)])
     steps, calibration = reference_steps(ref, data, env, budget)
     progress(f"budget [{rep}]: reference, {steps} steps (about {budget:.0f} s)")
-    ref_proc = run_timed([str(ref), "--data", str(data), "--device", "cpu", "--steps", str(steps),
-                          "--seed", str(seed)], env)  # fmt: skip
-    ref_out = last_json(ref_proc, "reference")
+    ref_proc, ref_out = run_reference(ref, data, env, "--steps", str(steps), "--seed", str(seed))
     # the reference times its curve from after its imports; shift it to time since launch, as minigpt's
     offset = ref_proc.wall_s - ref_out["wall_s"]
     ref_curve = [[step, round(t + offset, 2), loss] for step, t, loss in ref_out["curve"]]
@@ -94,10 +98,8 @@ def budget_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int,
 
 def summarize(runs: list[dict[str, Any]], budget: float = BUDGET_S) -> dict[str, Any]:
     """Medians over the repeats, and each curve read at the checkpoints."""
-
-    def med(key: str) -> float:
-        return statistics.median(r[key] for r in runs)
-
+    med = medians(runs, ("minigpt_wall_s", "minigpt_val_loss", "minigpt_steps",
+                         "reference_wall_s", "reference_val_loss", "reference_steps"))  # fmt: skip
     at: dict[str, dict[str, float | None]] = {}
     for s in [c for c in CHECKPOINTS_S if c < budget] + [int(budget)]:
         row = {}
@@ -107,10 +109,10 @@ def summarize(runs: list[dict[str, Any]], budget: float = BUDGET_S) -> dict[str,
             row[who] = statistics.median(vals) if all(v is not None for v in vals) else None
         at[str(s)] = row
     return {
-        "repeats": len(runs), "minigpt_wall_s": med("minigpt_wall_s"), "minigpt_val_loss": med("minigpt_val_loss"),
-        "minigpt_val_losses": [r["minigpt_val_loss"] for r in runs], "minigpt_steps": med("minigpt_steps"),
-        "reference_wall_s": med("reference_wall_s"), "reference_val_loss": med("reference_val_loss"),
-        "reference_steps": med("reference_steps"), "gap": med("reference_val_loss") - med("minigpt_val_loss"),
+        "repeats": len(runs), "minigpt_wall_s": med["minigpt_wall_s"], "minigpt_val_loss": med["minigpt_val_loss"],
+        "minigpt_val_losses": [r["minigpt_val_loss"] for r in runs], "minigpt_steps": med["minigpt_steps"],
+        "reference_wall_s": med["reference_wall_s"], "reference_val_loss": med["reference_val_loss"],
+        "reference_steps": med["reference_steps"], "gap": med["reference_val_loss"] - med["minigpt_val_loss"],
         "at_seconds": at, "runs": runs,
     }  # fmt: skip
 
@@ -146,7 +148,7 @@ def table(summary: dict[str, Any]) -> str:
     lines = ["| wall time | minigpt | reference | minigpt at or below? |", "| --- | --- | --- | --- |"]
     for s, row in summary["at_seconds"].items():
         m, r = row["minigpt"], row["reference"]
-        ok = "yes" if m is not None and r is not None and m <= r else ("-" if m is None or r is None else "NO")
+        ok = "-" if m is None or r is None else yes_no(m <= r)
         fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
         lines.append(f"| {s} s | {fmt(m)} | {fmt(r)} | {ok} |")
     lines.append(f"\nwhole process: minigpt {summary['minigpt_wall_s']:.1f} s ({summary['minigpt_steps']:.0f} steps), "
@@ -163,22 +165,15 @@ def run(ref: Path, data: Path, tmp: Path, repeats: int, budget: float = BUDGET_S
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--repeats", type=int, default=1, help="pairs to run (seeds 1337, 1338, ...); medians reported")
+    add_pair_args(ap, repeats="pairs to run (seeds 1337, 1338, ...); medians reported")
     ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds (less than 240: a smoke test)")
     ap.add_argument("--plot", type=Path, default=PLOT, help="PNG to write")
     a = ap.parse_args(argv)
-    for what, path in (("reference", a.reference), ("data", a.data)):
-        if not path.is_file():
-            print(f"error: {what} file {path} not found", file=sys.stderr)
-            return 2
-    try:
-        with tempfile.TemporaryDirectory(prefix="minigpt-budget-") as tmp:
-            summary = run(a.reference, a.data, Path(tmp), a.repeats, a.budget)
-    except BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    if problem := pair_args_problem(a):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    with scratch("minigpt-budget-") as tmp:
+        summary = run(a.reference, a.data, tmp, a.repeats, a.budget)
     plot(summary["runs"], a.plot)
     print(table(summary))
     print(f"plot: {a.plot}")

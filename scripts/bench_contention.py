@@ -23,24 +23,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import DEFAULT_DATA, REPO, child_env, medians, minigpt_train  # noqa: E402
+
 TRAIN_STEPS = 480
 
 
 def env_for(variant: str, cache: Path) -> dict[str, str]:
     """PASSIVE / ACTIVE: OMP_WAIT_POLICY; SPIN=N: GOMP_SPINCOUNT=N (how long idle threads spin
     before sleeping; libgomp's own default is 300000); MINIGPT: what minigpt sets by itself."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env.update({"PYTHONPATH": str(REPO), "MINIGPT_CACHE_DIR": str(cache)})
+    env = child_env(cache, drop=("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
     if variant.startswith("SPIN="):
         env["GOMP_SPINCOUNT"] = variant[5:]
     elif variant != "MINIGPT":
@@ -49,8 +49,8 @@ def env_for(variant: str, cache: Path) -> dict[str, str]:
 
 
 def train_cmd(data: Path, out: Path, steps: int) -> list[str]:
-    return [sys.executable, "-m", "minigpt", "train", "--data", str(data), "--out", str(out), "--device", "cpu",
-            f"train.max_steps={steps}", "train.final_eval=false", "log.progress=off"]  # fmt: skip
+    return [sys.executable, *minigpt_train(data, out, f"train.max_steps={steps}", "train.final_eval=false",
+                                           "log.progress=off")]  # fmt: skip
 
 
 def tokens_per_s(stderr: str) -> float:
@@ -117,7 +117,7 @@ def measure(policy: str, data: Path, tmp: Path, steps: int, chars: int) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=REPO / "data" / "tinyshakespeare.txt")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--policies", nargs="+", default=["MINIGPT", "SPIN=300000", "PASSIVE"])
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--steps", type=int, default=TRAIN_STEPS)
@@ -129,12 +129,12 @@ def main(argv: list[str] | None = None) -> int:
             for policy in a.policies:
                 print(f"[{rep + 1}/{a.repeats}] OMP_WAIT_POLICY={policy} ...", file=sys.stderr, flush=True)
                 results[policy].append(measure(policy, a.data, Path(tmp_name) / f"r{rep}", a.steps, a.chars))
-    medians = {p: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for p, runs in results.items()}
-    keys = list(next(iter(medians.values())))
-    print(f"{'metric (medians)':<24}" + "".join(f"{p:>12}" for p in medians))
+    med = {p: medians(runs) for p, runs in results.items()}
+    keys = list(next(iter(med.values())))
+    print(f"{'metric (medians)':<24}" + "".join(f"{p:>12}" for p in med))
     for k in keys:
-        print(f"{k:<24}" + "".join(f"{m[k]:>12,.2f}" for m in medians.values()))
-    print(json.dumps({"repeats": a.repeats, "steps": a.steps, "chars": a.chars, "runs": results, "medians": medians}))
+        print(f"{k:<24}" + "".join(f"{m[k]:>12,.2f}" for m in med.values()))
+    print(json.dumps({"repeats": a.repeats, "steps": a.steps, "chars": a.chars, "runs": results, "medians": med}))
     return 0
 
 

@@ -21,19 +21,22 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "data" / "tinyshakespeare.txt"
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import BARE_RUN, DEFAULT_DATA, REPO, child_env, minigpt_train  # noqa: E402
+
+SOURCE = DEFAULT_DATA  # the text every corpus is built from
 STEPS = 100  # enough random windows that pages left mapped would show in the peak
 TRAIN_ARGS = [
-    f"train.max_steps={STEPS}", f"train.eval_interval={STEPS}", "train.eval_steps=2", "train.final_eval=false",
-    "log.interval=1", "log.progress=lines", "log.progress_seconds=0.001", "log.tensorboard=false",
-    "log.sample_length=0", "log.attention_probe=",
+    f"train.max_steps={STEPS}", f"train.eval_interval={STEPS}", "train.eval_steps=2", *BARE_RUN,
+    "log.interval=1", "log.progress=lines", "log.progress_seconds=0.001",
 ]  # fmt: skip
 
 
@@ -71,15 +74,15 @@ def build_folder(root: Path, mb: int, files: int) -> int:
 def torch_import_seconds() -> float:
     code = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
     runs = [float(subprocess.check_output([sys.executable, "-c", code], text=True)) for _ in range(3)]
-    return sorted(runs)[1]
+    return statistics.median(runs)
 
 
 def train_once(data: Path, out: Path, cache: Path) -> dict:
     """One `minigpt train`: peak RSS, reported hashing/encoding seconds, time to the first step."""
-    env = {**os.environ, "MINIGPT_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "minigpt", "train", "--data", str(data), "--out", str(out), *TRAIN_ARGS]
+    env = child_env(cache, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, *minigpt_train(data, out, *TRAIN_ARGS, device=None)]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     first_step, lines, prep_s = None, [], 0.0
     for line in proc.stderr:
         lines.append(line.rstrip())

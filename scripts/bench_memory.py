@@ -3,7 +3,7 @@
 
 For each config it starts a child process that builds the trainer, notes its resident memory,
 runs three training steps and reads its peak resident memory (ru_maxrss). The difference is what
-training added on top of the loaded program and data; the estimate of `minigpt.runtime.memory` for the
+training added on top of the loaded program and data; the estimate of `minigpt.train.preflight` for the
 same config (minus the weights, which are resident before the steps) should be within 30% of it.
 
     uv run python scripts/bench_memory.py                 # the built-in configs
@@ -12,12 +12,15 @@ same config (minus the weights, which are resident before the steps) should be w
 
 from __future__ import annotations
 
+import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import DEFAULT_DATA, BenchError, child_env, last_json, run_timed  # noqa: E402
+
 CONFIGS = [
     "train.batch_size=64",
     "train.batch_size=256",
@@ -54,22 +57,24 @@ print(json.dumps({"measured": peak - before, "estimated": est}))
 
 
 def measure(data: Path, overrides: list[str]) -> dict[str, float]:
-    env_path = {"PYTHONPATH": str(REPO)}
-    import os
-
-    out = subprocess.run([sys.executable, "-c", CHILD, str(data), *overrides], capture_output=True, text=True,
-                         env={**os.environ, **env_path}, check=True).stdout  # fmt: skip
-    result = json.loads(out.strip().splitlines()[-1])
+    result = last_json(run_timed(["-c", CHILD, str(data), *overrides], child_env()), "the measuring child")
     result["ratio"] = result["estimated"] / result["measured"]
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
-    data = REPO / "data" / "tinyshakespeare.txt"
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("configs", nargs="*", metavar="CONFIG",
+                    help="space-separated overrides of one config, quoted (default: the built-in configs)")  # fmt: skip
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="text file to train on")
+    a = ap.parse_args(argv)
     rows = []
-    for config in args or CONFIGS:
-        r = measure(data, config.split())
+    for config in a.configs or CONFIGS:
+        try:
+            r = measure(a.data, config.split())
+        except BenchError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         rows.append({"config": config, **r})
         print(f"{r['measured'] / 2**20:8.0f} MB measured  {r['estimated'] / 2**20:8.0f} MB estimated  "
               f"ratio {r['ratio']:.2f}  {config}", flush=True)  # fmt: skip

@@ -25,15 +25,24 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from io import BytesIO
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import BARE_RUN, REPO, BenchError, Proc, child_env, minigpt, minigpt_train, run_timed  # noqa: E402
+
 TINY = ["model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=16", "train.batch_size=8",
-        "train.max_steps=5", "train.eval_interval=5", "train.eval_steps=2", "train.final_eval=false",
-        "log.sample_length=0", "log.attention_probe=", "log.tensorboard=false", "log.progress=off"]  # fmt: skip
-MODULE_COUNT = "import sys\nfrom minigpt.cli.app import main\nmain(['--help'])\nprint(len(sys.modules), file=sys.stderr)"
+        "train.max_steps=5", "train.eval_interval=5", "train.eval_steps=2", *BARE_RUN, "log.progress=off"]  # fmt: skip
+# `minigpt --help` in-process, then how many modules it imported (printed to stderr)
+MODULE_COUNT = "import sys\nfrom {cli} import main\nmain(['--help'])\nprint(len(sys.modules), file=sys.stderr)"
+
+
+def module_count_code(code: Path) -> str:
+    """MODULE_COUNT for the tree at `code`: `main` is in minigpt/cli/app.py since the move into
+    subpackages (6fc6243), in minigpt/cli.py before it."""
+    new_layout = (code / "minigpt" / "cli" / "app.py").is_file()
+    return MODULE_COUNT.format(cli="minigpt.cli.app" if new_layout else "minigpt.cli")
 
 
 def unpack(ref: str, dest: Path) -> Path:
@@ -45,22 +54,15 @@ def unpack(ref: str, dest: Path) -> Path:
 
 
 def env_for(code: Path, cache: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("_MINIGPT")}
-    env.update(
-        {"PYTHONPATH": str(code), "MINIGPT_CACHE_DIR": str(cache), "COLUMNS": "100", "BENCH_CWD": str(cache.parent)}
-    )
-    return env
+    """The child environment with only `code` on PYTHONPATH (its minigpt, whatever PYTHONPATH says here)."""
+    drop = [k for k in os.environ if k.startswith("_MINIGPT")]
+    return child_env(cache, drop=drop, PYTHONPATH=str(code), COLUMNS="100", BENCH_CWD=str(cache.parent))
 
 
-def run(args: list[str], env: dict[str, str], check: bool = True) -> tuple[float, subprocess.CompletedProcess]:
+def run(args: list[str], env: dict[str, str], check: bool = True) -> Proc:
     """`python ARGS` from the temporary folder (the current directory comes first on sys.path, so
     running from the repository would import its minigpt whatever PYTHONPATH says)."""
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, cwd=env["BENCH_CWD"])
-    seconds = time.perf_counter() - t0
-    if check and proc.returncode != 0:
-        raise SystemExit(f"{args} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return seconds, proc
+    return run_timed(args, env, cwd=Path(env["BENCH_CWD"]), check=check)
 
 
 def make_text(n_chars: int = 20_000) -> str:
@@ -69,41 +71,48 @@ def make_text(n_chars: int = 20_000) -> str:
     return "".join(lines)[:n_chars]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", default="HEAD", help="git ref of the code to compare against (default HEAD)")
-    parser.add_argument("--repeats", type=int, default=9, help="runs of each command per variant (default 9)")
-    opts = parser.parse_args(argv)
-
+def measure(before_ref: str, repeats: int) -> tuple[dict[str, dict[str, list[float]]], dict[str, int]]:
+    """Seconds of each command for each variant, alternating, and the modules `minigpt --help` imports."""
     with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp_name:
         tmp = Path(tmp_name)
-        before = unpack(opts.before, tmp / "before")
-        variants = {"before": env_for(before, tmp / "cache"), "after": env_for(REPO, tmp / "cache")}
+        trees = {"before": unpack(before_ref, tmp / "before"), "after": REPO}
+        variants = {name: env_for(code, tmp / "cache") for name, code in trees.items()}
         for name, env in variants.items():
-            where = run(["-c", "import minigpt; print(minigpt.__file__)"], env)[1].stdout.strip()
+            where = run(["-c", "import minigpt; print(minigpt.__file__)"], env).stdout.strip()
             print(f"{name}: {where}", file=sys.stderr)
         text = tmp / "text.txt"
         text.write_text(make_text(), encoding="utf-8")
         run_dir = tmp / "run"
-        run(["-m", "minigpt", "train", "--data", str(text), "--out", str(run_dir), "--device", "cpu", *TINY],
-            variants["after"])  # fmt: skip
+        run(minigpt_train(text, run_dir, *TINY), variants["after"])
 
         commands = {
             "--help": ["--help"],
             "sample 1 char": ["sample", str(run_dir), "--max-new-tokens", "1", "--device", "cpu"],
         }
-        has_version = run(["-m", "minigpt", "--version"], variants["after"], check=False)[1].returncode == 0
-        if has_version:
+        if run(minigpt("--version"), variants["after"], check=False).returncode == 0:
             commands["--version"] = ["--version"]
         times: dict[str, dict[str, list[float]]] = {c: {v: [] for v in variants} for c in commands}
-        for i in range(opts.repeats):
+        for i in range(repeats):
             order = list(variants) if i % 2 == 0 else list(reversed(variants))
             for command, args in commands.items():
                 for name in order:
                     if command == "--version" and name == "before":
                         continue  # the old code may not have it
-                    times[command][name].append(run(["-m", "minigpt", *args], variants[name])[0])
-        modules = {n: int(run(["-c", MODULE_COUNT], env)[1].stderr.split()[-1]) for n, env in variants.items()}
+                    times[command][name].append(run(minigpt(*args), variants[name]).wall_s)
+        counts = {name: run(["-c", module_count_code(trees[name])], env) for name, env in variants.items()}
+    return times, {name: int(proc.stderr.split()[-1]) for name, proc in counts.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", default="HEAD", help="git ref of the code to compare against (default HEAD)")
+    parser.add_argument("--repeats", type=int, default=9, help="runs of each command per variant (default 9)")
+    opts = parser.parse_args(argv)
+    try:
+        times, modules = measure(opts.before, opts.repeats)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
     print(f"\nwhole-process seconds, medians of {opts.repeats} (before = {opts.before}, after = working tree)")
     print(f"{'command':<16} {'before':>8} {'after':>8} {'after/before':>13}   (max - min: before, after)")

@@ -19,11 +19,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import REPO, BenchError, child_env, last_json, minigpt, progress, run_timed  # noqa: E402
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import (  # noqa: E402
+    DEFAULT_DATA,
+    REPO,
+    child_env,
+    last_json,
+    minigpt,
+    minigpt_train,
+    missing_file,
+    progress,
+    run_timed,
+    scratch,
+)
 
 # each option as (off, on) overrides; the rest of the config is left as it is
 OPTIONS = {
@@ -35,41 +46,33 @@ OPTIONS = {
 def train_and_eval(name: str, a: argparse.Namespace, overrides: list[str], tmp: Path, env: dict) -> dict:
     run_dir = tmp / name
     progress(f"{name}: minigpt train {a.config} {' '.join(overrides)}")
-    proc = run_timed(
-        minigpt("train", str(a.config), "--data", str(a.data), "--out", str(run_dir), "--device", a.device,
-                f"train.max_steps={a.steps}", f"train.eval_interval={a.steps}", "log.attention_probe=", *overrides),
-        env,
-    )  # fmt: skip
+    args = [f"train.max_steps={a.steps}", f"train.eval_interval={a.steps}", "log.attention_probe=", *overrides]
+    proc = run_timed(minigpt_train(a.data, run_dir, *args, config=a.config, device=a.device), env)
     ev = last_json(run_timed(minigpt("eval", str(run_dir), "--json", "--device", a.device), env), "minigpt eval")
     return {"val_loss": float(ev["loss"]), "train_wall_s": round(proc.wall_s, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=REPO / "data" / "tinyshakespeare.txt")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--config", type=Path, default=REPO / "configs" / "default.yaml")
     ap.add_argument("--steps", type=int, default=480, help="optimizer steps per run (default: the default config's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--compare", choices=sorted(OPTIONS), default="compile", help="the option to turn on and off")
     ap.add_argument("--tolerance", type=float, default=0.02, help="smallest gap (nats) counted as noise")
     a = ap.parse_args(argv)
-    for what, path in (("--data", a.data), ("--config", a.config)):
-        if not path.is_file():
-            print(f"error: {what} {path} is not a file", file=sys.stderr)
-            return 2
+    if problem := missing_file(("--data", a.data), ("--config", a.config)):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     seed = int(__import__("yaml").safe_load(a.config.read_text())["train"]["seed"])
-    try:
-        with tempfile.TemporaryDirectory(prefix="minigpt-quality-") as tmp:
-            env = child_env(Path(tmp) / "cache")
-            off, on = OPTIONS[a.compare]
-            runs = {
-                "off": train_and_eval("off", a, [off], Path(tmp), env),
-                "on": train_and_eval("on", a, [on], Path(tmp), env),
-                "off_next_seed": train_and_eval("off_next_seed", a, [off, f"train.seed={seed + 1}"], Path(tmp), env),
-            }
-    except BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    with scratch("minigpt-quality-") as tmp:
+        env = child_env(tmp / "cache")
+        off, on = OPTIONS[a.compare]
+        runs = {
+            "off": train_and_eval("off", a, [off], tmp, env),
+            "on": train_and_eval("on", a, [on], tmp, env),
+            "off_next_seed": train_and_eval("off_next_seed", a, [off, f"train.seed={seed + 1}"], tmp, env),
+        }
     gap = abs(runs["on"]["val_loss"] - runs["off"]["val_loss"])
     noise = abs(runs["off_next_seed"]["val_loss"] - runs["off"]["val_loss"])
     ok = gap <= max(noise, a.tolerance)
