@@ -8,12 +8,11 @@ from __future__ import annotations
 import contextlib
 import json
 import mmap
-import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -21,7 +20,8 @@ from minigpt.data import encoding
 from minigpt.data.encoding import CACHE_VERSION, CHUNK, Encoded, Layout, ProgressFactory, storage_dtype, warn_skipped
 from minigpt.data.tokenizer import tokenizer_from_dict
 from minigpt.errors import UserError
-from minigpt.io.atomic import atomic_write, default_file_mode
+from minigpt.io import atomic
+from minigpt.io.lock import FileLock
 
 
 class DamagedCache(Exception):
@@ -72,19 +72,16 @@ def max_id(path: Path, dtype: np.dtype) -> int:
 
 @contextlib.contextmanager
 def _entry_lock(path: Path) -> Iterator[None]:
-    """Two processes that start on the same new corpus: one encodes, the other waits and reads."""
+    """Two processes that start on the same new corpus: one encodes, the other waits and reads.
+    Where the lock file cannot be made (a read-only cache) the entry goes unlocked: its writes are
+    atomic, so two encoders at worst do the same work twice."""
+    lock = FileLock(path)
+    with contextlib.suppress(OSError):
+        lock.acquire()
     try:
-        import fcntl
-
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except (ImportError, OSError):
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)
+        lock.release()
 
 
 def load_or_encode(layout: Layout, cache_dir: Path | None, progress: ProgressFactory | None, desc: str,
@@ -119,7 +116,7 @@ def load_or_encode(layout: Layout, cache_dir: Path | None, progress: ProgressFac
             with atomic_open(bin_path) as out:
                 tok, meta = encoding.encode(layout, out, progress, desc, check_vocab, key)
             payload = json.dumps(meta).encode("utf-8")
-            atomic_write(meta_path, lambda f: f.write(payload))
+            atomic.atomic_write(meta_path, lambda f: f.write(payload))
         except OSError as e:
             if damaged is not None:
                 raise UserError(
@@ -144,16 +141,7 @@ def _encode_to_temp(layout: Layout, progress: ProgressFactory | None, desc: str,
     return Encoded(tok, ids, meta["split"], meta["documents"], meta["skipped"])
 
 
-@contextlib.contextmanager
-def atomic_open(path: Path) -> Iterator[IO[bytes]]:
-    """A file written under a temporary name and renamed into place only when complete."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, default_file_mode())
-        with os.fdopen(fd, "wb") as f:
-            yield f
-        os.replace(tmp, path)  # no fsync of gigabytes: a torn entry fails the length check and is re-encoded
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def atomic_open(path: Path) -> contextlib.AbstractContextManager[BinaryIO]:
+    """An entry's writer: atomic, not durable. No fsync of gigabytes: an entry torn by a crash fails
+    the length check on the next load and is re-encoded."""
+    return atomic.atomic_open(path, fsync=False)

@@ -1,11 +1,18 @@
-"""Crash-safe file writes: a temporary file in the same directory, flushed and fsynced, then renamed
-over the target. A crash at any moment leaves the old file or the new one, never a partial file."""
+"""Crash-safe file writes, the package's one mechanism for them: a temporary file in the same
+directory, renamed over the target only when it is complete. A crash at any moment leaves the old
+file or the new one, never a partial file; an exception while writing leaves the old file and no
+temporary one.
+
+Durable by default (the data, then the rename, fsynced): a checkpoint or a config must survive a
+power cut. `fsync=False` is for files checked when read and rebuilt when torn, where forcing
+gigabytes to disk would only cost time (the encoding cache)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,24 +24,41 @@ def default_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write `path` through `write(file)` atomically and durably."""
+@contextlib.contextmanager
+def atomic_open(path: Path, *, fsync: bool = True) -> Iterator[BinaryIO]:
+    """A file to write `path` through: it replaces `path` when the block ends, and on any exception
+    (KeyboardInterrupt included) it is removed and `path` is left as it was."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, default_file_mode())
+        if hasattr(os, "fchmod"):  # not on Windows before Python 3.13, where mkstemp's mode is moot
+            os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+            yield f
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the write's own error is the one to report
+            os.unlink(tmp)
         raise
+    if fsync:
+        _fsync_directory(path.parent)
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write `path` through `write(file)` atomically and durably."""
+    with atomic_open(path) as f:
+        write(f)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable, where the filesystem allows it."""
     try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
+        dir_fd = os.open(directory, os.O_RDONLY)
         try:
-            os.fsync(dir_fd)  # make the rename itself durable
+            os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
     except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename is still atomic
+        pass  # some filesystems (and Windows) cannot fsync a directory; the rename is still atomic
