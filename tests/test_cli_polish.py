@@ -71,6 +71,22 @@ def test_every_help_shows_its_choices_and_real_examples(cli, monkeypatch) -> Non
         assert key in helps["train"], key
 
 
+def test_flags_show_no_metavar_and_options_with_values_keep_theirs(cli, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    helps = {command: cli(command, "--help").out for command in COMMANDS} | {"minigpt": cli("--help").out}
+    flags = {"minigpt": ["--version", "--help"], "train": ["--resume", "--help"], "eval": ["--json"],
+             "sample": ["--json", "--interactive"], "score": ["--json", "--no-color"], "runs": ["--json"]}  # fmt: skip
+    for command, text in helps.items():
+        assert "<bool>" not in text, command
+        for flag in flags.get(command, []):
+            row = next(line for line in text.splitlines() if f" {flag} " in line)
+            after = row.split(flag, 1)[1].lstrip(" -i")  # the short form (-i) may stand between
+            assert not after.startswith("<"), (command, row)
+    assert "--dtype" in helps["sample"] and "<auto|float32|bfloat16>" in helps["sample"]
+    assert "--nproc" in helps["train"] and "<int range>" in helps["train"]
+    assert "--device" in helps["eval"] and "<auto|cpu|cuda|cuda:N|mps>" in helps["eval"]
+
+
 @pytest.fixture
 def named_shell(monkeypatch):
     """`--install-completion SHELL` sets typer's switch in os.environ: undo it after the test."""

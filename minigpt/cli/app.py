@@ -13,13 +13,23 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperOption
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.help import SampleDtype, UnknownChars, epilog
 from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.runtime.cores import measure_load_from_now
+
+_display_type_rich = TyperOption.display_type_rich
+
+
+def _flag_without_metavar(self: TyperOption, ctx) -> str | None:
+    """A flag takes no value, so its help shows none: typer 0.29 showed `--json <bool>`."""
+    return None if self.is_flag else _display_type_rich(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_without_metavar  # every option of every command, --help included
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -103,43 +113,8 @@ def _device(name: str, threads: int):
     return resolve_device(name)
 
 
-def _split_args(args: list[str]) -> tuple[Path | None, list[str]]:
-    """[CONFIG] [KEY=VALUE ...] -> (config path, overrides)."""
-    configs = [a for a in args if "=" not in a]
-    overrides = [a for a in args if "=" in a]
-    if len(configs) > 1:
-        raise UserError(
-            f"expected at most one CONFIG file, got {', '.join(configs)}; overrides are written KEY=VALUE "
-            "(e.g. model.n_layer=6)"
-        )
-    return (Path(configs[0]) if configs else None), overrides
-
-
-def _launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool,
-                      config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
-    """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
-    from minigpt.config.files import load_config
-    from minigpt.config.schema import MPS_PROCESSES, batch_split_error
-    from minigpt.runtime.distributed import launch_local
-
-    if flags["--device"] == "mps":
-        raise UserError(MPS_PROCESSES)
-    if not resume:  # say what is wrong once, here, rather than from every process
-        cfg = load_config(config_path, overrides)
-        split = batch_split_error(cfg.train, nproc, "--nproc")
-        if split:
-            raise UserError(split)
-        if cfg.train.device == "mps" and flags["--device"] is None:
-            raise UserError(MPS_PROCESSES)
-    argv = ["train", *args]
-    for flag, value in flags.items():
-        if value is not None:
-            argv += [flag, str(value)]
-    launch_local(nproc, argv + (["--resume"] if resume else []))
-
-
-@app.command(cls=_TrainCommand)
-def train(
+@app.command(name="train", cls=_TrainCommand)
+def train_cmd(
     args: Annotated[
         list[str] | None,
         typer.Argument(
@@ -172,13 +147,15 @@ def train(
     ] = None,
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
-    config_path, overrides = _split_args(args or [])
+    from minigpt.cli.launcher import launch_processes, split_args
+
+    config_path, overrides = split_args(args or [])
     if init_from is not None and resume:
         raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
     if nproc is not None:
         flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}
-        _launch_processes(nproc, args or [], flags, resume, config_path, overrides)
-    from minigpt.train.launch import train_command
+        launch_processes(nproc, args or [], flags, resume, config_path, overrides)
+    from minigpt.train.launch import start_run
 
     extra: list[str | tuple[str, object]] = list(overrides)
     if data is not None:
@@ -187,7 +164,7 @@ def train(
         extra.append(("train.device", device))
     if init_from is not None:
         extra.append(("train.init_from", str(init_from)))
-    train_command(config_path, extra, out, resume)
+    start_run(config_path, extra, out, resume)
 
 
 def _write_stdout(text: str) -> None:

@@ -2,9 +2,9 @@
 by Tab completion, refused with click's own "invalid value" line), what its path arguments
 complete to, each command's examples, and the --version line.
 
-Standard library only, because `minigpt --help` and every Tab press import it. The Literal types
-repeat config.py's choices for the sampling flags (config.py checks them for the Python API; a
-test keeps the two equal): importing config.py would cost ~12 ms on every start.
+Standard library only, because `minigpt --help` and every Tab press import it. The choices come
+from config/choices.py, which the config schema reads too: one list, and none of the schema's
+import cost.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import sys
 from collections.abc import Callable
 from typing import Literal
 
-SampleDtype = Literal["auto", "float32", "bfloat16"]  # minigpt sample --dtype (config.SampleOptions.dtype)
-UnknownChars = Literal["error", "skip"]  # minigpt sample --unknown (config.SampleOptions.unknown)
-DEVICE_METAVAR = "<auto|cpu|cuda|cuda:N|mps>"  # not a closed set (cuda:N), so not a Literal
+from minigpt.config.choices import DEVICE_METAVAR, DEVICES, SAMPLE_DTYPES, UNKNOWN_CHARS
+
+SampleDtype = Literal[SAMPLE_DTYPES]  # minigpt sample --dtype (config.SampleOptions.dtype)
+UnknownChars = Literal[UNKNOWN_CHARS]  # minigpt sample --unknown (config.SampleOptions.unknown)
+__all__ = ["DEVICE_METAVAR", "SampleDtype", "UnknownChars"]
 
 EXAMPLES = {  # the end of each command's --help (rich markup: no square brackets)
     "minigpt": """minigpt train                         # tiny Shakespeare, the default model, on the CPU
@@ -56,7 +58,7 @@ def train_epilog() -> str:
     from minigpt.config.schema import all_keys
 
     fixed = [f"{k}={'|'.join(f.metadata['choices'])}" for k, f in all_keys().items() if f.metadata.get("choices")]
-    return epilog("train") + "\n\nKeys with fixed values (every key: README.md):\n" + "\n".join(fixed)
+    return epilog("train") + "\n\nKeys with fixed values (every key: docs/configuration.md):\n" + "\n".join(fixed)
 
 
 def version_line() -> str:
@@ -73,7 +75,7 @@ def version_line() -> str:
 
 
 def complete_device(incomplete: str) -> list[str]:
-    return [d for d in ("auto", "cpu", "cuda", "mps") if d.startswith(incomplete)]
+    return [d for d in DEVICES if d.startswith(incomplete)]
 
 
 def _matches(incomplete: str, keep_file: Callable[[str], bool]) -> list[str]:

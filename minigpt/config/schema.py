@@ -19,16 +19,13 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from minigpt.config.choices import DEVICE_NAMES, SAMPLE_DTYPES, UNKNOWN_CHARS, is_device_name
 from minigpt.config.fields import SEED_LIMIT, _f, field_error
 from minigpt.errors import UserError
 
 DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
 
 
-DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
-MPS_PROCESSES = (
-    "multi-process training (--nproc / torchrun) runs on CUDA or the CPU, not on mps; use --device cpu or one process"
-)
 
 
 @dataclass(frozen=True)
@@ -313,12 +310,6 @@ def batch_split_error(t: TrainConfig, processes: int = 1, what: str = "the numbe
     return msg if processes == 1 else f"{msg} x {what} ({processes}); change one of them"
 
 
-def is_device_name(name: str) -> bool:
-    """auto, cpu, mps, cuda or cuda:N (whether it exists here is the runtime's question)."""
-    prefix, colon, index = name.partition(":")
-    return name in ("auto", "cpu", "mps", "cuda") or (prefix == "cuda" and bool(colon) and index.isdigit())
-
-
 def validate(cfg: Config, source: str) -> None:
     """Reject impossible values and combinations, naming the key: the bounds and choices in the
     fields' metadata, then the rules that involve two keys."""
@@ -360,8 +351,8 @@ class SampleOptions:
     top_k: int | None = _f(None, "keep the k most likely characters", ge=1)
     top_p: float | None = _f(None, "nucleus: keep the most likely p of the probability mass", gt=0, le=1)
     seed: int = _f(1337, "random seed; the same seed gives the same text", ge=0, lt=SEED_LIMIT)
-    unknown: str = _f("error", "prompt characters the model never saw: an error, or skipped", ("error", "skip"))
-    dtype: str = _f("auto", "the weights' precision while sampling", ("auto", "float32", "bfloat16"))
+    unknown: str = _f("error", "prompt characters the model never saw: an error, or skipped", UNKNOWN_CHARS)
+    dtype: str = _f("auto", "the weights' precision while sampling", SAMPLE_DTYPES)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

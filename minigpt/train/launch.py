@@ -1,5 +1,5 @@
 """Starting a training run: a new run or a resumed one, which config wins, which keys may change on
-resume, and the run directory itself. `minigpt train` calls `train_command`; the loop is the
+resume, and the run directory itself. `minigpt train` calls `start_run`; the loop is the
 `Trainer`'s."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from minigpt.data.sources import absolute_spec
 from minigpt.data.tokenizer import CharTokenizer, Tokenizer, tokenizer_from_dict
 from minigpt.errors import UserError
 from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
+from minigpt.io.lock import FileLock, LockHeld
 from minigpt.runtime import distributed
 from minigpt.runtime.device import configure_threads, log, resolve_device, resolve_dtype
 from minigpt.train import preflight
@@ -33,7 +34,7 @@ MAY_CHANGE_ON_RESUME = (
 )  # fmt: skip
 
 
-def train_command(
+def start_run(
     config_path: Path | None,
     overrides: Sequence[str | tuple[str, Any]],
     out_dir: Path | None,
@@ -52,11 +53,11 @@ def train_command(
         )
     cfg = load_config(config_path, overrides)
     if cfg.train.init_from is None:
-        return train(cfg, out_dir)
+        return run_training(cfg, out_dir)
     source = resolve_checkpoint(Path(cfg.train.init_from).expanduser(), prefer=BEST)
     start = Checkpoint.load(source)
     cfg = fine_tuning_config(config_path, overrides, config_from_dict(start.config, str(source)), source)
-    return train(cfg, out_dir, init_from=(source, start))
+    return run_training(cfg, out_dir, init_from=(source, start))
 
 
 def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], out_dir: Path) -> TrainResult:
@@ -75,7 +76,7 @@ def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]
         log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
     if "train.max_steps" in changed and ckpt.step < cfg.train.max_steps:
         log(replanned_schedule_note(saved, cfg, ckpt.step))
-    return train(cfg, out_dir, resume_from=ckpt)
+    return run_training(cfg, out_dir, resume_from=ckpt)
 
 
 def fine_tuning_config(
@@ -177,38 +178,25 @@ LOCK_NAME = ".lock"
 
 
 class RunLock:
-    """An exclusive lock on a run directory for the life of one training process: `fcntl.flock`
-    on RUN/.lock, which the kernel releases when the process ends in any way (kill -9 included).
-    The file holds the owner's pid, for the message the next one gets."""
+    """An exclusive lock on a run directory for the life of one training process: RUN/.lock,
+    through the package's one file lock (`minigpt.io.lock`). A second training is refused at once,
+    told the holder's pid; the kernel releases the lock when the process ends in any way (kill -9
+    included)."""
 
     def __init__(self, out_dir: Path) -> None:
-        self.path = out_dir / LOCK_NAME
-        self.fd: int | None = None
+        self.lock = FileLock(out_dir / LOCK_NAME, blocking=False)
 
     def acquire(self) -> None:
         try:
-            import fcntl
-        except ImportError:  # not a POSIX system: no lock
-            return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            owner = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            run = self.path.parent
+            self.lock.acquire()
+        except LockHeld as held:
             raise UserError(
-                f"{run} is in use by another minigpt training (pid {owner}); wait for it to end, or train into "
-                "another --out"
+                f"{held.path.parent} is in use by another minigpt training (pid {held.owner}); wait for it to end, "
+                "or train into another --out"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
-        self.fd = fd
 
     def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor releases the flock
-            self.fd = None
+        self.lock.release()
 
 
 def vocabulary_check(m: ModelConfig) -> Callable[[int], None]:
@@ -248,7 +236,7 @@ def model_vocabulary(
     return corpus.tokenizer
 
 
-def train(
+def run_training(
     cfg: Config,
     out_dir: Path,
     resume_from: Checkpoint | None = None,

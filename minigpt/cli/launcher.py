@@ -1,0 +1,44 @@
+"""`minigpt train` before any training: its CONFIG and KEY=VALUE arguments, and `--nproc N`, which
+checks what can be checked once and then becomes torchrun running N processes of `minigpt train`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minigpt.errors import UserError
+
+
+def split_args(args: list[str]) -> tuple[Path | None, list[str]]:
+    """[CONFIG] [KEY=VALUE ...] -> (config path, overrides)."""
+    configs = [a for a in args if "=" not in a]
+    overrides = [a for a in args if "=" in a]
+    if len(configs) > 1:
+        raise UserError(
+            f"expected at most one CONFIG file, got {', '.join(configs)}; overrides are written KEY=VALUE "
+            "(e.g. model.n_layer=6)"
+        )
+    return (Path(configs[0]) if configs else None), overrides
+
+
+def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool,
+                      config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
+    """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
+    from minigpt.config.choices import MPS_PROCESSES
+    from minigpt.config.files import load_config
+    from minigpt.config.schema import batch_split_error
+    from minigpt.runtime.distributed import launch_local
+
+    if flags["--device"] == "mps":
+        raise UserError(MPS_PROCESSES)
+    if not resume:  # say what is wrong once, here, rather than from every process
+        cfg = load_config(config_path, overrides)
+        split = batch_split_error(cfg.train, nproc, "--nproc")
+        if split:
+            raise UserError(split)
+        if cfg.train.device == "mps" and flags["--device"] is None:
+            raise UserError(MPS_PROCESSES)
+    argv = ["train", *args]
+    for flag, value in flags.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    launch_local(nproc, argv + (["--resume"] if resume else []))

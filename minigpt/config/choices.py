@@ -1,0 +1,20 @@
+"""The closed sets of values that both the config and the command line name: devices and the
+sampling flags' choices. Standard library only and tiny, because `minigpt --help` and every Tab
+press import it (the config schema itself costs ~12 ms more)."""
+
+from __future__ import annotations
+
+DEVICES = ("auto", "cpu", "cuda", "mps")  # and cuda:N
+DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
+DEVICE_METAVAR = "<auto|cpu|cuda|cuda:N|mps>"  # not a closed set (cuda:N), so not a Literal on the command line
+SAMPLE_DTYPES = ("auto", "float32", "bfloat16")  # minigpt sample --dtype
+UNKNOWN_CHARS = ("error", "skip")  # minigpt sample --unknown: prompt characters the model never saw
+MPS_PROCESSES = (
+    "multi-process training (--nproc / torchrun) runs on CUDA or the CPU, not on mps; use --device cpu or one process"
+)
+
+
+def is_device_name(name: str) -> bool:
+    """auto, cpu, mps, cuda or cuda:N (whether it exists here is the runtime's question)."""
+    prefix, colon, index = name.partition(":")
+    return name in DEVICES or (prefix == "cuda" and bool(colon) and index.isdigit())
