@@ -16,12 +16,13 @@ import numpy as np
 import torch
 
 from minigpt.config.schema import DEFAULT_DATA_PATH, DataConfig
-from minigpt.data.cache import load_or_encode, release_pages
+from minigpt.data.cache import load_or_encode
 from minigpt.data.encoding import Encoded, HashIndex, Layout, ProgressFactory
 from minigpt.data.sources import absolute_spec, choose_val_files, describe, resolve_sources
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.io.atomic import atomic_write
+from minigpt.runtime.memory import release_pages
 
 TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"

@@ -11,8 +11,6 @@ import numpy as np
 
 from minigpt.errors import UserError
 
-TOKENIZERS = ("char", "byte")
-
 
 class CharTokenizer:
     """Maps characters to ids and back. Stored in checkpoints as plain data (`to_dict`)."""
@@ -54,7 +52,7 @@ class CharTokenizer:
         if not missing:
             return self.encode_array(text)
         if unknown != "skip":
-            names = ", ".join(repr(c) for c in missing[:10]) + (", ..." if len(missing) > 10 else "")
+            names = name_chars(missing)
             skip = "--unknown skip" if what.startswith("--") else 'unknown="skip"'  # a flag, or the API's argument
             hint = f"; remove them or pass {skip} to drop them" if skip_hint else ""
             raise UserError(f"{what} has characters the model never saw in training: {names}{hint}")
@@ -179,10 +177,6 @@ def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
     return CharTokenizer(d["chars"])
 
 
-def new_tokenizer(kind: str, chars: Iterable[str] = ()) -> Tokenizer:
-    return ByteTokenizer() if kind == "byte" else CharTokenizer(sorted(set(chars)))
-
-
 def checked_text(tok: Tokenizer, text: str, what: str, unknown: str = "error") -> str:
     """`text` when the model can read it: not empty, and every character one it saw in training;
     with unknown='skip' the others are dropped (the tokenizer's rule, as for `minigpt sample`)."""
@@ -192,3 +186,8 @@ def checked_text(tok: Tokenizer, text: str, what: str, unknown: str = "error") -
     if not kept:
         raise UserError(f"{what} has no character the model saw in training")
     return kept
+
+
+def name_chars(chars: list[str], most: int = 10) -> str:
+    """Characters a model never saw, as error messages name them: the first `most`, quoted."""
+    return ", ".join(repr(c) for c in chars[:most]) + (", ..." if len(chars) > most else "")

@@ -13,11 +13,12 @@ import torch
 import torch.nn.functional as F
 
 from minigpt.config.schema import DataConfig
-from minigpt.data.cache import release_pages
 from minigpt.data.corpus import encode_corpus, load_corpus
+from minigpt.data.tokenizer import name_chars
 from minigpt.errors import UserError
 from minigpt.infer.loading import Loaded
 from minigpt.model import GPT
+from minigpt.runtime.memory import release_pages
 
 
 @dataclass
@@ -89,8 +90,7 @@ def eval_ids_for(loaded: Loaded, data: str | None) -> tuple[np.ndarray, np.ndarr
         enc, _, desc = encode_corpus(cfg)
         unseen = enc.tokenizer.unknown_to(tok)
         if unseen:
-            names = ", ".join(repr(c) for c in unseen[:10]) + (", ..." if len(unseen) > 10 else "")
-            raise UserError(f"data {desc} has characters the model never saw in training: {names}")
+            raise UserError(f"data {desc} has characters the model never saw in training: {name_chars(unseen)}")
         table = None if enc.tokenizer.same_as(tok) else tok.ids_of(enc.tokenizer)
         return enc.ids, table, f"all of {desc}"
     info = loaded.checkpoint.data

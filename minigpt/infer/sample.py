@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from minigpt.config.schema import SampleOptions
-from minigpt.data.tokenizer import Tokenizer
+from minigpt.data.tokenizer import Tokenizer, name_chars
 from minigpt.errors import UserError
 from minigpt.infer.decode import generate_batch
 from minigpt.infer.loading import Loaded
@@ -72,7 +72,7 @@ def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
             raise UserError("--stop must not be empty (an empty stop string would end every sample at once)")
         missing = tok.unknown(s)
         if missing:
-            names = ", ".join(repr(c) for c in missing)
+            names = name_chars(missing, most=len(missing))
             raise UserError(f"--stop {s!r} has characters the model never saw ({names}): it could never match")
 
 

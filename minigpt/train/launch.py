@@ -14,7 +14,7 @@ from minigpt.config.files import load_config, save_config
 from minigpt.config.schema import Config, ModelConfig, batch_split_error, config_from_dict
 from minigpt.data.corpus import Corpus, load_corpus
 from minigpt.data.sources import absolute_spec
-from minigpt.data.tokenizer import CharTokenizer, Tokenizer, tokenizer_from_dict
+from minigpt.data.tokenizer import CharTokenizer, Tokenizer, name_chars, tokenizer_from_dict
 from minigpt.errors import UserError
 from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
 from minigpt.io.lock import FileLock, LockHeld
@@ -150,9 +150,8 @@ def starting_vocabulary(start: Tokenizer, corpus_tok: Tokenizer, new_chars: str,
     if not unseen:
         return start
     if new_chars != "add":
-        names = ", ".join(repr(c) for c in unseen[:10]) + (", ..." if len(unseen) > 10 else "")
         raise UserError(
-            f"{corpus_path} has {len(unseen)} character(s) the model in {source} never saw: {names}; set "
+            f"{corpus_path} has {len(unseen)} character(s) the model in {source} never saw: {name_chars(unseen)}; set "
             "data.new_chars=add to give them new embedding rows, or remove them from the text"
         )
     return start.extended(unseen)
