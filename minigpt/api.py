@@ -8,8 +8,8 @@
     m.show_attention(text)                      # the explorer page, inline in Jupyter
     m.show_score(text)                          # the surprise page, inline in Jupyter
 
-Every method calls the library functions the command line calls (inference.py, attention.py,
-explorer.py), so the numbers and pages are the same as `minigpt sample / score / attention`.
+Every method calls the library functions the command line calls (infer/, inspect/), so the
+numbers and pages are the same as `minigpt sample / score / attention`.
 """
 
 from __future__ import annotations

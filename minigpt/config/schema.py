@@ -2,7 +2,7 @@
 
 One frozen dataclass per YAML section. Precedence: dataclass defaults < YAML file <
 command-line `KEY=VALUE` overrides. Every field carries a one-line help text (used by
-the README's key table and `minigpt train --help`), and every mistake raises
+docs/configuration.md's key table and `minigpt train --help`), and every mistake raises
 `UserError` naming the source and the key.
 
 The defaults here ARE the built-in default run (`configs/default.yaml` spells them

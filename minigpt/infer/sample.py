@@ -225,7 +225,7 @@ class OrderedOutput:
 def sample_records(loaded: Loaded, prompts: str | Sequence[str], opts: SampleOptions,
                    write: Callable[[str], None] | None = None, stops: Sequence[str] = (),
                    what: str = "--prompt") -> list[Sample]:  # fmt: skip
-    """`opts.num_samples` samples for each prompt, generated in batches (generation.py), seeds
+    """`opts.num_samples` samples for each prompt, generated in batches (generate_samples), seeds
     opts.seed, opts.seed + 1, ... in order. With `write`, stdout's form: prompt + continuation
     per sample, a single sample streamed, several separated by a blank line and '---', each
     written once it and those before it are complete. An empty prompt starts from a newline."""
