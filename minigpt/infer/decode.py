@@ -20,6 +20,13 @@ import torch.nn.functional as F
 from minigpt.model import GPT, KVCache
 
 
+def half_window(block: int) -> int:
+    """Half a context: how far the windows over a long text advance (scores, attention pages), and
+    what the sampler keeps when its cache is full, so a character always has at least half a
+    context before it."""
+    return max(1, block // 2)
+
+
 def next_token_probs(
     logits: torch.Tensor, temperature: float, top_k: int | None = None, top_p: float | None = None
 ) -> torch.Tensor:
@@ -115,7 +122,7 @@ def generate_batch(
                 break
             if cache.length >= block:  # full: slide to the last half window
                 cache.reset()
-                logits, _ = model(torch.tensor([s[-max(1, block // 2) :] for s in seqs], device=device), cache=cache)
+                logits, _ = model(torch.tensor([s[-half_window(block) :] for s in seqs], device=device), cache=cache)
             else:
                 logits, _ = model(torch.tensor(tokens, device=device).view(B, 1), cache=cache)
     finally:

@@ -11,13 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from minigpt.errors import UserError
+from minigpt.infer.decode import half_window
 from minigpt.infer.loading import Loaded
-
-
-def half_window(block: int) -> int:
-    """How far the windows over a long text advance: half a context, so that every character past
-    the first window is read with at least half a context before it."""
-    return max(1, block // 2)
 
 
 def window_count(n: int, block: int) -> int:

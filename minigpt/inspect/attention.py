@@ -12,7 +12,8 @@ import torch
 
 from minigpt.data.tokenizer import Tokenizer, checked_text
 from minigpt.errors import UserError
-from minigpt.infer.score import half_window, window_count
+from minigpt.infer.decode import half_window
+from minigpt.infer.score import window_count
 from minigpt.inspect.pages import MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS, VISIBLE, HtmlPage, attention_html, check_length
 from minigpt.model import GPT
 
