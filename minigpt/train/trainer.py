@@ -36,6 +36,7 @@ from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreShare
 from minigpt.runtime.device import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
 from minigpt.runtime.distributed import wrap_ddp
+from minigpt.train.interrupts import StopRequest
 from minigpt.train.optim import build_optimizer, load_optimizer_state
 from minigpt.train.reporting import Reporter, describe_run
 from minigpt.train.schedule import lr_at, time_progress
@@ -57,40 +58,6 @@ def estimate_loss(model: GPT, batches: Sequence[tuple[torch.Tensor, torch.Tensor
 
 
 OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-
-
-class StopRequest:
-    """Turns the first SIGINT/SIGTERM into a flag the loop checks between steps (so a step is never
-    cut in half); a second signal exits at once (checkpoints are written atomically, so nothing on
-    disk can be left half-written)."""
-
-    def __init__(self, hard_exit: bool = True) -> None:
-        # under torchrun the launcher itself follows a Ctrl-C with SIGTERM to every worker and
-        # kills them after its own timeout: there, further signals only keep the stop request
-        self.hard_exit = hard_exit
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.signum is not None:
-            if not self.hard_exit:
-                return
-            log("second interrupt: exiting now without saving")
-            raise SystemExit(128 + signum)
-        self.signum = signum
-        log(f"{signal.Signals(signum).name}: finishing this step, then saving last.pt (interrupt again to quit now)")
-
-    def __enter__(self) -> StopRequest:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (e.g. inside a test runner thread)
-                pass
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 @dataclass
