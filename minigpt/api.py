@@ -7,6 +7,7 @@
     maps, chars = m.attention("ROMEO: But")     # -> (layer, head, T, T) tensor, the characters
     m.show_attention(text)                      # the explorer page, inline in Jupyter
     m.show_score(text)                          # the surprise page, inline in Jupyter
+    m.export("exports/hf")                      # a transformers folder (format="onnx": ONNX)
 
 Every method calls the library functions the command line calls (infer/, inspect/), so the
 numbers and pages are the same as `minigpt sample / score / attention`.
@@ -90,6 +91,14 @@ class Model:
     def show_score(self, text: str, unknown: str = "error") -> HtmlPage:
         """The text coloured by surprise (`minigpt score --html`), inline in Jupyter; `.save(path)` writes it."""
         return score_page(self.loaded, text, "the text", unknown)
+
+    def export(self, out: str | Path, format: str = "hf", dtype: str = "float32", force: bool = False) -> Path:
+        """Write the model for other tools (`minigpt export`): format 'hf', a folder transformers
+        loads as it is, or 'onnx', model.onnx plus minigpt.json (docs/export.md). Returns the folder."""
+        from minigpt.export.folder import export_loaded
+
+        export_loaded(self.loaded, Path(out), format, dtype, force)
+        return Path(out)
 
 
 def load(target: str | Path = "runs/default", device: str = "auto") -> Model:

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperCommand, TyperOption
 
 from minigpt.cli import help as cli_help
-from minigpt.cli.help import SampleDtype, UnknownChars, epilog
+from minigpt.cli.help import ExportDtype, ExportFormat, SampleDtype, UnknownChars, epilog
 from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.runtime.cores import measure_load_from_now
@@ -311,6 +311,22 @@ def attention(
     loaded = load_model(target, _device(device, threads))
     for line in write_attention_files(loaded, text, what, out, html, layer, head, unknown):
         print(f"{line} (from {loaded.path})" if line.startswith("wrote") else line, file=sys.stderr)
+
+
+@app.command(name="export", epilog=epilog("export"))
+def export_cmd(
+    target: TargetArg,
+    out: Annotated[Path, typer.Argument(metavar="OUT", autocompletion=cli_help.complete_directory,
+                                        help="The folder to write (created; see --force).")],  # fmt: skip
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="hf: a transformers folder (safetensors, "
+                   "tokenizer.json, model card); onnx: model.onnx + minigpt.json.")] = "hf",  # fmt: skip
+    dtype: Annotated[ExportDtype, typer.Option("--dtype", help="The weights' precision in the files.")] = "float32",
+    force: Annotated[bool, typer.Option("--force", help="Replace what OUT holds.")] = False,
+) -> None:
+    """Export a model for other tools: a Hugging Face transformers folder, or ONNX (docs/export.md)."""
+    from minigpt.export.folder import export_run
+
+    print(export_run(target, out, fmt, dtype, force), file=sys.stderr)
 
 
 @app.command(epilog=epilog("runs"))

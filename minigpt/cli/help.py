@@ -14,11 +14,13 @@ import sys
 from collections.abc import Callable
 from typing import Literal
 
-from minigpt.config.choices import DEVICE_METAVAR, DEVICES, SAMPLE_DTYPES, UNKNOWN_CHARS
+from minigpt.config.choices import DEVICE_METAVAR, DEVICES, EXPORT_DTYPES, EXPORT_FORMATS, SAMPLE_DTYPES, UNKNOWN_CHARS
 
 SampleDtype = Literal[SAMPLE_DTYPES]  # minigpt sample --dtype (config.SampleOptions.dtype)
 UnknownChars = Literal[UNKNOWN_CHARS]  # minigpt sample --unknown (config.SampleOptions.unknown)
-__all__ = ["DEVICE_METAVAR", "SampleDtype", "UnknownChars"]
+ExportFormat = Literal[EXPORT_FORMATS]  # minigpt export --format
+ExportDtype = Literal[EXPORT_DTYPES]  # minigpt export --dtype
+__all__ = ["DEVICE_METAVAR", "ExportDtype", "ExportFormat", "SampleDtype", "UnknownChars"]
 
 EXAMPLES = {  # the end of each command's --help (rich markup: no square brackets)
     "minigpt": """minigpt train                         # tiny Shakespeare, the default model, on the CPU
@@ -43,6 +45,9 @@ minigpt score runs/default --file scene.txt --html score.html""",
     "attention": """minigpt attention runs/default --text "ROMEO: But, soft!" --out attention.png
 minigpt attention runs/default --text "ROMEO: But, soft!" --layer 0 --head 1 --out head.png
 minigpt attention runs/default --file scene.txt --html attention.html""",
+    "export": """minigpt export runs/default exported/                  # a transformers folder
+minigpt export runs/default exported_onnx/ --format onnx
+minigpt export runs/default exported_bf16/ --dtype bfloat16 --force""",
     "runs": """minigpt runs
 minigpt runs experiments/ --json""",
 }

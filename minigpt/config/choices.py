@@ -9,6 +9,8 @@ DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
 DEVICE_METAVAR = "<auto|cpu|cuda|cuda:N|mps>"  # not a closed set (cuda:N), so not a Literal on the command line
 SAMPLE_DTYPES = ("auto", "float32", "bfloat16")  # minigpt sample --dtype
 UNKNOWN_CHARS = ("error", "skip")  # minigpt sample --unknown: prompt characters the model never saw
+EXPORT_FORMATS = ("hf", "onnx")  # minigpt export --format
+EXPORT_DTYPES = ("float32", "bfloat16", "float16")  # minigpt export --dtype
 MPS_PROCESSES = (
     "multi-process training (--nproc / torchrun) runs on CUDA or the CPU, not on mps; use --device cpu or one process"
 )
