@@ -1,13 +1,121 @@
-"""Shared fixtures: a made-up text, tiny model settings, and an isolated encoding cache."""
+"""Shared fixtures: a made-up text, tiny model settings, and an isolated encoding cache; and how
+the suite shares the machine with itself (bytecode, threads and cores under pytest-xdist)."""
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
+import os
 import random
+import shutil
+import sys
+import tempfile
 from pathlib import Path
+from typing import IO
 
 import pytest
 
-from minigpt.cli.app import main
+try:
+    import fcntl
+except ImportError:  # Windows: tests that need the machine alone run beside others there
+    fcntl = None
+
+SESSION_DIR = "MINIGPT_TESTS_SESSION_DIR"  # one folder for the run, shared by xdist's workers and subprocesses
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def _session_dir() -> Path:
+    """Made by the process pytest started (xdist's controller), before it starts any worker."""
+    if not os.environ.get(SESSION_DIR):
+        folder = tempfile.mkdtemp(prefix="minigpt-tests-")
+        owner = os.getpid()
+        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(folder, ignore_errors=True))
+        os.environ[SESSION_DIR] = folder
+    return Path(os.environ[SESSION_DIR])
+
+
+def _bytecode_cache_for_the_session() -> None:
+    """Where Python may not write bytecode (PYTHONDONTWRITEBYTECODE=1) and none was compiled ahead
+    (`uv sync` without --compile-bytecode), every process the tests start compiles torch's ~2,500
+    modules again: `import torch` took 6.5 s instead of 2.8 s on a 2-core machine, and the suite
+    starts about 30 such processes. Keep the bytecode in the session's folder instead
+    (PYTHONPYCACHEPREFIX: nothing is written beside the sources or into the environment)."""
+    if not sys.dont_write_bytecode or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return  # Python caches bytecode already (or someone chose where: xdist's workers inherit it)
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None or os.path.exists(importlib.util.cache_from_source(spec.origin)):
+        return  # compiled ahead of time: nothing to gain
+    prefix = str(_session_dir() / "pycache")
+    sys.pycache_prefix, sys.dont_write_bytecode = prefix, False  # this process (torch is not loaded yet)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix  # and every process it starts
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+def _one_share_of_the_cores_per_worker() -> None:
+    """Under pytest-xdist, each worker's torch (and every process it starts) gets its share of the
+    cores: 1 thread each for 2 workers on 2 cores. Two teams of spinning OpenMP threads on the same
+    cores collapse (a 0.6 s test took 7 to 19 s), and a training's automatic thread count would
+    follow the other worker's load (minigpt/runtime/cores.py), so that two runs meant to be
+    bit-identical could reduce in different orders. A fixed share is what that policy would pick
+    with the other worker busy, without the measuring."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if WORKER is None or workers < 2 or os.environ.get("OMP_NUM_THREADS"):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ["OMP_NUM_THREADS"] = str(max(1, cores // workers))
+
+
+_session_dir()
+_bytecode_cache_for_the_session()
+_one_share_of_the_cores_per_worker()
+
+from minigpt.cli.app import main  # noqa: E402
+
+
+def _take_the_machine(alone: bool) -> IO[str]:
+    """A readers-writer lock over pytest-xdist's workers, held while the returned file is open: a
+    test marked `alone` (it measures how busy the cores are) waits until the test running on each
+    other worker ends, and none starts until it ends; other tests share. The gate keeps a waiting
+    `alone` test from being starved by the tests that keep starting on the other workers."""
+    folder = _session_dir()
+    machine = open(folder / "machine.lock", "a")  # held past this function: closed by the caller (with)
+    with open(folder / "gate.lock", "a") as gate:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    return machine  # the gate is let go as it closes
+
+
+_KEPT: list[IO[str]] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Setup, call and teardown (session fixtures included) under the machine lock. A worker's last
+    test keeps its share until the worker's session has ended: that end costs a core about 0.3 s."""
+    if WORKER is None or fcntl is None:
+        return (yield)
+    machine = _take_the_machine(alone=item.get_closest_marker("alone") is not None)
+    try:
+        return (yield)
+    finally:
+        if nextitem is None:
+            _KEPT.append(machine)
+        else:
+            machine.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure() -> None:
+    for machine in _KEPT:
+        machine.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long `early` tests first, so that no worker is left with one at the end, and the `alone`
+    ones last, where what they wait for on the other worker is a short test (a stable sort: the rest
+    keep their order)."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("early") else 2 if item.get_closest_marker("alone") else 1)
+
 
 TINY = [
     "model.n_layer=2",
@@ -73,20 +181,36 @@ def cli(capsys: pytest.CaptureFixture[str]):
     return run
 
 
-@pytest.fixture(scope="session")
-def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One tiny run shared by the tests that only read it (sample, eval, events)."""
-    tmp = tmp_path_factory.mktemp("trained")
-    data = tmp / "text.txt"
+def _train_tiny_run(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "text.txt"
     data.write_text(make_text(), encoding="utf-8")
-    out = tmp / "run"
     mp = pytest.MonkeyPatch()
-    mp.setenv("MINIGPT_CACHE_DIR", str(tmp / "cache"))
+    mp.setenv("MINIGPT_CACHE_DIR", str(folder / "cache"))
     try:
-        code = main(["train", "--data", str(data), "--out", str(out), *TINY, "train.max_steps=60",
+        code = main(["train", "--data", str(data), "--out", str(folder / "run"), *TINY, "train.max_steps=60",
                      "train.eval_interval=30", "log.attention_probe=KING:\nSpeak",
                      f"log.peak_tflops={TRAINED_RUN_PEAK_TFLOPS}"])  # fmt: skip
     finally:
         mp.undo()
     assert code == 0
-    return out
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny run shared by the tests that only read it (sample, eval, events). Trained once a
+    session, by the first of pytest-xdist's workers that needs it; each worker gets its own copy,
+    so that no two workers' commands meet in one run directory."""
+    tmp = tmp_path_factory.mktemp("trained")
+    if fcntl is None:  # no lock to share it with: each worker trains its own
+        _train_tiny_run(tmp)
+        return tmp / "run"
+    shared = _session_dir() / "trained"
+    with open(_session_dir() / "trained.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "complete").exists():
+            shutil.rmtree(shared, ignore_errors=True)  # left by a worker that died half-way
+            _train_tiny_run(shared)
+            (shared / "complete").touch()
+    shutil.copytree(shared, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns("complete"))
+    return tmp / "run"

@@ -41,6 +41,7 @@ def assert_close(a: Path, b: Path, atol: float = 1e-5) -> None:
         assert torch.allclose(wa[k], wb[k], atol=atol), (k, (wa[k] - wb[k]).abs().max())
 
 
+@pytest.mark.early  # two torchrun launches: the longest test of the suite
 def test_two_processes_match_one_and_checkpoints_move_between_them(text_file: Path, tmp_path: Path, cli) -> None:
     ddp, single = tmp_path / "ddp", tmp_path / "single"
     proc = launch("--data", text_file, "--out", ddp, *RUN, cache=tmp_path / "cache")

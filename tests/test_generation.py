@@ -122,19 +122,27 @@ class Terminal:
             os.execve(sys.executable, [sys.executable, "-m", "minigpt", *map(str, args)], env)
         self.seen = ""
 
-    def read_until(self, marker: str, timeout: float = 30.0) -> str:
-        """Everything the terminal shows up to and including `marker` (CR LF read as LF)."""
+    def _read_while(self, waiting, what: str, timeout: float) -> None:
         end = time.monotonic() + timeout
-        while marker not in self.seen:
+        while waiting():
             ready, _, _ = select.select([self.fd], [], [], max(0.0, end - time.monotonic()))
             if not ready:
-                raise AssertionError(f"no {marker!r} within {timeout} s; the screen: {self.seen[-800:]!r}")
+                raise AssertionError(f"no {what} within {timeout} s; the screen: {self.seen[-800:]!r}")
             try:
                 self.seen += os.read(self.fd, 4096).decode("utf-8", "replace").replace("\r\n", "\n")
             except OSError:  # the child closed the terminal
-                raise AssertionError(f"the program ended before {marker!r}: {self.seen[-800:]!r}") from None
+                raise AssertionError(f"the program ended before {what}: {self.seen[-800:]!r}") from None
+
+    def read_until(self, marker: str, timeout: float = 30.0) -> str:
+        """Everything the terminal shows up to and including `marker` (CR LF read as LF)."""
+        self._read_while(lambda: marker not in self.seen, repr(marker), timeout)
         shown, _, self.seen = self.seen.partition(marker)
         return shown + marker
+
+    def read_at_least(self, n: int, timeout: float = 30.0) -> str:
+        """What the terminal shows once it shows at least `n` more characters (kept for read_until)."""
+        self._read_while(lambda: len(self.seen) < n, f"{n} characters", timeout)
+        return self.seen
 
     def type(self, text: str) -> None:
         os.write(self.fd, text.encode("utf-8"))
@@ -170,7 +178,7 @@ def test_the_interactive_loop_on_a_real_terminal(trained_run: Path, loaded) -> N
         term.read_until("> ")
         term.type("ROMEO:\n")
         term.read_until("ROMEO:")  # the prompt echoed, then the generation streams
-        time.sleep(0.5)
+        term.read_at_least(60)  # it is streaming (rather than a fixed wait that might end before it starts)
         term.type("\x03")  # Ctrl-C in the middle of a 100,000-character generation
         assert "[interrupted]" in term.read_until("> ", timeout=20)
         term.type(":settings\n")

@@ -11,6 +11,7 @@ from tests.conftest import make_text
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.early  # a kernel that loads torch and matplotlib
 def test_attention_notebook_runs_and_shows_the_pages(trained_run: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     import nbformat

@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "tinyshakespeare.txt"
 
-pytestmark = pytest.mark.slow
+# one pytest-xdist worker for the module (--dist loadgroup), so that default_run trains once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default_run")]
 
 
 @pytest.fixture(scope="module")
