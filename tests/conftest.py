@@ -85,36 +85,21 @@ def _take_the_machine(alone: bool) -> IO[str]:
     return machine  # the gate is let go as it closes
 
 
-_KEPT: list[IO[str]] = []
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Setup, call and teardown (session fixtures included) under the machine lock. A worker's last
-    test keeps its share until the worker's session has ended: that end costs a core about 0.3 s."""
+    """Setup, call and teardown (session fixtures included) under the machine lock."""
     if WORKER is None or fcntl is None:
         return (yield)
-    machine = _take_the_machine(alone=item.get_closest_marker("alone") is not None)
-    try:
+    with _take_the_machine(alone=item.get_closest_marker("alone") is not None):
         return (yield)
-    finally:
-        if nextitem is None:
-            _KEPT.append(machine)
-        else:
-            machine.close()
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure() -> None:
-    for machine in _KEPT:
-        machine.close()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long `early` tests first, so that no worker is left with one at the end, and the `alone`
-    ones last, where what they wait for on the other worker is a short test (a stable sort: the rest
-    keep their order)."""
-    items.sort(key=lambda item: 0 if item.get_closest_marker("early") else 2 if item.get_closest_marker("alone") else 1)
+    """The `alone` tests first: there, the other workers wait for them idle, having just collected
+    (at the end, a worker that has finished keeps a core busy for ~0.3 s as it shuts down; and in
+    the middle, one would wait for the other worker's test, maybe a long one). Then the long `early`
+    ones, so that no worker is left with one at the end. A stable sort: the rest keep their order."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("alone") else 1 if item.get_closest_marker("early") else 2)
 
 
 TINY = [
