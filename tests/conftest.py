@@ -10,6 +10,7 @@ import random
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import IO
 
@@ -85,12 +86,29 @@ def _take_the_machine(alone: bool) -> IO[str]:
     return machine  # the gate is let go as it closes
 
 
+def _wait_for_every_worker_to_collect() -> None:
+    """Each worker says once that it has collected (importing torch and the test modules keeps a core
+    busy for seconds); an `alone` test waits until all have. Run first, it would otherwise measure a
+    worker that is still collecting as load: the machine lock only covers the tests themselves."""
+    folder = _session_dir()
+    (folder / f"collected-{WORKER}").touch()
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    deadline = time.monotonic() + 120  # a worker that died at collection must not hang the suite
+    while len(list(folder.glob("collected-*"))) < workers and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Setup, call and teardown (session fixtures included) under the machine lock."""
     if WORKER is None or fcntl is None:
         return (yield)
-    with _take_the_machine(alone=item.get_closest_marker("alone") is not None):
+    alone = item.get_closest_marker("alone") is not None
+    if alone:
+        _wait_for_every_worker_to_collect()
+    else:
+        (_session_dir() / f"collected-{WORKER}").touch()
+    with _take_the_machine(alone=alone):
         return (yield)
 
 
