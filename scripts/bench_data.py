@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Data at scale: peak memory, encoding throughput and time to the first step on large corpora.
 
-    uv run python scripts/bench_data.py                      # 2 GB file + 1 GB folder of 50,000 files
-    uv run python scripts/bench_data.py --file-mb 300 --folder-mb 100 --files 5000   # a quicker look
+    uv run python scripts/bench_data.py                      # 2 GB file, 1 GB folder of 50,000 files,
+                                                             # 1.4 GB source tree of 80,000 files
+    uv run python scripts/bench_data.py --only tree          # the source tree alone
+    uv run python scripts/bench_data.py --file-mb 300 --folder-mb 100 --files 5000 --tree-mb 350 --tree-files 20000
 
 Builds the corpora on disk (from tiny Shakespeare, shifted so no two files are identical), then
 runs `minigpt train` for a few steps on each, twice: first with an empty encoding cache, then
@@ -71,6 +73,41 @@ def build_folder(root: Path, mb: int, files: int) -> int:
     return sum(p.stat().st_size for p in root.rglob("*.txt"))
 
 
+# code points a real tree's comments and strings hold: accents, Greek, Cyrillic, CJK, symbols, emoji
+FOREIGN = [
+    *range(0xC0, 0x180), *range(0x391, 0x3CA), *range(0x410, 0x450), *range(0x2010, 0x2030), *range(0x2190, 0x21A0),
+    *range(0x4E00, 0x4E00 + 2900), *range(0x1F600, 0x1F640),
+]  # fmt: skip
+
+
+def build_tree(root: Path, mb: int, files: int, seed: int = 0) -> int:
+    """A source tree as a user brings one: many small files of uneven size in nested folders, about
+    a third with non-ASCII comments (~3,500 distinct characters in all), and one file in 2,000 in
+    Latin-1 (not UTF-8: char mode skips it with a warning)."""
+    import random
+
+    rng = random.Random(seed)
+    text = SOURCE.read_text(encoding="utf-8")
+    mean = mb * 1_000_000 / files
+    for i in range(files):
+        folder = root / f"pkg{i // 2000:02d}" / f"mod{i // 100 % 20:02d}"
+        if i % 100 == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+        size = max(64, min(int(rng.lognormvariate(0, 0.8) * mean * 0.73), len(text) // 2))
+        start = rng.randrange(len(text) - size)
+        body = text[start : start + size]
+        if i % 2000 == 1999:
+            (folder / f"legacy{i:06d}.txt").write_bytes(body.encode("ascii", "replace") + b"\n# caf\xe9\n")
+            continue
+        if i % 3 == 0:  # comments with foreign characters, every ~40 lines
+            lines = body.split("\n")
+            for k in range(0, len(lines), 40):
+                lines[k] += "  # " + "".join(chr(rng.choice(FOREIGN)) for _ in range(rng.randint(3, 20)))
+            body = "\n".join(lines)
+        (folder / f"file{i:06d}.py").write_text(body, encoding="utf-8")
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
 def torch_import_seconds() -> float:
     code = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
     runs = [float(subprocess.check_output([sys.executable, "-c", code], text=True)) for _ in range(3)]
@@ -105,6 +142,9 @@ def main() -> None:
     ap.add_argument("--file-mb", type=int, default=2000, help="size of the single file (MB)")
     ap.add_argument("--folder-mb", type=int, default=1000, help="size of the folder (MB)")
     ap.add_argument("--files", type=int, default=50_000, help="files in the folder")
+    ap.add_argument("--tree-mb", type=int, default=1400, help="size of the source tree (MB)")
+    ap.add_argument("--tree-files", type=int, default=80_000, help="files in the source tree")
+    ap.add_argument("--only", nargs="+", choices=["file", "folder", "tree"], default=["file", "folder", "tree"])
     ap.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the corpora and caches")
     args = ap.parse_args()
@@ -112,14 +152,20 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     try:
         t = time.perf_counter()
-        size_file = build_file(work / "big.txt", args.file_mb)
-        size_folder = build_folder(work / "folder", args.folder_mb, args.files)
-        print(f"built {size_file / 1e6:,.0f} MB file and {size_folder / 1e6:,.0f} MB in {args.files:,} files "
+        builders = {
+            "file": lambda: build_file(work / "big.txt", args.file_mb),
+            "folder": lambda: build_folder(work / "folder", args.folder_mb, args.files),
+            "tree": lambda: build_tree(work / "tree", args.tree_mb, args.tree_files),
+        }
+        corpora = {"file": work / "big.txt", "folder": work / "folder", "tree": work / "tree"}
+        sizes = {name: builders[name]() for name in args.only}
+        print(f"built {', '.join(f'{n} {sizes[n] / 1e6:,.0f} MB' for n in args.only)} "
               f"in {time.perf_counter() - t:.0f} s", file=sys.stderr)  # fmt: skip
         torch_s = torch_import_seconds()
         print(f"import torch: {torch_s:.2f} s (median of 3; subtracted from the time to the first step)")
         results = {"torch_import_s": torch_s}
-        for name, data, size in (("file", work / "big.txt", size_file), ("folder", work / "folder", size_folder)):
+        for name, size in sizes.items():
+            data = corpora[name]
             cache = work / f"cache-{name}"
             shutil.rmtree(cache, ignore_errors=True)
             for phase in ("first", "cached"):

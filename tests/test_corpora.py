@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from minigpt.config.schema import DataConfig, ModelConfig
-from minigpt.data import encoding
-from minigpt.data.corpus import Batcher, load_corpus
+from minigpt.data import encoding, passes
+from minigpt.data.corpus import Batcher, encode_corpus, load_corpus
 from minigpt.data.sources import choose_val_files, resolve_sources
 from minigpt.data.tokenizer import ByteTokenizer, CharTokenizer
 from minigpt.errors import UserError
@@ -161,7 +161,7 @@ def test_an_unchanged_corpus_is_not_hashed_again(tmp_path: Path, monkeypatch) ->
     first = load_corpus(cfg, 16)
     read = []
     real = encoding.file_sha256
-    monkeypatch.setattr(encoding, "file_sha256", lambda path: read.append(path) or real(path))
+    monkeypatch.setattr(encoding, "file_sha256", lambda path, *a: read.append(path) or real(path, *a))
     assert load_corpus(cfg, 16).sha256 == first.sha256 and read == []  # size and mtime vouch for the hashes
     touched = root / "top" / "doc00.txt"
     os.utime(touched, (old + 10, old + 10))  # same content, new mtime: hashed again, same key
@@ -265,14 +265,14 @@ def test_bad_sources_are_one_clear_error(tmp_path: Path, monkeypatch) -> None:
 
 def test_a_file_that_changes_while_it_is_encoded(tmp_path: Path, monkeypatch) -> None:
     path = write(tmp_path / "growing.txt", make_text(3000))
-    real = encoding._chunks
+    real = passes.chunks
 
-    def appending(p, size=encoding.CHUNK):
-        yield from real(p, size)
+    def appending(p, *args, **kwargs):
+        yield from real(p, *args, **kwargs)
         with open(p, "a") as f:  # a writer appends while minigpt reads
             f.write("more text")
 
-    monkeypatch.setattr(encoding, "_chunks", appending)
+    monkeypatch.setattr(passes, "chunks", appending)
     with pytest.raises(UserError, match=r"growing\.txt changed while it was being encoded; run again"):
         load_corpus(DataConfig(path=str(path)), 16)
     assert not list(Path(os.environ["MINIGPT_CACHE_DIR"]).glob("*.bin"))  # nothing half-written kept
@@ -316,3 +316,56 @@ def test_byte_decoding_takes_arrays_by_value() -> None:
     tok = ByteTokenizer()
     ids = tok.encode_array("caf\u00e9")  # int64, as encode_checked returns them
     assert tok.decode(ids) == tok.decode(ids.tolist()) == "caf\u00e9"
+
+
+@pytest.mark.parametrize("batch", [passes.BATCH, 40])  # 40 bytes: batches end mid-file list, large files stream
+def test_a_tree_of_small_mixed_files_encodes_as_each_file_would_alone(tmp_path: Path, monkeypatch, batch) -> None:
+    """The batched encoder (small files read whole and joined) gives exactly the ids, vocabulary,
+    split and skipped files of encoding each file's text on its own, for ASCII, 2-, 3- and 4-byte
+    characters, files that start or end on one, and files that are not UTF-8 in each way."""
+    monkeypatch.setattr(passes, "BATCH", batch)
+    root = tmp_path / "tree"
+    good = {
+        "a.py": "print('hello')\n" * 5,
+        "b.py": "\u00e9t\u00e9 = 1  # caf\u00e9\n",
+        "c.py": "\u4e2d\u6587 comment \u4e2d\n" * 4,
+        "d.py": "\U0001f600 smile\n\U0001f600",
+        "e.py": "\u00fcber",  # starts on a 2-byte character
+        "f.py": "ends on \u00e9",
+        "g.py": "",
+        "h.py": "plain ASCII " * 9,
+    }
+    bad = {
+        "x1.txt": "caf\xe9 latin-1".encode("latin-1"),  # a lone lead byte followed by ASCII
+        "x2.txt": b"truncated \xe4\xb8",  # a 3-byte character cut short at the end
+        "x3.txt": b"\xa9 starts on a continuation byte",
+    }
+    for name, text in {**good, **bad}.items():
+        write(root / name, text)
+    more = {f"m{i:02d}.py": make_text(300, seed=i) + "\u0416" * (i % 3) for i in range(20)}  # many small files
+    for name, text in more.items():
+        write(root / "sub" / name, text)
+    enc, _, _ = encode_corpus(DataConfig(path=str(root), doc_separator="\n--\n"))
+    files = resolve_sources(str(root))
+    chosen = choose_val_files(files, 0.1) or [False] * len(files)  # chosen before the bad files are left out
+    keep = [Path(f.path).name not in bad for f in files]
+    texts = [Path(f.path).read_text(encoding="utf-8") if k else None for f, k in zip(files, keep)]
+    train = [t for t, v in zip(texts, chosen) if t is not None and not v]
+    val = [t for t, v in zip(texts, chosen) if t is not None and v]
+    joined = "\n--\n".join(train + val)
+    tok = CharTokenizer(sorted(set(joined)))
+    assert enc.tokenizer.chars == tok.chars and enc.tokenizer.vocab_size > 20
+    assert np.array_equal(np.asarray(enc.ids), tok.encode_array(joined))
+    assert sorted(Path(name).name for name in enc.skipped) == sorted(bad)
+    assert val and enc.split == len(tok.encode_array("\n--\n".join(train) + "\n--\n"))
+
+
+def test_joined_files_are_utf8_only_where_each_file_is() -> None:
+    cut, rest = b"ends in half a \xe4\xb8", b"\xad character"  # joined, they would make one valid character
+    assert passes.non_ascii(cut + rest).text == "\u4e2d"
+    assert passes.non_ascii(cut + rest, [0, len(cut)]) is None  # the second file starts inside it
+    assert passes.non_ascii(b"caf\xc3 \xa9") is None  # an ASCII byte inside a character
+    assert passes.non_ascii(b"\xa9 then text") is None
+    part = passes.non_ascii("a\u00e9b\U0001f600c".encode())
+    assert part.text == "\u00e9\U0001f600" and part.at.tolist() == [1, 2, 4, 5, 6, 7]
+    assert part.continues.tolist() == [False, True, False, True, True, True]

@@ -16,7 +16,8 @@ from typing import BinaryIO
 import numpy as np
 
 from minigpt.data import encoding
-from minigpt.data.encoding import CACHE_VERSION, CHUNK, Encoded, Layout, ProgressFactory, storage_dtype, warn_skipped
+from minigpt.data.encoding import CACHE_VERSION, Encoded, Layout, ProgressFactory, warn_skipped
+from minigpt.data.passes import CHUNK, storage_dtype
 from minigpt.data.tokenizer import tokenizer_from_dict
 from minigpt.errors import UserError
 from minigpt.io import atomic

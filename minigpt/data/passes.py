@@ -1,0 +1,298 @@
+"""The passes over a corpus's bytes that encoding makes: reading files (small ones whole and in
+batches, large ones in chunks), finding the vocabulary and the files that are not UTF-8 text, and
+writing the ids. A real source tree is tens of thousands of files of a few KB: the work per file
+(opening, reading, a decoder, numpy calls) is kept to a few system calls, and the bytes go through
+numpy and bytes.translate many files at a time."""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from minigpt.data.sources import SourceFile
+from minigpt.data.tokenizer import CharTokenizer, Tokenizer
+from minigpt.errors import UserError
+
+CHUNK = 16 << 20  # bytes read at a time: memory stays flat whatever the corpus size
+
+
+def storage_dtype(vocab_size: int) -> np.dtype:
+    """The smallest integer type that holds every id."""
+    if vocab_size <= 256:
+        return np.dtype(np.uint8)
+    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.int32)
+
+
+def chunks(path: str | Path, size: int = CHUNK, expect: int | None = None) -> Iterator[bytes]:
+    """A file's bytes in chunks. Given the size it should have (`expect`), a small file is one read
+    of that size and one byte more: a source tree is tens of thousands of them, and each extra read
+    (or a buffer of CHUNK bytes allocated for a few KB) costs more than the bytes."""
+    try:
+        with open(path, "rb", buffering=0) as f:  # unbuffered: no copy through a buffer
+            if expect is not None and expect < size:
+                chunk = f.read(expect + 1)
+                yield chunk
+                if len(chunk) <= expect:
+                    return  # the end (a regular file reads short only there)
+            while chunk := f.read(size):
+                yield chunk
+    except OSError as e:
+        raise UserError(f"cannot read data file {path}: {e.strerror}") from None
+
+
+def _utf8_error(e: UnicodeDecodeError, offset: int, raw: bytes) -> str:
+    pos = offset + e.start
+    line = raw.count(b"\n", 0, e.start) + 1  # within the chunk: exact for the first chunk, a hint after
+    return f"byte 0x{raw[e.start]:02x} at offset {pos}" + (f" (line {line})" if offset == 0 else "")
+
+
+BATCH = 4 << 20  # small files are read whole and handled this many bytes at a time: a real source
+# tree has tens of thousands of files of a few KB, and per-file numpy and decoder calls cost more
+# than the bytes (39 MB/s on such a tree, where one large file encodes at 200)
+NON_ASCII = bytes(range(128, 256))
+
+
+def _read_whole(f: SourceFile) -> bytes:
+    return b"".join(chunks(f.path, expect=f.size))
+
+
+def _batches(files: Sequence[SourceFile], tick: Callable[[int], None],
+             ) -> Iterator[tuple[bytes | None, list[tuple[int, int]], SourceFile | None]]:  # fmt: skip
+    """Consecutive small files joined: (their bytes, [(file index, start in the bytes)], None); a
+    large file alone, not read: (None, [(index, 0)], the file), for the caller to stream."""
+    blob, members = bytearray(), []
+    for i, f in enumerate(files):
+        if f.size > BATCH:
+            if members:
+                yield blob, members, None
+                blob, members = bytearray(), []
+            yield None, [(i, 0)], f
+            continue
+        data = _read_whole(f)
+        tick(len(data))
+        members.append((i, len(blob)))
+        blob += data
+        if len(blob) >= BATCH:
+            yield blob, members, None
+            blob, members = bytearray(), []
+    if members:
+        yield blob, members, None
+
+
+class _Vocabulary:
+    """The distinct characters of the UTF-8 files, and the files that are not UTF-8 (index -> why)."""
+
+    def __init__(self) -> None:
+        self.seen = b""  # the ASCII bytes met so far
+        self.points = np.zeros(0x110000, dtype=bool)
+        self.bad: dict[int, str] = {}
+
+    def _ascii(self, data: bytes) -> None:
+        # deleting the bytes already met leaves only new ones: ~2 GB/s, nothing new is the usual case
+        new = data.translate(None, self.seen + NON_ASCII)
+        if new:
+            self.seen = bytes(sorted(set(self.seen) | set(new)))
+
+    def _text(self, text: str) -> None:
+        self.points[np.frombuffer(text.encode("utf-32-le"), np.uint32)] = True
+
+    def add_whole(self, blob: bytes, members: list[tuple[int, int]]) -> None:
+        """Complete files joined: only their non-ASCII characters (a few in a source tree) go
+        through numpy."""
+        if blob.isascii():
+            self._ascii(blob)
+        elif (part := non_ascii(blob, [s for _, s in members])) is not None:
+            self._ascii(blob)
+            self._text(part.text)
+        else:  # a file that is not UTF-8 among them: one by one, and none of its characters count
+            ends = [s for _, s in members[1:]] + [len(blob)]
+            for (i, s), e in zip(members, ends):
+                if (part := non_ascii(piece := blob[s:e])) is None:
+                    self.bad[i] = _utf8_fault(piece)
+                    continue
+                self._ascii(piece)
+                self._text(part.text)
+
+    def add_streamed(self, i: int, f: SourceFile, tick: Callable[[int], None]) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        offset = 0
+        for chunk in chunks(f.path):
+            tick(len(chunk))
+            try:
+                if chunk.isascii() and not decoder.getstate()[0]:
+                    self._ascii(chunk)
+                else:
+                    self._text(decoder.decode(chunk))
+            except UnicodeDecodeError as e:
+                self.bad[i] = _utf8_error(e, offset, chunk)
+                return
+            offset += len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            self.bad[i] = "a truncated character at its end"
+
+    def chars(self) -> set[str]:
+        self.points[list(self.seen)] = True
+        return {chr(p) for p in np.flatnonzero(self.points)}
+
+
+@dataclass
+class _NonAscii:
+    """Where UTF-8 text leaves ASCII: its non-ASCII bytes' positions, which of them continue a
+    character, and the characters they make."""
+
+    at: np.ndarray  # positions of the bytes >= 0x80
+    continues: np.ndarray  # bool, per such byte: a continuation byte (not a character's first)
+    text: str  # the non-ASCII characters, in order
+
+
+def non_ascii(blob: bytes, starts: Sequence[int] = (0,)) -> _NonAscii | None:
+    """The non-ASCII part of joined files (each starting at one of `starts`), or None if one of them
+    is not UTF-8 text. UTF-8 has no ASCII byte inside a character: the text is valid when its
+    non-ASCII bytes alone decode, each continuation byte directly follows the byte before it, and
+    no file starts on one. In a source tree non-ASCII is rare, so the work is on few bytes."""
+    arr = np.frombuffer(blob, np.uint8)
+    at = np.flatnonzero(arr >= 0x80)
+    continues = (arr[at] & 0xC0) == 0x80
+    try:
+        text = arr[at].tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if len(at) and (continues[0] or not np.all(np.diff(at)[continues[1:]] == 1)):
+        return None  # an ASCII byte inside a character
+    if any(s < len(blob) and blob[s] & 0xC0 == 0x80 for s in starts):
+        return None  # a file starts inside a character (the one before it ends in one)
+    return _NonAscii(at, continues, text)
+
+
+def _utf8_fault(data: bytes) -> str:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return "a truncated character at its end" if e.reason == "unexpected end of data" else _utf8_error(e, 0, data)
+    return "not UTF-8 text"
+
+
+def vocabulary(files: Sequence[SourceFile], tick: Callable[[int], None]) -> tuple[set[str], dict[int, str]]:
+    vocab = _Vocabulary()
+    for blob, members, large in _batches(files, tick):
+        if large is None:
+            vocab.add_whole(blob, members)
+        else:
+            vocab.add_streamed(members[0][0], large, tick)
+    return vocab.chars(), vocab.bad
+
+
+class _CharWriter:
+    """Character ids through lookup tables: ASCII by bytes (bytes.translate into uint8 ids, a
+    256-entry table into wider ones), the rest by code point."""
+
+    def __init__(self, tok: CharTokenizer, dtype: np.dtype) -> None:
+        points = np.array([ord(c) for c in tok.chars], dtype=np.int64)
+        self.lut = np.zeros(int(points.max()) + 1, dtype=dtype)
+        self.lut[points] = np.arange(len(points))
+        ascii_points = points[points < 128]
+        self.ascii = np.zeros(256, dtype=dtype)
+        self.ascii[ascii_points] = self.lut[ascii_points]
+        # ASCII at memory speed: bytes.translate into uint8 ids, widened if the type is wider (a
+        # sorted vocabulary numbers ASCII first, so its ids always fit a byte)
+        self.translate = self.ascii.astype(np.uint8).tobytes() if self.ascii.max() < 256 else None
+        self.dtype = dtype
+
+    def encode(self, decoder: codecs.IncrementalDecoder, chunk: bytes, final: bool = False) -> bytes:
+        if chunk.isascii() and not decoder.getstate()[0]:
+            return self._ascii(chunk)
+        text = decoder.decode(chunk, final=final)
+        return self.lut[np.frombuffer(text.encode("utf-32-le"), np.uint32)].tobytes()
+
+    def encode_whole(self, text: bytes) -> bytes:
+        """Complete UTF-8 text (whole files): ASCII through the byte table, then each non-ASCII
+        character's id put at its first byte and its other bytes deleted."""
+        if text.isascii():
+            return self._ascii(text)
+        part = non_ascii(text)
+        if part is None:
+            raise UnicodeError("not UTF-8 text")  # checked when the vocabulary was read: changed since
+        ids = self._ascii_ids(text)
+        ids[part.at[~part.continues]] = self.lut[np.frombuffer(part.text.encode("utf-32-le"), np.uint32)]
+        return np.delete(ids, part.at[part.continues]).tobytes()
+
+    def _ascii(self, chunk: bytes) -> bytes:
+        if self.translate is not None and self.dtype == np.uint8:
+            return chunk.translate(self.translate)
+        return self._ascii_ids(chunk).tobytes()
+
+    def _ascii_ids(self, chunk: bytes) -> np.ndarray:
+        """Each byte's id as if it were ASCII (a writable array)."""
+        if self.translate is None:
+            return self.ascii[np.frombuffer(chunk, np.uint8)]
+        return np.frombuffer(chunk.translate(self.translate), np.uint8).astype(self.dtype)
+
+
+def write_ids(out: IO[bytes], files: Sequence[SourceFile], tok: Tokenizer, separator: str,
+               tick: Callable[[int], None], split_at: int | None = None) -> tuple[int, int | None]:  # fmt: skip
+    """Write every document's ids, joined by the separator's: (ids written, where document
+    `split_at` starts)."""
+    dtype = storage_dtype(tok.vocab_size)
+    sep = separator.encode("utf-8") if len(files) > 1 else b""
+    char = _CharWriter(tok, dtype) if isinstance(tok, CharTokenizer) else None
+    written, split = 0, None
+
+    def put(data: bytes) -> None:
+        nonlocal written
+        out.write(data)
+        written += len(data) // dtype.itemsize
+
+    def put_text(text: bytes) -> None:
+        put(text if char is None else char.encode_whole(text))
+
+    for blob, members, large in _batches(files, tick):
+        if large is not None:
+            i = members[0][0]
+            put_text(sep if i and sep else b"")
+            split = written if i == split_at else split
+            _stream_one(put, large, char, tick)
+            continue
+        ends = [s for _, s in members[1:]] + [len(blob)]
+        pieces: list[bytes] = []
+        for (i, s), e in zip(members, ends):
+            if i and sep:
+                pieces.append(sep)
+            if i == split_at:
+                put_text(b"".join(pieces))
+                pieces, split = [], written
+            pieces.append(blob[s:e])
+            _check_unchanged(files[i], e - s)
+        put_text(b"".join(pieces))
+    return written, split
+
+
+def _stream_one(put: Callable[[bytes], None], f: SourceFile, char: _CharWriter | None,
+                tick: Callable[[int], None]) -> None:  # fmt: skip
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    size = 0
+    for chunk in chunks(f.path):
+        size += len(chunk)
+        tick(len(chunk))
+        put(chunk if char is None else char.encode(decoder, chunk))
+    if char is not None:
+        put(char.encode(decoder, b"", final=True))
+    _check_unchanged(f, size)
+
+
+def _check_unchanged(f: SourceFile, size_read: int) -> None:
+    try:
+        st = os.stat(f.path)
+    except OSError as e:
+        raise UserError(f"data file {f.path} went away while it was being encoded ({e.strerror})") from None
+    if size_read != f.size or st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
+        raise UserError(
+            f"data file {f.path} changed while it was being encoded; run again once nothing is writing to it"
+        )
