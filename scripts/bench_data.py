@@ -147,6 +147,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", choices=["file", "folder", "tree"], default=["file", "folder", "tree"])
     ap.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the corpora and caches")
+    ap.add_argument("--reuse", action="store_true", help="with --workdir: use the corpora already built there")
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="minigpt-bench-data-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -158,7 +159,12 @@ def main() -> None:
             "tree": lambda: build_tree(work / "tree", args.tree_mb, args.tree_files),
         }
         corpora = {"file": work / "big.txt", "folder": work / "folder", "tree": work / "tree"}
-        sizes = {name: builders[name]() for name in args.only}
+        def size_of(name: str) -> int:
+            if args.reuse and corpora[name].exists():
+                return sum(p.stat().st_size for p in corpora[name].rglob("*") if p.is_file()) or corpora[name].stat().st_size
+            return builders[name]()
+
+        sizes = {name: size_of(name) for name in args.only}
         print(f"built {', '.join(f'{n} {sizes[n] / 1e6:,.0f} MB' for n in args.only)} "
               f"in {time.perf_counter() - t:.0f} s", file=sys.stderr)  # fmt: skip
         torch_s = torch_import_seconds()
