@@ -159,10 +159,12 @@ def main() -> None:
             "tree": lambda: build_tree(work / "tree", args.tree_mb, args.tree_files),
         }
         corpora = {"file": work / "big.txt", "folder": work / "folder", "tree": work / "tree"}
+
         def size_of(name: str) -> int:
-            if args.reuse and corpora[name].exists():
-                return sum(p.stat().st_size for p in corpora[name].rglob("*") if p.is_file()) or corpora[name].stat().st_size
-            return builders[name]()
+            path = corpora[name]
+            if not (args.reuse and path.exists()):
+                return builders[name]()
+            return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*.*"))
 
         sizes = {name: size_of(name) for name in args.only}
         print(f"built {', '.join(f'{n} {sizes[n] / 1e6:,.0f} MB' for n in args.only)} "
