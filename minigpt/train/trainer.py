@@ -36,6 +36,7 @@ from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreShare
 from minigpt.runtime.device import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
 from minigpt.runtime.distributed import wrap_ddp
+from minigpt.train.divergence import lower_rate_command
 from minigpt.train.interrupts import StopRequest
 from minigpt.train.optim import build_optimizer, load_optimizer_state
 from minigpt.train.reporting import Reporter, describe_run
@@ -233,11 +234,14 @@ class Trainer:
 
     def _diverged(self, what: str, value: float) -> UserError:
         good = find_checkpoint(self.out_dir, prefer=LAST)
-        kept = f"the last good checkpoint is kept: {good}" if good else "no checkpoint was written"
-        o = self.cfg.optim
+        o, where = self.cfg.optim, f"training diverged: the {what} became {value} at step {self.state.step}"
+        if good is None:
+            return UserError(f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
+                             "keep optim.grad_clip on, or check the data")  # fmt: skip
         return UserError(
-            f"training diverged: the {what} became {value} at step {self.state.step} ({kept}); try a lower optim.lr "
-            f"(now {o.lr:g}), keep optim.grad_clip on (now {o.grad_clip:g}), or check the data"
+            f"{where} (the last good checkpoint is kept: {good}); continue from it at half the learning rate with: "
+            f"{lower_rate_command(self.out_dir, self.cfg, good)} (halve it again if it diverges again), or check "
+            "the data"
         )
 
     # -- the loop -----------------------------------------------------------------------------
