@@ -3,11 +3,20 @@ goes on at a lower rate, a final evaluation with a bound, and weights-only snaps
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from pathlib import Path
 
+import numpy as np
+import pytest
+import torch
+
+from minigpt.config.schema import Config, config_from_dict
 from minigpt.infer.checkpoint import load_checkpoint
+from minigpt.infer.evaluate import evaluate_bounded, evaluate_ids
+from minigpt.infer.snapshots import list_snapshots, snapshot_plan
+from minigpt.model import GPT
 
 from .conftest import TINY
 
@@ -46,3 +55,80 @@ def test_a_diverged_run_goes_on_from_its_last_good_checkpoint_at_a_lower_rate(te
     ckpt = load_checkpoint(out / "last.pt")
     assert ckpt["step"] == 40 and math.isfinite(ckpt["val_loss"])
     assert ckpt["config"]["optim"]["lr"] == 50
+
+
+def test_snapshots_are_kept_small_and_every_command_reads_them(text_file: Path, tmp_path: Path, cli) -> None:
+    out = tmp_path / "runs" / "watch"
+    r = cli("train", "--data", text_file, "--out", out, *TINY, "train.max_steps=10", "train.eval_interval=10",
+            "train.keep_every=4", "log.tensorboard=false")  # fmt: skip
+    assert r.code == 0, r
+    snaps = list_snapshots(out)
+    assert [p.name for p in snaps] == ["step_0000004.pt", "step_0000008.pt"]
+    assert not [p for p in out.iterdir() if p.name.startswith(".step_")]  # no temporary file left
+    first = load_checkpoint(snaps[0])
+    assert first["step"] == 4 and first["optimizer"] is None and first["rng"] is None
+    assert first["config"]["train"]["keep_every"] == 4 and first["tokenizer"] == load_checkpoint(out / "last.pt")[
+        "tokenizer"]  # fmt: skip
+    plan = snapshot_plan(config_from_dict(first["config"], "test"), len(first["tokenizer"]["chars"]))
+    assert plan.count == 2 and all(p.stat().st_size <= plan.bytes_each for p in snaps)
+    assert plan.bytes_each < (out / "last.pt").stat().st_size / 2  # no optimizer state: AdamW's is 2x the weights
+    assert snapshot_plan(config_from_dict(first["config"], "t").replace(**{"train.max_steps": 21}), 40, 8).count == 3
+
+    # the model as it was at step 4, through every command that reads a model
+    for args in (["sample", "--max-new-tokens", "5"], ["eval"], ["score", "--text", "the king"],
+                 ["attention", "--text", "the king", "--out", tmp_path / "a.png"]):  # fmt: skip
+        r = cli(args[0], snaps[0], *args[1:])
+        assert r.code == 0, (args, r)
+    assert str(snaps[0]) in r.err
+    r = cli("export", snaps[0], tmp_path / "hf")
+    assert r.code == 0 and "from " + str(snaps[0]) in r.err, r
+    row = json.loads(cli("runs", out.parent, "--json").out.splitlines()[0])
+    assert row["run"] == "watch" and row["snapshots"] == 2
+    assert cli("runs", out.parent).out.splitlines()[0].split()[6] == "snapshots"
+
+    # a resume may change keep_every, and keeps what was written
+    assert cli("train", "--out", out, "--resume", "train.max_steps=12", "train.keep_every=6").code == 0
+    assert [p.name for p in list_snapshots(out)] == ["step_0000004.pt", "step_0000008.pt", "step_0000012.pt"]
+    last, snap = load_checkpoint(out / "last.pt")["model"], load_checkpoint(out / "step_0000012.pt")["model"]
+    assert all(torch.equal(last[k], snap[k]) for k in last)
+
+
+def test_the_final_evaluation_scores_a_spread_sample_past_its_bound(text_file: Path, tmp_path: Path, cli) -> None:
+    # tiny Shakespeare's validation split (111,540 characters) stays exact under the default bound
+    assert Config().train.final_eval_tokens >= 111_539
+    out = tmp_path / "run"
+    r = cli("train", "--data", text_file, "--out", out, *TINY, "train.max_steps=4", "train.eval_interval=4",
+            "log.tensorboard=false", "train.final_eval_tokens=500")  # fmt: skip
+    assert r.code == 0, r
+    # 2,000 validation characters: 1,999 predictions, 124 windows of 16; 500 // 16 = 31 of them scored
+    done = next(line for line in r.err.splitlines() if line.startswith("done: "))
+    assert "on a spread sample of 496 of its 1,999 chars (train.final_eval_tokens;" in done, done
+    results = json.loads((out / "results.json").read_text())
+    assert results["val_tokens_scored"] == 496 and results["val_tokens"] == 1999
+
+    # minigpt eval scores everything unless told otherwise; told, it scores the same sample
+    whole = json.loads(cli("eval", out, "--json").out)
+    assert whole["tokens"] == 1999 and "of_tokens" not in whole
+    sample = json.loads(cli("eval", out, "--json", "--max-tokens", "500").out)
+    assert sample["tokens"] == 496 and sample["of_tokens"] == 1999
+    assert sample["loss"] == pytest.approx(results["val_loss_full"], rel=1e-6)
+    assert sample["loss"] == pytest.approx(whole["loss"], rel=0.05)  # an estimate of the same number
+    r = cli("eval", out, "--max-tokens", "500")
+    assert "496 characters (a spread sample of 1,999, validation split of" in r.out, r
+
+
+def test_a_spread_sample_is_the_same_windows_the_whole_evaluation_reads() -> None:
+    torch.manual_seed(0)
+    model = GPT(Config().replace(**{"model.n_layer": 1, "model.n_embd": 16, "model.n_head": 2,
+                                    "model.block_size": 8}).model, 11).eval()  # fmt: skip
+    ids = np.random.default_rng(0).integers(0, 11, 1001).astype(np.uint16)  # 1,000 predictions, 125 windows
+    whole = evaluate_ids(model, ids)
+    assert evaluate_bounded(model, ids, None, 1000) == whole  # within the bound: every position
+    assert evaluate_bounded(model, ids, None, 0) == whole  # 0: no bound
+    sample = evaluate_bounded(model, ids, None, 80)  # 10 windows, every 12th or 13th of the 125
+    starts = [(i * 125 // 10) * 8 for i in range(10)]
+    by_hand = sum(evaluate_ids(model, ids[s : s + 9]).loss for s in starts) / 10
+    assert (sample.tokens, sample.of_tokens, sample.sampled) == (80, 1000, True)
+    assert sample.loss == pytest.approx(by_hand, rel=1e-6)
+    assert evaluate_bounded(model, ids, None, 80) == sample  # deterministic
+    assert starts[-1] >= 896  # spread to the end of the split, not its head

@@ -30,6 +30,7 @@ from minigpt.train.trainer import Trainer, TrainResult
 MAY_CHANGE_ON_RESUME = (
     "train.max_steps", "train.eval_interval", "train.ckpt_interval", "train.device", "train.dtype",
     "train.compile", "train.threads", "train.patience", "train.min_delta", "train.max_time", "train.final_eval",
+    "train.final_eval_tokens", "train.keep_every",
     "data.cache_dir", "data.path", "data.val_path", "log.", *RATE_KEYS,
 )  # fmt: skip
 
