@@ -5,20 +5,28 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
+import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from minigpt.config.files import load_config
 from minigpt.config.schema import Config, config_from_dict
 from minigpt.infer.checkpoint import load_checkpoint
 from minigpt.infer.evaluate import evaluate_bounded, evaluate_ids
 from minigpt.infer.snapshots import list_snapshots, snapshot_plan
 from minigpt.model import GPT
 
-from .conftest import TINY
+from .conftest import TINY, make_text
+
+ROOT = Path(__file__).resolve().parents[1]
 
 QUIET = ["log.sample_length=0", "log.tensorboard=false", "train.final_eval=false"]
 
@@ -132,3 +140,59 @@ def test_a_spread_sample_is_the_same_windows_the_whole_evaluation_reads() -> Non
     assert sample.loss == pytest.approx(by_hand, rel=1e-6)
     assert evaluate_bounded(model, ids, None, 80) == sample  # deterministic
     assert starts[-1] >= 896  # spread to the end of the split, not its head
+
+
+def documented_two_node_command() -> str:
+    """The multi-node command of docs/distributed.md, which the README shows too."""
+    page = (ROOT / "docs" / "distributed.md").read_text(encoding="utf-8")
+    block = page.split("<!-- two-nodes:start")[1].split("<!-- two-nodes:end -->")[0]
+    command = block.split("```bash\n")[1].split("\n```")[0].strip()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"```bash\n{command}\n```" in readme, "the README's multi-node example must be the tested command"
+    return command
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow  # four torchrun processes, then three more: ~45 s on 2 shared cores
+def test_two_nodes_train_one_run_like_two_processes_on_one(tmp_path: Path) -> None:
+    """The documented command, run twice at once as two nodes of one machine (each with one CPU
+    process, a c10d rendezvous on 127.0.0.1), equals a 2-process single-node run step for step."""
+    command = documented_two_node_command()
+    assert "--rdzv_endpoint=127.0.0.1:29500" in command and "--nnodes=2" in command
+    # the only changes: a free port (29500 may be taken on a shared machine), and torchrun run as
+    # the module it is, with this interpreter (its script need not be on PATH)
+    argv = shlex.split(command.replace(":29500", f":{free_port()}"))
+    assert argv[0] == "torchrun"
+    argv = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "tinyshakespeare.txt").write_text(make_text(), encoding="utf-8")
+    (tmp_path / "configs").mkdir()
+    shutil.copy(ROOT / "configs" / "two_nodes.yaml", tmp_path / "configs")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    nodes = [subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True) for _ in range(2)]  # fmt: skip
+    logs = [node.communicate(timeout=240)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], logs
+    assert sum("done: 12 steps" in log for log in logs) == 1  # rank 0, on whichever node, reports
+    assert sum("2 processes (cpu, DDP)" in log for log in logs) == 1
+
+    one_node = subprocess.run([sys.executable, "-m", "minigpt", "train", "configs/two_nodes.yaml", "--out",
+                               "runs/one-node", "--nproc", "2"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=240)  # fmt: skip
+    assert one_node.returncode == 0, one_node.stderr
+    two, one = load_checkpoint(tmp_path / "runs/two-nodes/last.pt"), load_checkpoint(tmp_path / "runs/one-node/last.pt")
+    assert two["step"] == one["step"] == 12
+    for k in one["model"]:
+        assert torch.allclose(two["model"][k], one["model"][k], atol=1e-6), k
+    assert two["val_loss"] == pytest.approx(one["val_loss"], abs=1e-6)
+
+
+def test_the_readme_and_docs_show_the_tested_two_node_command() -> None:
+    command = documented_two_node_command()  # the same command in both (checked there)
+    config = shlex.split(command)[shlex.split(command).index("train") + 1]
+    assert load_config(ROOT / config).train.device == "cpu"
