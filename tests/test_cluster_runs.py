@@ -88,7 +88,7 @@ def test_snapshots_are_kept_small_and_every_command_reads_them(text_file: Path, 
 
     # the model as it was at step 4, through every command that reads a model
     for args in (["sample", "--max-new-tokens", "5"], ["eval"], ["score", "--text", "the king"],
-                 ["attention", "--text", "the king", "--out", tmp_path / "a.png"]):  # fmt: skip
+                 ["attention", "--text", "the king", "--html", tmp_path / "a.html"]):  # fmt: skip
         r = cli(args[0], snaps[0], *args[1:])
         assert r.code == 0, (args, r)
     assert str(snaps[0]) in r.err
