@@ -117,6 +117,8 @@ def test_the_final_evaluation_scores_a_spread_sample_past_its_bound(text_file: P
     assert "on a spread sample of 496 of its 1,999 chars (train.final_eval_tokens;" in done, done
     results = json.loads((out / "results.json").read_text())
     assert results["val_tokens_scored"] == 496 and results["val_tokens"] == 1999
+    row = json.loads(cli("runs", tmp_path, "--json").out)
+    assert row["best_val_loss"] == results["val_loss_full"] and row["best_val_loss_is_full"] is False
 
     # minigpt eval scores everything unless told otherwise; told, it scores the same sample
     whole = json.loads(cli("eval", out, "--json").out)
@@ -127,6 +129,16 @@ def test_the_final_evaluation_scores_a_spread_sample_past_its_bound(text_file: P
     assert sample["loss"] == pytest.approx(whole["loss"], rel=0.05)  # an estimate of the same number
     r = cli("eval", out, "--max-tokens", "500")
     assert "496 characters (a spread sample of 1,999, validation split of" in r.out, r
+
+    # the other side of the bound (it may change on resume): every position, as minigpt eval scores it
+    r = cli("train", "--out", out, "--resume", "train.final_eval_tokens=1999")
+    assert r.code == 0, r
+    done = next(line for line in r.err.splitlines() if line.startswith("done: "))
+    assert "; whole val split " in done and "sample" not in done, done
+    results = json.loads((out / "results.json").read_text())
+    assert results["val_tokens_scored"] == results["val_tokens"] == 1999
+    assert results["val_loss_full"] == pytest.approx(whole["loss"], rel=1e-6)
+    assert json.loads(cli("runs", tmp_path, "--json").out)["best_val_loss_is_full"] is True
 
 
 def test_a_spread_sample_is_the_same_windows_the_whole_evaluation_reads() -> None:

@@ -20,7 +20,7 @@ from minigpt.model import parameter_count
 class RunInfo:
     run: str  # the directory, relative to the folder listed
     steps: int | None
-    best_val_loss: float | None  # the whole-split number when results.json has it, else the estimate
+    best_val_loss: float | None  # the final evaluation's number when results.json has it, else the estimate
     best_val_loss_is_full: bool
     params: int | None
     wall_s: float | None
@@ -48,7 +48,9 @@ def read_run(run_dir: Path, name: str) -> RunInfo:
     if best is not None and not math.isfinite(best):
         best = None
     started = (ckpt.init_from or {}).get("path")
-    return RunInfo(name, ckpt.step, best, isinstance(full, (int, float)), params, results.get("wall_s"), started,
+    # a final evaluation past train.final_eval_tokens scored a sample: an estimate too (marked ~)
+    exact = isinstance(full, (int, float)) and results.get("val_tokens_scored") == results.get("val_tokens")
+    return RunInfo(name, ckpt.step, best, exact, params, results.get("wall_s"), started,
                    snapshots=len(list_snapshots(run_dir)))  # fmt: skip
 
 
