@@ -185,7 +185,7 @@ def test_runs_lists_each_run(trained_run: Path, other_text: Path, tmp_path: Path
     r = cli("runs", root)
     assert r.code == 0, r
     lines = r.out.splitlines()
-    assert lines[0].split() == ["run", "steps", "best", "val", "params", "wall", "started", "from"]
+    assert lines[0].split() == ["run", "steps", "best", "val", "params", "wall", "snapshots", "started", "from"]
     assert lines[1].startswith("broken") and "unreadable" in lines[1]
     assert lines[2].split()[:2] == ["ft", "2"] and lines[2].endswith(str((trained_run / "best.pt").resolve()))
     rows = [json.loads(line) for line in cli("runs", root, "--json").out.splitlines()]

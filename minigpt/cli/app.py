@@ -223,6 +223,8 @@ def eval_(
         Path | None, typer.Option("--data", help="Evaluate on all of this file, folder or 'glob', not the val split.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=0, help="Past this many tokens, score an evenly "
+                          "spread sample of whole windows (0 = every position).")] = 0,  # fmt: skip
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
@@ -231,7 +233,8 @@ def eval_(
     from minigpt.infer.loading import load_model
 
     loaded = load_model(target, _device(device, threads))
-    result, what = evaluate(loaded, data)
+    result, what = evaluate(loaded, data, max_tokens)
+    what = f"a spread sample of {result.of_tokens:,}, {what}" if result.sampled else what
     if as_json:
         print(json.dumps(result.to_dict()))
     else:

@@ -12,6 +12,7 @@ from typing import Any
 from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
 from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
+from minigpt.infer.snapshots import list_snapshots
 from minigpt.model import parameter_count
 
 
@@ -19,12 +20,13 @@ from minigpt.model import parameter_count
 class RunInfo:
     run: str  # the directory, relative to the folder listed
     steps: int | None
-    best_val_loss: float | None  # the whole-split number when results.json has it, else the estimate
+    best_val_loss: float | None  # the final evaluation's number when results.json has it, else the estimate
     best_val_loss_is_full: bool
     params: int | None
     wall_s: float | None
     started_from: str | None  # a fine-tuned run's starting checkpoint
     problem: str | None = None  # why the run could not be read
+    snapshots: int = 0  # weights-only step_NNNNNNN.pt files (train.keep_every)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,7 +48,10 @@ def read_run(run_dir: Path, name: str) -> RunInfo:
     if best is not None and not math.isfinite(best):
         best = None
     started = (ckpt.init_from or {}).get("path")
-    return RunInfo(name, ckpt.step, best, isinstance(full, (int, float)), params, results.get("wall_s"), started)
+    # a final evaluation past train.final_eval_tokens scored a sample: an estimate too (marked ~)
+    exact = isinstance(full, (int, float)) and results.get("val_tokens_scored") == results.get("val_tokens")
+    return RunInfo(name, ckpt.step, best, exact, params, results.get("wall_s"), started,
+                   snapshots=len(list_snapshots(run_dir)))  # fmt: skip
 
 
 def list_runs(root: Path) -> list[RunInfo]:
@@ -58,15 +63,15 @@ def list_runs(root: Path) -> list[RunInfo]:
 
 
 def format_runs(runs: list[RunInfo]) -> str:
-    rows = [("run", "steps", "best val", "params", "wall", "started from")]
+    rows = [("run", "steps", "best val", "params", "wall", "snapshots", "started from")]
     for r in runs:
         if r.problem:
-            rows.append((r.run, "-", "-", "-", "-", f"unreadable: {r.problem}"))
+            rows.append((r.run, "-", "-", "-", "-", "-", f"unreadable: {r.problem}"))
             continue
         val = "-" if r.best_val_loss is None else f"{r.best_val_loss:.4f}" + ("" if r.best_val_loss_is_full else "~")
         params = "-" if r.params is None else f"{r.params / 1e6:.2f}M"
         wall = "-" if r.wall_s is None else f"{r.wall_s:.0f}s"
-        rows.append((r.run, str(r.steps), val, params, wall, r.started_from or "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+        rows.append((r.run, str(r.steps), val, params, wall, str(r.snapshots), r.started_from or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:6], widths)) + "  " + row[6] for row in rows]
     return "\n".join(line.rstrip() for line in lines)

@@ -112,6 +112,15 @@ class TrainConfig:
         None, "stop cleanly at the first step past this wall time, e.g. 90s, 10m, 1h (null = no limit)", duration=True
     )
     final_eval: bool = _f(True, "score the best checkpoint on the whole validation split at the end (results.json)")
+    final_eval_tokens: int = _f(
+        1_000_000,
+        "the final evaluation's bound: a validation split longer than this many tokens is scored on an evenly "
+        "spread sample of whole windows of about this many tokens (0 = always the whole split)",
+        ge=0,
+    )
+    keep_every: int = _f(
+        0, "keep a weights-only snapshot step_NNNNNNN.pt every N steps (sample, eval, attention take it; 0 = off)", ge=0
+    )
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,11 @@ class EvalResult:
     loss: float
     tokens: int
     unit: str = "char"  # what one token is: bits per char, or per byte for a byte model
+    of_tokens: int | None = None  # a sample: the predictions the whole text has (tokens of them were scored)
+
+    @property
+    def sampled(self) -> bool:
+        return self.of_tokens is not None and self.of_tokens > self.tokens
 
     @property
     def bpc(self) -> float:
@@ -36,8 +41,9 @@ class EvalResult:
         return math.exp(self.loss)
 
     def to_dict(self) -> dict[str, float | int]:
-        return {"loss": self.loss, "bpc": self.bpc, "perplexity": self.perplexity, "tokens": self.tokens,
-                "unit": self.unit}  # fmt: skip
+        out = {"loss": self.loss, "bpc": self.bpc, "perplexity": self.perplexity, "tokens": self.tokens,
+               "unit": self.unit}  # fmt: skip
+        return {**out, "of_tokens": self.of_tokens} if self.sampled else out
 
 
 @torch.no_grad()
@@ -71,6 +77,31 @@ def evaluate_ids(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray |
             y = torch.from_numpy(chunk[n_full * block + 1 : end - start + 1][None]).to(device)
             total += _loss_sum(model, x, y)
     return EvalResult(total / n_pred, n_pred)
+
+
+@torch.no_grad()
+def evaluate_bounded(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None,
+                     max_tokens: int = 0, batch_windows: int = 64) -> EvalResult:  # fmt: skip
+    """`evaluate_ids` (every position) when the text has at most `max_tokens` predictions or
+    `max_tokens` is 0; past it, an evenly spread, deterministic sample of the same whole windows
+    of block_size that `evaluate_ids` reads (max_tokens // block_size of them, from the first to
+    near the last), so the sample estimates the same number without a random seed."""
+    data = ids.numpy() if isinstance(ids, torch.Tensor) else ids
+    block, n_pred = model.cfg.block_size, len(data) - 1
+    if not max_tokens or n_pred <= max_tokens:
+        return evaluate_ids(model, data, table, batch_windows)
+    windows = n_pred // block
+    n = max(1, min(windows, max_tokens // block))
+    starts = [(i * windows // n) * block for i in range(n)]
+    device = next(model.parameters()).device
+    total = 0.0
+    for first in range(0, n, batch_windows):
+        chunk = np.stack([np.asarray(data[s : s + block + 1]) for s in starts[first : first + batch_windows]])
+        chunk = table[chunk] if table is not None else chunk.astype(np.int64)
+        release_pages(data)
+        rows = torch.from_numpy(chunk).to(device)  # (B, block + 1)
+        total += _loss_sum(model, rows[:, :-1], rows[:, 1:])
+    return EvalResult(total / (n * block), n * block, of_tokens=n_pred)
 
 
 def _loss_sum(model: GPT, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -107,8 +138,10 @@ def eval_ids_for(loaded: Loaded, data: str | None) -> tuple[np.ndarray, np.ndarr
     return corpus.val, table, f"validation split of {corpus.description}"
 
 
-def evaluate(loaded: Loaded, data: str | Path | None) -> tuple[EvalResult, str]:
+def evaluate(loaded: Loaded, data: str | Path | None, max_tokens: int = 0) -> tuple[EvalResult, str]:
+    """`minigpt eval`: every position of the validation split (or of `data`), or with `max_tokens`
+    a spread sample of whole windows when there are more predictions than that."""
     ids, table, what = eval_ids_for(loaded, str(data) if data is not None else None)
-    result = evaluate_ids(loaded.model, ids, table)
+    result = evaluate_bounded(loaded.model, ids, table, max_tokens)
     result.unit = loaded.tokenizer.unit
     return result, what

@@ -22,7 +22,7 @@ from minigpt.runtime import distributed
 from minigpt.runtime.device import configure_threads, log, resolve_device, resolve_dtype
 from minigpt.train import preflight
 from minigpt.train.reporting import byte_progress
-from minigpt.train.schedule import lr_at
+from minigpt.train.schedule import RATE_KEYS, replanned_schedule_note
 from minigpt.train.trainer import Trainer, TrainResult
 
 # keys that may change when a run is resumed: they change neither what the model is nor what it
@@ -30,7 +30,8 @@ from minigpt.train.trainer import Trainer, TrainResult
 MAY_CHANGE_ON_RESUME = (
     "train.max_steps", "train.eval_interval", "train.ckpt_interval", "train.device", "train.dtype",
     "train.compile", "train.threads", "train.patience", "train.min_delta", "train.max_time", "train.final_eval",
-    "data.cache_dir", "data.path", "data.val_path", "log.",
+    "train.final_eval_tokens", "train.keep_every",
+    "data.cache_dir", "data.path", "data.val_path", "log.", *RATE_KEYS,
 )  # fmt: skip
 
 
@@ -74,8 +75,9 @@ def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]
     changed = resume_changes(saved, cfg, str(config_path) if config_path else "these overrides")
     if changed:
         log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
-    if "train.max_steps" in changed and ckpt.step < cfg.train.max_steps:
-        log(replanned_schedule_note(saved, cfg, ckpt.step))
+    replanned = [k for k in changed if k == "train.max_steps" or k in RATE_KEYS and k != "optim.grad_clip"]
+    if replanned and ckpt.step < cfg.train.max_steps:
+        log(replanned_schedule_note(saved, cfg, ckpt.step, replanned))
     return run_training(cfg, out_dir, resume_from=ckpt)
 
 
@@ -113,16 +115,6 @@ def resume_changes(saved: Config, new: Config, source: str) -> list[str]:
             "resume (start a new run with another --out instead)"
         )
     return changed
-
-
-def replanned_schedule_note(saved: Config, cfg: Config, step: int) -> str:
-    """A longer run re-plans the decay: say how the learning rate jumps at the resume step."""
-    before = lr_at(step - 1, saved.optim, saved.train.max_steps) if step else 0.0
-    after = lr_at(step, cfg.optim, cfg.train.max_steps)
-    return (
-        f"note: the {cfg.optim.schedule} schedule is re-planned over {cfg.train.max_steps} steps: "
-        f"the learning rate goes from {before:.3g} to {after:.3g} at step {step}"
-    )
 
 
 def prepare_run_dir(out_dir: Path) -> None:

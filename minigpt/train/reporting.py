@@ -258,6 +258,10 @@ class Reporter:
         if full is not None:
             took = f"scored in {self.final_seconds:.1f}s"
             exact = f"; whole val split {full.loss:.4f} ({full.bpc:.3f} {self.bits}, {took})"
+            if full.sampled:  # past train.final_eval_tokens
+                exact = (f"; val split {full.loss:.4f} ({full.bpc:.3f} {self.bits}) on a spread sample of "
+                         f"{full.tokens:,} of its {full.of_tokens:,} {self.tok.unit}s (train.final_eval_tokens; "
+                         f"{took}; minigpt eval scores them all)")  # fmt: skip
         out = self.out_dir
         log(
             f"done: {steps} steps in {wall:.1f}s{speed}, best val loss {best_val_loss:.4f} "

@@ -5,7 +5,11 @@ from __future__ import annotations
 import math
 import time
 
-from minigpt.config.schema import OptimConfig
+from minigpt.config.schema import Config, OptimConfig
+
+# the rates a resume may change (optim.lr, min_lr, muon_lr re-plan the schedule; grad_clip only clips):
+# the way on from a run that diverged is its last good checkpoint with a lower rate
+RATE_KEYS = ("optim.lr", "optim.min_lr", "optim.muon_lr", "optim.grad_clip")
 
 
 def lr_at(step: int, cfg: OptimConfig, max_steps: int, progress: float | None = None) -> float:
@@ -35,3 +39,23 @@ def time_progress(start: float, progress_then: float, deadline: float) -> float:
     command started at `start` with `progress_then` of it done (0, or a resumed run's) and the
     rest is spread over the time until `deadline`."""
     return progress_then + (1 - progress_then) * (time.perf_counter() - start) / max(deadline - start, 1e-9)
+
+
+def replanned_schedule_note(saved: Config, cfg: Config, step: int, changed: list[str]) -> str:
+    """A resume that changes the length or the rates re-plans the schedule from `step` on: say
+    which change did it and how the learning rate (and Muon's) jumps at the resume step."""
+    flat_saved, flat = saved.flat(), cfg.flat()
+    rates = [f"{k} {flat_saved[k]:g} -> {flat[k]:g}" for k in changed if k != "train.max_steps"]
+    why = f" ({', '.join(rates)})" if rates else ""
+
+    def rate(c: Config, at: int, muon: bool = False) -> float:
+        lr = lr_at(at, c.optim, c.train.max_steps)
+        return lr * c.optim.muon_lr / c.optim.lr if muon else lr
+
+    before = rate(saved, step - 1) if step else 0.0
+    note = (f"note: the {cfg.optim.schedule} schedule is re-planned over {cfg.train.max_steps} steps{why}: "
+            f"the learning rate goes from {before:.3g} to {rate(cfg, step):.3g} at step {step}")  # fmt: skip
+    if cfg.optim.optimizer == "muon" and rates:
+        muon_before = rate(saved, step - 1, muon=True) if step else 0.0
+        note += f" (Muon's from {muon_before:.3g} to {rate(cfg, step, muon=True):.3g})"
+    return note

@@ -29,13 +29,15 @@ from minigpt.data.corpus import Batcher, Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
-from minigpt.infer.evaluate import EvalResult, evaluate_ids
+from minigpt.infer.evaluate import EvalResult, evaluate_bounded
+from minigpt.infer.snapshots import save_snapshot
 from minigpt.io.atomic import atomic_write
 from minigpt.model import GPT
 from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreShare
 from minigpt.runtime.device import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
 from minigpt.runtime.distributed import wrap_ddp
+from minigpt.train.divergence import lower_rate_command
 from minigpt.train.interrupts import StopRequest
 from minigpt.train.optim import build_optimizer, load_optimizer_state
 from minigpt.train.reporting import Reporter, describe_run
@@ -233,11 +235,14 @@ class Trainer:
 
     def _diverged(self, what: str, value: float) -> UserError:
         good = find_checkpoint(self.out_dir, prefer=LAST)
-        kept = f"the last good checkpoint is kept: {good}" if good else "no checkpoint was written"
-        o = self.cfg.optim
+        o, where = self.cfg.optim, f"training diverged: the {what} became {value} at step {self.state.step}"
+        if good is None:
+            return UserError(f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
+                             "keep optim.grad_clip on, or check the data")  # fmt: skip
         return UserError(
-            f"training diverged: the {what} became {value} at step {self.state.step} ({kept}); try a lower optim.lr "
-            f"(now {o.lr:g}), keep optim.grad_clip on (now {o.grad_clip:g}), or check the data"
+            f"{where} (the last good checkpoint is kept: {good}); continue from it at half the learning rate with: "
+            f"{lower_rate_command(self.out_dir, self.cfg, good)} (halve it again if it diverges again), or check "
+            "the data"
         )
 
     # -- the loop -----------------------------------------------------------------------------
@@ -298,14 +303,29 @@ class Trainer:
             return f"stopped at step {state.step}: train.max_time ({t.max_time}) reached; saved {self.out_dir / LAST}"
         return None
 
+    def _keep_snapshot(self, stats: StepStats) -> None:
+        """train.keep_every: rank 0 keeps this step's weights as step_NNNNNNN.pt, unless the step
+        went non-finite (the next sync point reports the divergence; a broken model is never kept)."""
+        t, step = self.cfg.train, self.state.step
+        if not t.keep_every or step % t.keep_every or not self.dist.is_main:
+            return
+        if not (math.isfinite(stats.loss.item()) and math.isfinite(float(stats.grad_norm))):
+            return
+        evaluated = step % t.eval_interval == 0 or step == t.max_steps
+        save_snapshot(self.out_dir, Checkpoint(
+            model=self.model.state_dict(), config=self.cfg.to_dict(), tokenizer=self.tok.to_dict(),
+            data={"path": self.cfg.data.path, "sha256": self.corpus.sha256}, step=step,
+            tokens_seen=self.state.tokens_seen, val_loss=self.val_loss if evaluated else None,
+            init_from=self.init_from))  # fmt: skip
+
     def final_eval(self) -> EvalResult:
         """The best checkpoint (else the current weights) on the whole validation split, in float32,
-        as `minigpt eval` scores it."""
+        as `minigpt eval` scores it; past train.final_eval_tokens, a spread sample of its windows."""
         model = copy.deepcopy(self.model).float().eval()
         best = find_checkpoint(self.out_dir, prefer=BEST)
         if best is not None:
             model.load_state_dict(Checkpoint.load(best).model)
-        return evaluate_ids(model, self.corpus.val, self.corpus.table)
+        return evaluate_bounded(model, self.corpus.val, self.corpus.table, self.cfg.train.final_eval_tokens)
 
     def _write_results(self, result: TrainResult, tokens_per_s: float | None) -> None:
         full = result.full
@@ -314,6 +334,8 @@ class Trainer:
             "best_step": self.state.best_step, "best_val_loss": result.best_val_loss,
             "val_loss_full": full.loss if full else None, "val_bpc_full": full.bpc if full else None,
             "tokens_per_s": tokens_per_s, "stopped": result.stopped or "max_steps",
+            "val_tokens_scored": full.tokens if full else None,
+            "val_tokens": (full.of_tokens or full.tokens) if full else None,
         }  # fmt: skip
         text = json.dumps(results, indent=1) + "\n"
         atomic_write(self.out_dir / "results.json", lambda f: f.write(text.encode("utf-8")))
@@ -346,6 +368,7 @@ class Trainer:
                         raise self._out_of_memory() from None
                     reporter.step()
                     stopped = self._after_step(stats, reporter, stop, deadline)
+                    self._keep_snapshot(stats)
             reporter.end_progress()  # the bar stops at the last step; the final evaluation is its own line
             if stopped:
                 log(stopped)
