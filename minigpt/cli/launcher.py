@@ -3,7 +3,10 @@ checks what can be checked once and then becomes torchrun running N processes of
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 from minigpt.errors import UserError
 
@@ -26,7 +29,6 @@ def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resu
     from minigpt.config.choices import MPS_PROCESSES
     from minigpt.config.files import load_config
     from minigpt.config.schema import batch_split_error
-    from minigpt.runtime.distributed import launch_local
 
     if flags["--device"] == "mps":
         raise UserError(MPS_PROCESSES)
@@ -42,3 +44,14 @@ def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resu
         if value is not None:
             argv += [flag, str(value)]
     launch_local(nproc, argv + (["--resume"] if resume else []))
+
+
+def launch_local(nproc: int, argv: list[str]) -> NoReturn:
+    """Replace this process with torchrun's elastic launcher running `minigpt ARGV` on `nproc` local
+    processes (standalone rendezvous on a free port). Signals and the exit code pass straight through.
+    Nothing here imports torch: the launcher process only becomes torchrun (that saved ~3 s a launch)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "minigpt", *argv]  # fmt: skip
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)

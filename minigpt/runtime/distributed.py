@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 import torch.distributed as tdist
@@ -85,16 +84,6 @@ def all_gather(obj: Any, dist: Dist) -> list[Any]:
 def barrier(dist: Dist) -> None:
     if dist.enabled:
         tdist.barrier()
-
-
-def launch_local(nproc: int, argv: list[str]) -> NoReturn:
-    """Replace this process with torchrun's elastic launcher running `minigpt ARGV` on `nproc` local
-    processes (standalone rendezvous on a free port). Signals and the exit code pass straight through."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "minigpt", *argv]  # fmt: skip
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, command)
 
 
 def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
