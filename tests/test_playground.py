@@ -89,7 +89,8 @@ def load(run: Path):
     return minigpt.load(run, device="cpu")
 
 
-def generate(pg, prompt: str, length: int, temperature: float, seed: int = 1, top_k: int = 0, top_p: float = 1.0) -> str:
+def generate(pg, prompt: str, length: int, temperature: float, seed: int = 1, top_k: int = 0,
+             top_p: float = 1.0) -> str:  # fmt: skip
     """Fill the controls and press Generate, as a person would; the page's text when it is done."""
     pg.fill("#prompt", prompt)
     for sel, value in (("#temperature", temperature), ("#length", length), ("#seed", seed), ("#topk", top_k),

@@ -14,8 +14,15 @@ import sys
 from collections.abc import Callable
 from typing import Literal
 
-from minigpt.config.choices import (DEVICE_METAVAR, DEVICES, EXPORT_DTYPES, EXPORT_FORMATS, PLAYGROUND_DTYPES,
-                                    SAMPLE_DTYPES, UNKNOWN_CHARS)  # fmt: skip
+from minigpt.config.choices import (
+    DEVICE_METAVAR,
+    DEVICES,
+    EXPORT_DTYPES,
+    EXPORT_FORMATS,
+    PLAYGROUND_DTYPES,
+    SAMPLE_DTYPES,
+    UNKNOWN_CHARS,
+)
 
 SampleDtype = Literal[SAMPLE_DTYPES]  # minigpt sample --dtype (config.SampleOptions.dtype)
 UnknownChars = Literal[UNKNOWN_CHARS]  # minigpt sample --unknown (config.SampleOptions.unknown)
