@@ -92,7 +92,9 @@ async function generate() {
       else MODEL.step(MAIN, tid, true);
     }
     doc.n = n;
+    const following = textEl.scrollTop + textEl.clientHeight >= textEl.scrollHeight - 60; // at the end: stay there
     appendSpans(from, n);
+    if (following) textEl.scrollTop = textEl.scrollHeight;
     Object.assign(run, { chars: made, ms: performance.now() - t0 });
     showStatus(skipped);
     await nextTask();
