@@ -125,6 +125,10 @@ def test_greedy_text_past_the_context_equals_minigpt_sample(page, runs, cli) -> 
     got = generate(page, "KING:\n", 300, 0)
     assert got == expected.out[:-1]  # sample ends with a newline of its own
     assert page.evaluate("window.playground.run.chars") == 300  # 300 past a context of 16: the window slid
+    # an empty prompt starts from a line break that the text does not show, as `minigpt sample` does
+    expected = cli("sample", run, "--temperature", "0", "--dtype", "float32", "--max-new-tokens", "40",
+                   "--device", "cpu")  # fmt: skip
+    assert generate(page, "", 40, 0) == expected.out[:-1]
 
 
 def test_byte_model_greedy_text_equals_minigpt_sample(page, runs, cli) -> None:
@@ -193,13 +197,22 @@ def test_typing_updates_the_top_ten_next_characters(page, runs) -> None:
     assert page.inner_text("#bars") != before
 
 
-def test_the_command_prints_the_size_and_float16_halves_it(runs, cli, tmp_path: Path) -> None:
+def test_the_command_prints_the_size_and_float16_halves_it(page, runs, cli, tmp_path: Path) -> None:
     r32 = cli("playground", runs["rope_char"], tmp_path / "a.html")
     r16 = cli("playground", runs["rope_char"], tmp_path / "b.html", "--dtype", "float16")
     assert r32.code == 0 and r16.code == 0
     assert " MB" in r32.err and "float32" in r32.err and "float16" in r16.err
     assert (tmp_path / "b.html").stat().st_size < (tmp_path / "a.html").stat().st_size
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.html", "b.html"]  # no temporary file left
+    # the float16 page runs the same model, its weights rounded to float16
+    m = load(runs["rope_char"])
+    text = make_text(200, seed=5)[:16]
+    page.goto((tmp_path / "b.html").as_uri())
+    page.wait_for_function("window.playground && window.playground.ready")
+    got = torch.tensor(page.evaluate("(t) => window.playground.logits(t)", text)).view(16, -1)
+    with torch.no_grad():
+        want = m.loaded.model(torch.tensor([m.tokenizer.encode(text)]))[0][0]
+    assert 0 < (got - want).abs().max() < 0.05
 
 
 def test_python_api_writes_the_page_and_shows_inline(runs, tmp_path: Path) -> None:
