@@ -37,15 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
         path = page_html.save(Path(tmp) / "playground.html")
         browser = p.chromium.launch(executable_path=args.chromium, args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 800}, device_scale_factor=1)
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
         page.goto(path.as_uri())
         page.wait_for_function("window.playground && window.playground.ready")
         page.fill("#prompt", PROMPT)
         page.fill("#length", "20000")
         page.fill("#seed", "7")
         page.click("#generate")
-        time.sleep(0.6)  # a few hundred characters in, still generating
-        page.locator("#text .t.gen").nth(60).hover()
+        time.sleep(0.8)  # several hundred characters in, still generating
+        generated = page.locator("#text .t.gen")
+        generated.nth(generated.count() - 45).hover()  # a character near the end, in view
+        page.evaluate("window.scrollTo(0, 0)")  # hovering may have scrolled the page itself a little
         shot = args.out / "playground_generating.png"
         page.screenshot(path=shot)
         print(f"wrote {shot}")

@@ -5,6 +5,7 @@
 // forward gives (up to the last bits of float32 sums).
 
 function base64Bytes(b64) {
+  if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(b64); // newer browsers: native
   const bin = atob(b64), n = bin.length, out = new Uint8Array(n);
   for (let i = 0; i < n; i++) out[i] = bin.charCodeAt(i);
   return out;

@@ -70,6 +70,8 @@ function options() {
 
 async function generate() {
   if (run.active) return "";
+  clearTimeout(typing); // a pending update for the typed prompt is done now, before the prompt is read
+  updateNext();
   const o = options(), { ids, skipped } = encode(promptEl.value), hidden = ids.length ? 0 : 1;
   startDocument(ids.length ? ids : [DATA.startId], hidden, Math.max(1, ids.length) + o.length);
   Object.assign(run, { active: true, stop: false, chars: 0, ms: 0 });
@@ -126,11 +128,20 @@ function updateNext() {
   byId("bars").innerHTML = next.rows.map((r) => `<div class="row"><span class="ch">${esc(r.label)}</span>` +
     `<span class="bar" style="width:${Math.max(1, Math.round(r.p * 180))}px"></span><span class="p">${prob(r.p)}</span></div>`).join("");
 }
+// a keystroke that changes many positions (a prompt past the context shifts them all) waits for a
+// pause in the typing: on a big model each position costs tens of milliseconds
 let typing = 0;
+function positionsToRead(text) {
+  const ids = encode(text).ids.slice(-BLOCK);
+  let p = 0;
+  while (p < MAIN.len && p < ids.length && MAIN.ids[p] === ids[p]) p++;
+  return ids.length - p;
+}
 promptEl.addEventListener("input", () => {
   stop();
   clearTimeout(typing);
-  typing = setTimeout(() => { updateNext(); if (!run.active) newPromptDocument(); }, 0);
+  const wait = positionsToRead(promptEl.value) > 16 ? 300 : 0;
+  typing = setTimeout(() => { updateNext(); if (!run.active) newPromptDocument(); }, wait);
 });
 function newPromptDocument() {
   const { ids } = encode(promptEl.value);
