@@ -192,7 +192,7 @@ function clearSelection() {
   Object.assign(sel, { index: -1, weights: null });
   byId("attn").innerHTML = ATTENTION_HINT;
 }
-const label = (j) => `${esc(quoted(doc.pieces[j]))}<span class="pos">#${j - doc.hidden}</span>`;
+const label = (j) => `${esc(quoted(doc.pieces[j]))}<span class="pos">${j < doc.hidden ? " (the start)" : "#" + (j - doc.hidden)}</span>`;
 function drawAttention() {
   for (const j of painted) doc.spans[j].style.background = "";
   painted = [];
@@ -210,7 +210,8 @@ function drawAttention() {
   });
   const panel = byId("attn");
   panel.innerHTML = `<h2>Attention of</h2><div class="who">${label(i)}</div>` +
-    `<div class="where">sees characters #${sel.start - doc.hidden < 0 ? 0 : sel.start - doc.hidden}\u2013#${i - doc.hidden} (${sel.keys} of a context of ${BLOCK})</div>` +
+    (i < doc.hidden ? `<div class="where">the first position: it sees only itself</div>` :
+    `<div class="where">sees ${sel.start < doc.hidden ? "the start and " : ""}characters #${Math.max(0, sel.start - doc.hidden)}\u2013#${i - doc.hidden} (${sel.keys} of a context of ${BLOCK})</div>`) +
     `<div class="group"><span class="label">Layer</span><span class="seg" id="layers"></span></div>` +
     `<div class="where">layer ${l}: what it looks at (the largest weights per head)</div><table>${rows.join("")}</table>` +
     `<canvas id="strips"></canvas><div class="where">every layer (rows of heads) over the characters it sees (columns); click a row for its layer</div>`;
