@@ -8,6 +8,7 @@
     m.show_attention(text)                      # the explorer page, inline in Jupyter
     m.show_score(text)                          # the surprise page, inline in Jupyter
     m.export("exports/hf")                      # a transformers folder (format="onnx": ONNX)
+    m.playground("playground.html")             # the model in one offline web page, inline in Jupyter
 
 Every method calls the library functions the command line calls (infer/, inspect/), so the
 numbers and pages are the same as `minigpt sample / score / attention`.
@@ -99,6 +100,16 @@ class Model:
 
         export_loaded(self.loaded, Path(out), format, dtype, force)
         return Path(out)
+
+    def playground(self, path: str | Path | None = None, dtype: str = "float32") -> HtmlPage:
+        """The playground page (`minigpt playground`): the model running in the browser, offline.
+        Written atomically to `path` when given; shown inline when it is a cell's value in Jupyter."""
+        from minigpt.export.playground import playground_page
+
+        page = playground_page(self.loaded, dtype)
+        if path is not None:
+            page.save(path)
+        return page
 
 
 def load(target: str | Path = "runs/default", device: str = "auto") -> Model:

@@ -17,6 +17,7 @@ from typer.core import TyperCommand, TyperOption
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.help import ExportDtype, ExportFormat, SampleDtype, UnknownChars, epilog
+from minigpt.cli.playground import playground_cmd
 from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.runtime.cores import measure_load_from_now
@@ -330,6 +331,9 @@ def export_cmd(
     from minigpt.export.folder import export_run
 
     print(export_run(target, out, fmt, dtype, force), file=sys.stderr)
+
+
+app.command(name="playground", epilog=epilog("playground"))(playground_cmd)  # its body: cli/playground.py
 
 
 @app.command(epilog=epilog("runs"))

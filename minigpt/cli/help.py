@@ -14,13 +14,22 @@ import sys
 from collections.abc import Callable
 from typing import Literal
 
-from minigpt.config.choices import DEVICE_METAVAR, DEVICES, EXPORT_DTYPES, EXPORT_FORMATS, SAMPLE_DTYPES, UNKNOWN_CHARS
+from minigpt.config.choices import (
+    DEVICE_METAVAR,
+    DEVICES,
+    EXPORT_DTYPES,
+    EXPORT_FORMATS,
+    PLAYGROUND_DTYPES,
+    SAMPLE_DTYPES,
+    UNKNOWN_CHARS,
+)
 
 SampleDtype = Literal[SAMPLE_DTYPES]  # minigpt sample --dtype (config.SampleOptions.dtype)
 UnknownChars = Literal[UNKNOWN_CHARS]  # minigpt sample --unknown (config.SampleOptions.unknown)
 ExportFormat = Literal[EXPORT_FORMATS]  # minigpt export --format
 ExportDtype = Literal[EXPORT_DTYPES]  # minigpt export --dtype
-__all__ = ["DEVICE_METAVAR", "ExportDtype", "ExportFormat", "SampleDtype", "UnknownChars"]
+PlaygroundDtype = Literal[PLAYGROUND_DTYPES]  # minigpt playground --dtype
+__all__ = ["DEVICE_METAVAR", "ExportDtype", "ExportFormat", "PlaygroundDtype", "SampleDtype", "UnknownChars"]
 
 EXAMPLES = {  # the end of each command's --help (rich markup: no square brackets)
     "minigpt": """minigpt train                         # tiny Shakespeare, the default model, on the CPU
@@ -48,6 +57,8 @@ minigpt attention runs/default --file scene.txt --html attention.html""",
     "export": """minigpt export runs/default exported/                  # a transformers folder
 minigpt export runs/default exported_onnx/ --format onnx
 minigpt export runs/default exported_bf16/ --dtype bfloat16 --force""",
+    "playground": """minigpt playground runs/default playground.html     # open it in any browser, offline
+minigpt playground runs/big big.html --dtype float16   # half the size""",
     "runs": """minigpt runs
 minigpt runs experiments/ --json""",
 }

@@ -11,6 +11,7 @@ SAMPLE_DTYPES = ("auto", "float32", "bfloat16")  # minigpt sample --dtype
 UNKNOWN_CHARS = ("error", "skip")  # minigpt sample --unknown: prompt characters the model never saw
 EXPORT_FORMATS = ("hf", "onnx")  # minigpt export --format
 EXPORT_DTYPES = ("float32", "bfloat16", "float16")  # minigpt export --dtype
+PLAYGROUND_DTYPES = ("float32", "float16")  # minigpt playground --dtype: what a browser's typed arrays can hold
 MPS_PROCESSES = (
     "multi-process training (--nproc / torchrun) runs on CUDA or the CPU, not on mps; use --device cpu or one process"
 )

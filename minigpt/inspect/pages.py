@@ -26,6 +26,9 @@ WEB = Path(__file__).with_name("web")
 MAX_PAGE_CHARS = 50_000  # one element per character: beyond this a browser lays the text out slowly
 MAX_PAGE_WEIGHTS = 32 * 2**20  # attention weights in one page (one byte each, ~43 MB of HTML at most)
 TOP_GUESSES = 5
+# the scripts each page runs, in order, after common.js (heads.js: head colours, viridis, surprise steps)
+SCRIPTS = {"attention": ("heads.js", "attention.js"), "score": ("heads.js", "score.js"),
+           "playground": ("heads.js", "gpt.js", "playground.js")}  # fmt: skip
 VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
 
 
@@ -87,7 +90,7 @@ def token_label(tok: Tokenizer, i: int) -> str:
 def render(kind: str, title: str, data: dict) -> str:
     """The page `web/<kind>.html` with the shared CSS and script, the page's script and `data` inlined."""
     template = (WEB / f"{kind}.html").read_text(encoding="utf-8")
-    script = (WEB / "common.js").read_text(encoding="utf-8") + (WEB / f"{kind}.js").read_text(encoding="utf-8")
+    script = "".join((WEB / name).read_text(encoding="utf-8") for name in ("common.js", *SCRIPTS[kind]))
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     payload = payload.replace("</", "<\\/")  # the text itself may hold "</script>"
     parts = {

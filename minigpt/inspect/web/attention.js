@@ -31,20 +31,7 @@ function queriesOf(j) {
   return out;
 }
 
-const PALETTE = [[78, 121, 167], [242, 142, 43], [225, 87, 89], [89, 161, 79], [176, 122, 161],
-  [118, 183, 178], [237, 201, 72], [255, 157, 167], [156, 117, 95], [186, 176, 172]];
-function hueRgb(h) { // more heads than the palette: evenly spread hues
-  const f = (n) => { const k = (n + h / 30) % 12; return Math.round(255 * (0.5 - 0.35 * Math.max(-1, Math.min(k - 3, 9 - k, 1)))); };
-  return [f(0), f(8), f(4)];
-}
-const COLOURS = DATA.heads.map((h) => (h < PALETTE.length ? PALETTE[h] : hueRgb((h * 137.5) % 360)));
-const rgb = (c, a) => `rgba(${c[0]},${c[1]},${c[2]},${a.toFixed(3)})`;
-const VIRIDIS = [[68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142], [31, 158, 137],
-  [53, 183, 121], [109, 205, 89], [180, 222, 44], [253, 231, 37]];
-function viridis(v) {
-  const x = Math.max(0, Math.min(1, v)) * (VIRIDIS.length - 1), k = Math.min(VIRIDIS.length - 2, Math.floor(x)), f = x - k;
-  return VIRIDIS[k].map((a, n) => Math.round(a + (VIRIDIS[k + 1][n] - a) * f));
-}
+const COLOURS = DATA.heads.map(headColour);
 
 const state = { layer: 0, on: DATA.heads.map(() => true), gridHead: 0, dir: "to", gain: 1,
   focus: Math.min(N - 1, B - 1), pinned: false };
@@ -55,12 +42,7 @@ const label = (i) => `${quoted(PIECES[i])} <span class="pos">#${i}</span>`;
 // the text: each highlighted character's background holds one band per shown head, each as
 // strong as that head's weight (times the contrast)
 let painted = [];
-function background(hs, vals) {
-  const alpha = (v) => Math.min(1, v * state.gain);
-  if (hs.length === 1) return rgb(COLOURS[hs[0]], alpha(vals[0]));
-  const stops = hs.map((h, k) => `${rgb(COLOURS[h], alpha(vals[k]))} ${(100 * k) / hs.length}% ${(100 * (k + 1)) / hs.length}%`);
-  return `linear-gradient(to bottom, ${stops.join(", ")})`;
-}
+function background(hs, vals) { return headBands(hs.map((h) => COLOURS[h]), vals, state.gain); }
 function pairWeights(other) { // each shown head's weight between the focus and `other`, in the current direction
   const f = state.focus;
   return heads().map((h) => (state.dir === "to" ? weight(state.layer, h, f, other) : weight(state.layer, h, other, f)));

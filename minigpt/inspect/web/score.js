@@ -3,7 +3,7 @@
 // scored position), labels (id -> how a guess is shown), bitsPerChar, totalBits.
 const PIECES = DATA.pieces, N = PIECES.length, UNIT = DATA.unit === "char" ? "character" : DATA.unit;
 const textEl = byId("text"), spans = buildText(textEl, PIECES), where = lineIndex(PIECES);
-const step = (bits) => Math.min(8, Math.floor(bits)); // one colour per whole bit, as `minigpt score`
+const step = surpriseStep;
 
 byId("source").textContent = DATA.source;
 byId("bpc").innerHTML = `${DATA.bitsPerChar.toFixed(3)} <small>bits per ${UNIT}</small>`;

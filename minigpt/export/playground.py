@@ -1,0 +1,167 @@
+"""The playground (`minigpt playground`, `Model.playground`): one self-contained HTML page that
+holds a model's weights, its vocabulary, a JavaScript GPT and sampler (inspect/web/gpt.js) and a
+UI to generate, see the next-character guesses and look at attention (inspect/web/playground.js).
+It opens from disk with no network, in any browser, and needs no Python.
+
+The weights go in as base64 of little-endian float32 (or float16, half the size), every tensor of
+the state dict but the tied LM head, in state-dict order; a manifest gives each one's offset and
+shape. The page is rendered by inspect.pages.render like the explorer pages, so it shares their
+CSS, colours and drawing code.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from minigpt.config.choices import PLAYGROUND_DTYPES
+from minigpt.errors import UserError
+from minigpt.inspect.pages import HtmlPage, render, token_label
+from minigpt.io.atomic import atomic_open
+
+if TYPE_CHECKING:
+    from minigpt.infer.loading import Loaded
+
+MAX_PAGE_BYTES = 100_000_000  # browsers parse a page this big in seconds; beyond it, use float16 or a smaller model
+ASSETS_BYTES = 200_000  # the page less its weights, an upper bound for the estimate made before encoding
+INLINE_LIMIT = 30_000_000  # a notebook shows a page up to this size inline; a bigger one only names its file
+TIED = "lm_head.weight"  # the same tensor as wte.weight: stored once
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+class PlaygroundPage(HtmlPage):
+    """The playground page: `save(path)` writes it atomically; a notebook shows it inline."""
+
+    path: Path | None = None
+
+    def save(self, path: str | Path) -> Path:
+        self.path = write_page(self.html, Path(path))
+        return self.path
+
+    def _repr_html_(self) -> str:
+        if len(self.html) <= INLINE_LIMIT:
+            return super()._repr_html_()
+        where = f" Open {html.escape(str(self.path))} in a browser." if self.path else " Save it and open the file."
+        return f"<p>minigpt playground: {html.escape(self.summary)}, too big to show inline.{where}</p>"
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in PLAYGROUND_DTYPES:
+        raise UserError(f"--dtype {dtype!r} is not one of: {', '.join(PLAYGROUND_DTYPES)}")
+
+
+def check_out(out: Path) -> None:
+    """Refuse an OUT that cannot be written, before the model is loaded."""
+    if out.is_dir():
+        raise UserError(f"cannot write {out}: it is a folder; give a file name such as {out / 'playground.html'}")
+    if not out.parent.is_dir():
+        raise UserError(f"cannot write {out}: the folder {out.parent} does not exist")
+
+
+def check_size(n_bytes: int, dtype: str) -> None:
+    """One error line for a page past MAX_PAGE_BYTES: its size, and what makes it smaller."""
+    if n_bytes <= MAX_PAGE_BYTES:
+        return
+    size, limit = megabytes(n_bytes), megabytes(MAX_PAGE_BYTES)
+    if dtype == "float32":
+        hint = f"--dtype float16 halves the weights (about {megabytes(n_bytes // 2)})"
+    else:
+        hint = "the model is too big for a page even in float16; train a smaller one"
+    raise UserError(f"the playground page would be {size}, over the {limit} a page may hold; {hint}")
+
+
+def weight_blob(loaded: Loaded, dtype: str) -> tuple[bytes, dict[str, list]]:
+    """The weights as one little-endian buffer and the manifest {name: [offset, shape]} (offsets in numbers)."""
+    import numpy as np
+
+    numbers = np.dtype("<f4" if dtype == "float32" else "<f2")
+    parts, manifest, offset = [], {}, 0
+    for name, tensor in loaded.model.state_dict().items():
+        if name == TIED:
+            continue
+        array = tensor.detach().float().cpu().numpy().astype(numbers)
+        manifest[name] = [offset, list(tensor.shape)]
+        offset += array.size
+        parts.append(array.tobytes())
+    return b"".join(parts), manifest
+
+
+def estimated_bytes(loaded: Loaded, dtype: str) -> int:
+    """The page's size from the parameter count alone (base64: 4 characters per 3 bytes), before encoding."""
+    n = sum(t.numel() for name, t in loaded.model.state_dict().items() if name != TIED)
+    return (n * (4 if dtype == "float32" else 2) * 4 + 2) // 3 + ASSETS_BYTES
+
+
+def page_data(loaded: Loaded, dtype: str) -> dict:
+    """Everything the page needs, as plain data: the model's shape, the vocabulary, the weights and
+    what the header says about the run."""
+    from minigpt.infer.decode import half_window
+
+    cfg, tok, ckpt = loaded.config.model, loaded.tokenizer, loaded.checkpoint
+    blob, manifest = weight_blob(loaded, dtype)
+    n_params = loaded.model.num_params(non_embedding=False)
+    return {
+        "run": loaded.path.parent.name if loaded.path.name in ("best.pt", "last.pt") else loaded.path.stem,
+        "source": str(loaded.path),
+        "step": ckpt.step,
+        "valLoss": ckpt.val_loss if isinstance(ckpt.val_loss, float) else None,
+        "params": n_params,
+        "model": {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "block_size": cfg.block_size,
+                  "pos_emb": cfg.pos_emb, "norm": cfg.norm, "bias": cfg.bias, "vocab_size": tok.vocab_size,
+                  "half_window": half_window(cfg.block_size)},  # fmt: skip
+        "tokenizer": tok.kind,
+        "chars": list(tok.chars) if tok.kind == "char" else None,
+        "labels": [token_label(tok, i) for i in range(tok.vocab_size)],
+        "startId": tok.start_id,
+        "dtype": dtype,
+        "tensors": manifest,
+        "weights": base64.b64encode(blob).decode("ascii"),
+    }
+
+
+def playground_page(loaded: Loaded, dtype: str = "float32") -> PlaygroundPage:
+    """The page of `loaded`, refused with one line when it would pass MAX_PAGE_BYTES."""
+    check_dtype(dtype)
+    check_size(estimated_bytes(loaded, dtype), dtype)
+    data = page_data(loaded, dtype)
+    title = f"playground: {data['run']}"
+    page = render("playground", title, data)
+    n_bytes = len(page.encode("utf-8"))
+    check_size(n_bytes, dtype)
+    summary = f"{megabytes(n_bytes)}, {data['params'] / 1e6:.2f}M parameters in {dtype}"
+    return PlaygroundPage(page, "playground", summary, height=900)
+
+
+def write_page(page: str, out: Path) -> Path:
+    """Write the page atomically: a failure leaves `out` as it was and no partial file."""
+    check_out(out)
+    try:
+        with atomic_open(out) as f:
+            f.write(page.encode("utf-8"))
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}; nothing was written") from None
+    return out
+
+
+def write_playground(loaded: Loaded, out: Path, dtype: str = "float32") -> str:
+    """Build and write the page; returns the line that says what was written and how big it is."""
+    check_out(out)
+    page = playground_page(loaded, dtype)
+    page.save(out)
+    return f"wrote {out}: {page.summary} (from {loaded.path})"
+
+
+def playground_run(target: Path, out: Path, dtype: str = "float32") -> str:
+    """`minigpt playground`: OUT and --dtype checked before the model is loaded (on the CPU, in float32)."""
+    import torch
+
+    from minigpt.infer.loading import load_model
+
+    check_dtype(dtype)
+    check_out(out)
+    return write_playground(load_model(target, torch.device("cpu")), out, dtype)
