@@ -52,10 +52,13 @@ def _utf8_error(e: UnicodeDecodeError, offset: int, raw: bytes) -> str:
     return f"byte 0x{raw[e.start]:02x} at offset {pos}" + (f" (line {line})" if offset == 0 else "")
 
 
-BATCH = 4 << 20  # small files are read whole and handled this many bytes at a time: a real source
+BATCH = 1 << 20  # small files are read whole and handled this many bytes at a time: a real source
 # tree has tens of thousands of files of a few KB, and per-file numpy and decoder calls cost more
 # than the bytes (39 MB/s on such a tree, where one large file encodes at 200)
 NON_ASCII = bytes(range(128, 256))
+ASCII = bytes(range(128))
+CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8's bytes after a character's first
+FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII ids, numbered first, are lower)
 
 
 def _read_whole(f: SourceFile) -> bytes:
@@ -203,7 +206,8 @@ class _CharWriter:
         self.ascii[ascii_points] = self.lut[ascii_points]
         # ASCII at memory speed: bytes.translate into uint8 ids, widened if the type is wider (a
         # sorted vocabulary numbers ASCII first, so its ids always fit a byte)
-        self.translate = self.ascii.astype(np.uint8).tobytes() if self.ascii.max() < 256 else None
+        self.translate = self.ascii.astype(np.uint8).tobytes() if self.ascii.max() < FIRST else None
+        self.firsts = bytes(int(self.ascii[b]) if b < 128 else FIRST for b in range(256)) if self.translate else b""
         self.dtype = dtype
 
     def encode(self, decoder: codecs.IncrementalDecoder, chunk: bytes, final: bool = False) -> bytes:
@@ -212,17 +216,22 @@ class _CharWriter:
         text = decoder.decode(chunk, final=final)
         return self.lut[np.frombuffer(text.encode("utf-32-le"), np.uint32)].tobytes()
 
-    def encode_whole(self, text: bytes) -> bytes:
-        """Complete UTF-8 text (whole files): ASCII through the byte table, then each non-ASCII
-        character's id put at its first byte and its other bytes deleted."""
+    def encode_whole(self, text: bytes) -> bytes | np.ndarray:
+        """Complete UTF-8 text (whole files), checked when the vocabulary was read. One translate
+        maps ASCII to ids and each other character's first byte to FIRST, and deletes the rest of
+        its bytes; then the few non-ASCII characters' ids go where FIRST stands."""
         if text.isascii():
             return self._ascii(text)
-        part = non_ascii(text)
-        if part is None:
-            raise UnicodeError("not UTF-8 text")  # checked when the vocabulary was read: changed since
-        ids = self._ascii_ids(text)
-        ids[part.at[~part.continues]] = self.lut[np.frombuffer(part.text.encode("utf-32-le"), np.uint32)]
-        return np.delete(ids, part.at[part.continues]).tobytes()
+        if self.translate is None:  # an unsorted vocabulary: the plain way
+            return self.lut[np.frombuffer(text.decode("utf-8").encode("utf-32-le"), np.uint32)].tobytes()
+        chars = np.frombuffer(text.translate(self.firsts, CONTINUATION), np.uint8)
+        at = np.flatnonzero(chars == FIRST)
+        points = np.frombuffer(text.translate(None, ASCII).decode("utf-8").encode("utf-32-le"), np.uint32)
+        if len(points) != len(at):  # not what the vocabulary pass read
+            raise UserError("a data file changed while it was being encoded; run again once nothing is writing to it")
+        ids = chars.astype(self.dtype)  # a copy: writable
+        ids[at] = self.lut[points]
+        return ids
 
     def _ascii(self, chunk: bytes) -> bytes:
         if self.translate is not None and self.dtype == np.uint8:
@@ -245,10 +254,10 @@ def write_ids(out: IO[bytes], files: Sequence[SourceFile], tok: Tokenizer, separ
     char = _CharWriter(tok, dtype) if isinstance(tok, CharTokenizer) else None
     written, split = 0, None
 
-    def put(data: bytes) -> None:
+    def put(data: bytes | np.ndarray) -> None:
         nonlocal written
-        out.write(data)
-        written += len(data) // dtype.itemsize
+        out.write(data)  # an array as it is: its buffer, not a copy (.tobytes() cost ~10% of the pass)
+        written += (data.nbytes if isinstance(data, np.ndarray) else len(data)) // dtype.itemsize
 
     def put_text(text: bytes) -> None:
         put(text if char is None else char.encode_whole(text))
