@@ -1,7 +1,9 @@
 """The `minigpt` command line: parse flags, call one library function, map errors to exit codes.
 
-Exit codes: 0 success, 2 a user mistake (one line `error: ...` on stderr, no traceback),
-130 / 143 training stopped by SIGINT / SIGTERM after saving last.pt.
+Exit codes (docs/cluster.md): 0 success (or a `--resume auto` run already finished), 1 a bug (a
+traceback), 2 a user mistake (one line `error: ...` on stderr, no traceback), 74 a file could not be
+written (a full disk, a quota, a read-only filesystem, an I/O error; earlier checkpoints intact),
+130 / 138 / 143 training stopped by SIGINT / SIGUSR1 / SIGTERM after saving last.pt.
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ def train_cmd(
     device: Annotated[
         str | None, _device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
     ] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt. "
+                      "--resume auto: start, resume or (exit 0) say it finished, for job scripts.")] = False,
     init_from: InitFromOpt = None,
     nproc: Annotated[
         int | None,
@@ -147,14 +150,15 @@ def train_cmd(
     ] = None,
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
-    from minigpt.cli.launcher import launch_processes, split_args
+    from minigpt.cli.launcher import launch_processes, resume_mode, split_args
 
-    config_path, overrides = split_args(args or [])
+    args, mode = resume_mode(args or [], resume)
+    config_path, overrides = split_args(args)
     if init_from is not None and resume:
         raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
     if nproc is not None:
         flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}
-        launch_processes(nproc, args or [], flags, resume, config_path, overrides)
+        launch_processes(nproc, args, flags, mode, config_path, overrides)
     from minigpt.train.launch import start_run
 
     extra: list[str | tuple[str, object]] = list(overrides)
@@ -164,7 +168,7 @@ def train_cmd(
         extra.append(("train.device", device))
     if init_from is not None:
         extra.append(("train.init_from", str(init_from)))
-    start_run(config_path, extra, out, resume)
+    start_run(config_path, extra, out, mode)
 
 
 def _write_stdout(text: str) -> None:
@@ -364,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank hits the same mistake: say it once
             print(f"error: {e}", file=sys.stderr)
-        return 2
+        return getattr(e, "exit_code", 2)  # 74 for a WriteError
     except typer.TyperException as e:  # usage errors: unknown option, missing argument, bad value
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `minigpt`: the help was shown
             return 0

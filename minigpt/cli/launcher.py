@@ -20,7 +20,14 @@ def split_args(args: list[str]) -> tuple[Path | None, list[str]]:
     return (Path(configs[0]) if configs else None), overrides
 
 
-def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool,
+def resume_mode(args: list[str], resume: bool) -> tuple[list[str], bool | str]:
+    """`--resume auto`: the word after the flag reaches Typer as an argument; take it out."""
+    if resume and "auto" in args:
+        return [a for a in args if a != "auto"], "auto"
+    return args, resume
+
+
+def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool | str,
                       config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
     """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
     from minigpt.config.choices import MPS_PROCESSES
@@ -41,4 +48,4 @@ def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resu
     for flag, value in flags.items():
         if value is not None:
             argv += [flag, str(value)]
-    launch_local(nproc, argv + (["--resume"] if resume else []))
+    launch_local(nproc, argv + (["--resume"] if resume else []) + (["auto"] if resume == "auto" else []))

@@ -89,8 +89,9 @@ def barrier(dist: Dist) -> None:
 
 def launch_local(nproc: int, argv: list[str]) -> NoReturn:
     """Replace this process with torchrun's elastic launcher running `minigpt ARGV` on `nproc` local
-    processes (standalone rendezvous on a free port). Signals and the exit code pass straight through."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+    processes (standalone rendezvous on a free port), through `runtime/torchrun.py`: SIGUSR1 reaches
+    the workers like SIGTERM, and a planned stop's exit code (143, 138, 74, ...) comes back."""
+    command = [sys.executable, "-m", "minigpt.runtime.torchrun", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "minigpt", *argv]  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
