@@ -150,7 +150,7 @@ def train_cmd(
     ] = None,
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
-    from minigpt.cli.launcher import launch_processes, resume_mode, split_args
+    from minigpt.cli.launcher import check_config_first, launch_processes, resume_mode, split_args
 
     args, mode = resume_mode(args or [], resume)
     config_path, overrides = split_args(args)
@@ -159,8 +159,6 @@ def train_cmd(
     if nproc is not None:
         flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}
         launch_processes(nproc, args, flags, mode, config_path, overrides)
-    from minigpt.train.launch import start_run
-
     extra: list[str | tuple[str, object]] = list(overrides)
     if data is not None:
         extra.append(("data.path", str(data)))
@@ -168,6 +166,9 @@ def train_cmd(
         extra.append(("train.device", device))
     if init_from is not None:
         extra.append(("train.init_from", str(init_from)))
+    check_config_first(config_path, extra)  # a mistyped key is told before torch is imported
+    from minigpt.train.launch import start_run
+
     start_run(config_path, extra, out, mode)
 
 

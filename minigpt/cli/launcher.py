@@ -27,6 +27,16 @@ def resume_mode(args: list[str], resume: bool) -> tuple[list[str], bool | str]:
     return args, resume
 
 
+def check_config_first(config_path: Path | None, overrides: list) -> None:
+    """The CONFIG file and each override on its own, in the config layer alone (no torch): the
+    whole config again once the run is known (a resumed run's is its checkpoint's)."""
+    from minigpt.config.files import check_overrides, read_yaml
+
+    if config_path is not None:
+        read_yaml(config_path)
+    check_overrides(overrides)
+
+
 def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool | str,
                       config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
     """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""

@@ -22,9 +22,12 @@ PLANNED = frozenset({2, 74, *(128 + s for s in (signal.SIGINT, signal.SIGTERM, g
 
 
 def _settings() -> None:
-    handled = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
-    if hasattr(signal, "SIGUSR1") and "SIGUSR1" not in handled:
-        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = handled + ",SIGUSR1"
+    """torchrun's --signals-to-handle through its environment variable (PET_SIGNALS_TO_HANDLE; older
+    torch reads TORCHELASTIC_SIGNALS_TO_HANDLE), unless the user chose them."""
+    for name in ("PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE"):
+        handled = os.environ.get(name, "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
+        if hasattr(signal, "SIGUSR1") and "SIGUSR1" not in handled:
+            os.environ[name] = handled + ",SIGUSR1"
     os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "120")
 
 
