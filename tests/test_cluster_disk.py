@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from minigpt.infer.checkpoint import load_checkpoint
-from minigpt.io.diskspace import write_error
 
 from .conftest import TINY
 
@@ -44,8 +43,8 @@ def small_fs(tmp_path: Path):
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def fill(folder: Path) -> Path:
-    """Fill the filesystem of `folder` to the last byte with a real file."""
+def fill(folder: Path, leave: int = 0) -> Path:
+    """Fill the filesystem of `folder` with a real file, to the last byte but `leave`."""
     filler = folder / "filler"
     with open(filler, "wb", buffering=0) as f:
         try:
@@ -53,6 +52,7 @@ def fill(folder: Path) -> Path:
                 f.write(b"\0" * 4096)
         except OSError as e:
             assert e.errno == errno.ENOSPC
+        f.truncate(max(0, f.tell() - leave))
     return filler
 
 
@@ -90,17 +90,19 @@ def _fill_at_step(monkeypatch, step: int, action) -> None:
     monkeypatch.setattr(Trainer, "_evaluate_and_save", evaluate_and_save)
 
 
-def test_disk_fills_at_a_checkpoint_then_resume_auto(small_fs, text_file: Path, cli, monkeypatch) -> None:
-    """The issue's case: torch's zip writer fails with a RuntimeError on a full disk."""
+@pytest.mark.parametrize("leave", [100_000, 0])
+def test_disk_fills_at_a_checkpoint_then_resume_auto(leave: int, small_fs, text_file: Path, cli, monkeypatch) -> None:
+    """With some room left, the issue's case: torch's zip writer fails with a RuntimeError ("unexpected
+    pos"); with none, the first write fails with ENOSPC."""
     fs = small_fs("2m")
     out = fs / "run"
     filler: list[Path] = []
-    _fill_at_step(monkeypatch, 10, lambda: filler.append(fill(fs)))
+    _fill_at_step(monkeypatch, 10, lambda: filler.append(fill(fs, leave)))
     r = cli("train", "--data", text_file, "--out", out, *RUN)
     assert r.code == 74, r
     line = one_line(r.err)
     assert line.startswith(f"error: cannot write {out / 'last.pt'}: the disk is full (needed "), line
-    assert "0 bytes free)" in line and "the previous last.pt is unchanged" in line
+    assert ("KB free)" if leave else "0 bytes free)") in line and "the previous last.pt is unchanged" in line
     assert f"minigpt train --out {out} --resume auto" in line
     assert load_checkpoint(out / "last.pt")["step"] == 5  # intact, and resumable:
     assert no_temporary_files(out)
@@ -160,6 +162,8 @@ def test_quota_and_io_errors_are_one_line(code: int, words: str, text_file: Path
 
 
 def test_torch_writer_error_with_room_left_is_reported_as_it_is(tmp_path: Path) -> None:
+    from minigpt.io.diskspace import write_error
+
     e = RuntimeError("[enforce fail at inline_container.cc:671] . PytorchStreamWriter failed writing file")
     message = str(write_error(tmp_path / "last.pt", e, needed=1000))
     assert "the disk is full" not in message and "PytorchStreamWriter" in message and "needed 1.0 KB" in message
