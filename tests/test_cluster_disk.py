@@ -90,7 +90,7 @@ def _fill_at_step(monkeypatch, step: int, action) -> None:
     monkeypatch.setattr(Trainer, "_evaluate_and_save", evaluate_and_save)
 
 
-@pytest.mark.parametrize("leave", [100_000, 0])
+@pytest.mark.parametrize("leave", [100_000, pytest.param(0, marks=pytest.mark.slow)])
 def test_disk_fills_at_a_checkpoint_then_resume_auto(leave: int, small_fs, text_file: Path, cli, monkeypatch) -> None:
     """With some room left, the issue's case: torch's zip writer fails with a RuntimeError ("unexpected
     pos"); with none, the first write fails with ENOSPC."""

@@ -165,3 +165,14 @@ def test_sigterm_to_torchrun_or_to_one_worker_stops_every_rank_at_one_step(text_
         stopped_and_saved(err, out)
     proc = launch(*args[:-1], "train.max_steps=" + str(load_checkpoint(out / "last.pt")["step"] + 3), cache=cache)
     assert proc.returncode == 0, proc.communicate_result[1]
+
+
+def test_resume_auto_repeats_a_fine_tuning_command(trained_run: Path, text_file: Path, tmp_path: Path, cli) -> None:
+    out = tmp_path / "tuned"
+    args = ["--data", text_file, "--out", out, "--resume", "auto", "--init-from", trained_run, "train.max_steps=4",
+            "train.eval_interval=2", "log.sample_length=0"]  # fmt: skip
+    assert cli("train", *args).code == 0
+    r = cli("train", *args)
+    assert r.code == 0 and "is finished" in r.err, r
+    r = cli("train", *args[:-2], "train.max_steps=6", "train.eval_interval=2")
+    assert r.code == 0 and "resuming" in r.err and load_checkpoint(out / "last.pt")["step"] == 6, r

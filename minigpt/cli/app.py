@@ -154,7 +154,7 @@ def train_cmd(
 
     args, mode = resume_mode(args or [], resume)
     config_path, overrides = split_args(args)
-    if init_from is not None and resume:
+    if init_from is not None and mode is True:  # --resume auto may start a fine-tuning run
         raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
     if nproc is not None:
         flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}

@@ -24,7 +24,7 @@ from minigpt.runtime.device import configure_threads, log, resolve_device, resol
 from minigpt.train import disk, preflight
 from minigpt.train.disk import write_run_file
 from minigpt.train.reporting import byte_progress
-from minigpt.train.requeue import finished
+from minigpt.train.requeue import finished, same_start
 from minigpt.train.schedule import lr_at
 from minigpt.train.trainer import Trainer, TrainResult
 
@@ -82,6 +82,7 @@ def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]
         cfg = load_config(config_path, overrides)
     else:  # the run's own config, with the command line's overrides on top
         cfg = load_config(None, [(k, v) for k, v in saved.flat().items()] + list(overrides))
+    cfg = same_start(saved, cfg)  # a job script repeats its fine-tuning command's train.init_from
     changed = resume_changes(saved, cfg, str(config_path) if config_path else "these overrides")
     if changed:
         log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))

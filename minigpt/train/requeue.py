@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from minigpt.config.schema import Config
-from minigpt.infer.checkpoint import Checkpoint
+from minigpt.infer.checkpoint import BEST, Checkpoint, resolve_checkpoint
 
 RESULTS = "results.json"
 
@@ -34,3 +34,16 @@ def finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
     if t.max_time and "train.max_time" in stopped:
         return f"its time budget, train.max_time {t.max_time}, ran out"
     return None
+
+
+def same_start(saved: Config, cfg: Config) -> Config:
+    """`cfg` with train.init_from as the run saved it (the resolved file) when it names the same
+    checkpoint: the command that started a fine-tuning run can then resume it unchanged."""
+    given, kept = cfg.train.init_from, saved.train.init_from
+    if given is None or kept is None or given == kept:
+        return cfg
+    try:
+        same = resolve_checkpoint(Path(given).expanduser(), prefer=BEST).resolve() == Path(kept).resolve()
+    except Exception:  # a path that no longer exists: the usual refusal follows
+        return cfg
+    return cfg.replace(**{"train.init_from": kept}) if same else cfg
