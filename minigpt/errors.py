@@ -12,6 +12,14 @@ class UserError(Exception):
     """A mistake the user can fix; the message says what and how."""
 
 
+class WriteError(UserError):
+    """A file of a run could not be written (a full disk, a quota, a read-only filesystem, an I/O
+    error): one line naming the file, the bytes it needed and the bytes free; exit code 74
+    (EX_IOERR). Earlier checkpoints are left as they were."""
+
+    exit_code = 74
+
+
 class TrainingInterrupted(Exception):
     """Training stopped on a signal after saving last.pt; exit_code is 128 + the signal number."""
 

@@ -43,7 +43,7 @@ def test_nproc_becomes_torchrun_without_importing_torch(tmp_path) -> None:
     args = ["train", "--nproc", "2", "--out", str(tmp_path / "run"), "train.batch_size=4", "train.device=cpu"]
     run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr
-    launched = "False ['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2']"
+    launched = "False ['-m', 'minigpt.runtime.torchrun', '--standalone', '--nproc_per_node=2']"
     assert run.stdout.strip() == launched, run.stdout
 
 

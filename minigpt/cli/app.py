@@ -1,8 +1,6 @@
-"""The `minigpt` command line: parse flags, call one library function, map errors to exit codes.
-
-Exit codes: 0 success, 2 a user mistake (one line `error: ...` on stderr, no traceback),
-130 / 143 training stopped by SIGINT / SIGTERM after saving last.pt.
-"""
+"""The `minigpt` command line: parse flags, call one library function, map errors to exit codes:
+0 success, 1 a bug, 2 a user mistake (one `error:` line), 74 a file could not be written, 130 / 138
+/ 143 stopped by SIGINT / SIGUSR1 / SIGTERM after saving last.pt (docs/cluster.md)."""
 
 from __future__ import annotations
 
@@ -140,7 +138,8 @@ def train_cmd(
     device: Annotated[
         str | None, _device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
     ] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt. "
+                      "--resume auto: start, resume or (exit 0) say it finished, for job scripts.")] = False,
     init_from: InitFromOpt = None,
     nproc: Annotated[
         int | None,
@@ -148,16 +147,15 @@ def train_cmd(
     ] = None,
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
-    from minigpt.cli.launcher import launch_processes, split_args
+    from minigpt.cli.launcher import check_config_first, launch_processes, resume_mode, split_args
 
-    config_path, overrides = split_args(args or [])
-    if init_from is not None and resume:
+    args, mode = resume_mode(args or [], resume)
+    config_path, overrides = split_args(args)
+    if init_from is not None and mode is True:  # --resume auto may start a fine-tuning run
         raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
     if nproc is not None:
         flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}
-        launch_processes(nproc, args or [], flags, resume, config_path, overrides)
-    from minigpt.train.launch import start_run
-
+        launch_processes(nproc, args, flags, mode, config_path, overrides)
     extra: list[str | tuple[str, object]] = list(overrides)
     if data is not None:
         extra.append(("data.path", str(data)))
@@ -165,7 +163,10 @@ def train_cmd(
         extra.append(("train.device", device))
     if init_from is not None:
         extra.append(("train.init_from", str(init_from)))
-    start_run(config_path, extra, out, resume)
+    check_config_first(config_path, extra)  # a mistyped key is told before torch is imported
+    from minigpt.train.launch import start_run
+
+    start_run(config_path, extra, out, mode)
 
 
 def _write_stdout(text: str) -> None:
@@ -371,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank hits the same mistake: say it once
             print(f"error: {e}", file=sys.stderr)
-        return 2
+        return getattr(e, "exit_code", 2)  # 74 for a WriteError
     except typer.TyperException as e:  # usage errors: unknown option, missing argument, bad value
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `minigpt`: the help was shown
             return 0

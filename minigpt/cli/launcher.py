@@ -23,7 +23,24 @@ def split_args(args: list[str]) -> tuple[Path | None, list[str]]:
     return (Path(configs[0]) if configs else None), overrides
 
 
-def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool,
+def resume_mode(args: list[str], resume: bool) -> tuple[list[str], bool | str]:
+    """`--resume auto`: the word after the flag reaches Typer as an argument; take it out."""
+    if resume and "auto" in args:
+        return [a for a in args if a != "auto"], "auto"
+    return args, resume
+
+
+def check_config_first(config_path: Path | None, overrides: list) -> None:
+    """The CONFIG file and each override on its own, in the config layer alone (no torch): the
+    whole config again once the run is known (a resumed run's is its checkpoint's)."""
+    from minigpt.config.files import check_overrides, read_yaml
+
+    if config_path is not None:
+        read_yaml(config_path)
+    check_overrides(overrides)
+
+
+def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool | str,
                       config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
     """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
     from minigpt.config.choices import MPS_PROCESSES
@@ -43,14 +60,15 @@ def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resu
     for flag, value in flags.items():
         if value is not None:
             argv += [flag, str(value)]
-    launch_local(nproc, argv + (["--resume"] if resume else []))
+    launch_local(nproc, argv + (["--resume"] if resume else []) + (["auto"] if resume == "auto" else []))
 
 
 def launch_local(nproc: int, argv: list[str]) -> NoReturn:
     """Replace this process with torchrun's elastic launcher running `minigpt ARGV` on `nproc` local
-    processes (standalone rendezvous on a free port). Signals and the exit code pass straight through.
-    Nothing here imports torch: the launcher process only becomes torchrun (that saved ~3 s a launch)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+    processes (standalone rendezvous on a free port), through `runtime/torchrun.py`: SIGUSR1 reaches
+    the workers like SIGTERM, and a planned stop's exit code (143, 138, 74, ...) comes back. Nothing
+    here imports torch: this process only becomes the launcher (that saved ~3 s a launch)."""
+    command = [sys.executable, "-m", "minigpt.runtime.torchrun", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "minigpt", *argv]  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()

@@ -104,7 +104,28 @@ def _text_value(key: str, text: str) -> str | None:
     return text
 
 
-def save_config(cfg: Config, path: Path) -> None:
-    """Write the resolved config as YAML (the run directory's config.yaml)."""
+def config_text(cfg: Config) -> str:
+    """The resolved config as YAML (the run directory's config.yaml)."""
     text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
-    path.write_text("# resolved minigpt config of this run\n" + text, encoding="utf-8")
+    return "# resolved minigpt config of this run\n" + text
+
+
+def save_config(cfg: Config, path: Path) -> None:
+    """Write the resolved config as YAML."""
+    path.write_text(config_text(cfg), encoding="utf-8")
+
+
+def check_overrides(overrides: Sequence[str | tuple[str, Any]], source: str = "command line") -> None:
+    """Each override's key and value on its own (unknown keys, types, bounds, choices), before the
+    rest of the config is known: a resumed run checks them against its saved config later."""
+    from minigpt.config.fields import field_error
+    from minigpt.config.schema import _coerce
+
+    for item in overrides:
+        key, value = parse_override(item) if isinstance(item, str) else item
+        set_dotted({}, key, value, source)
+        section, name = key.split(".")
+        value = _coerce(key, value, typing.get_type_hints(SECTIONS[section])[name], source)
+        problem = field_error(key, value, all_keys()[key].metadata)
+        if problem:
+            raise UserError(f"{source}: {problem}")

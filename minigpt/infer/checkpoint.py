@@ -21,6 +21,7 @@ import torch
 
 from minigpt.errors import UserError, first_line
 from minigpt.io import atomic
+from minigpt.io.diskspace import write_errors
 
 FORMAT = "minigpt-checkpoint"
 VERSION = 1
@@ -69,17 +70,29 @@ class Checkpoint:
             raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (a damaged or foreign file)")
 
     def save(self, path: Path) -> None:
-        """Write atomically; a full disk or a vanished directory is reported as what it is."""
-        try:
-            save_checkpoint(self.to_dict(), path)
-        except OSError as e:
-            raise UserError(
-                f"cannot write {path}: {e.strerror}; the previous {path.name} is unchanged (free space, then --resume)"
-            ) from None
+        """Write atomically; a full disk, a quota, a read-only filesystem or an I/O error (torch's
+        zip writer included) is one `WriteError` line, and the previous file stays as it was."""
+        payload = self.to_dict()
+        kept = f"the previous {path.name} is unchanged" if path.is_file() else f"no {path.name} was written"
+        after = f"{kept}; then resume: minigpt train --out {path.parent} --resume auto"
+        with write_errors(path, payload_bytes(payload), after):
+            save_checkpoint(payload, path)
 
     @classmethod
     def load(cls, path: Path) -> Checkpoint:
         return cls.from_dict(load_checkpoint(path), path)
+
+
+def payload_bytes(obj: Any) -> int:
+    """About what `torch.save(obj)` writes: the tensors' bytes, plus a little for each entry and
+    the archive's own records."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size() + 256  # a record of its own, aligned to 64 bytes
+    if isinstance(obj, dict):
+        return sum(payload_bytes(k) + payload_bytes(v) for k, v in obj.items()) + 16
+    if isinstance(obj, (list, tuple)):
+        return sum(payload_bytes(v) for v in obj) + 16
+    return len(obj) + 8 if isinstance(obj, (str, bytes)) else 16
 
 
 def save_checkpoint(payload: dict[str, Any], path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from minigpt.config.schema import Config, config_from_dict
 from minigpt.errors import UserError
-from minigpt.infer.checkpoint import Checkpoint
+from minigpt.infer.checkpoint import LAST, Checkpoint, find_checkpoint
 
 
 def _override(key: str, value: Any) -> str:
@@ -47,3 +47,17 @@ def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:
     kept = [_override(k, v) for k, v in now.items() if k in saved and saved[k] != v and k not in rates]
     lowered = [shlex.quote(f"{k}={v}") for k, v in rates.items()]
     return " ".join(["minigpt", "train", "--out", shlex.quote(str(out_dir)), "--resume", *kept, *lowered])
+
+
+def diverged_error(out_dir: Path, cfg: Config, step: int, what: str, value: float) -> UserError:
+    """The error a non-finite loss or gradient ends a run with: where the last good checkpoint is,
+    and the command that continues from it at half the rate."""
+    good = find_checkpoint(out_dir, prefer=LAST)
+    o, where = cfg.optim, f"training diverged: the {what} became {value} at step {step}"
+    if good is None:
+        return UserError(f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
+                         "keep optim.grad_clip on, or check the data")  # fmt: skip
+    return UserError(
+        f"{where} (the last good checkpoint is kept: {good}); continue from it at half the learning rate with: "
+        f"{lower_rate_command(out_dir, cfg, good)} (halve it again if it diverges again), or check the data"
+    )

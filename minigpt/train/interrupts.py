@@ -1,24 +1,40 @@
-"""Interrupts during training: the first SIGINT or SIGTERM becomes a request to stop after the
-current step (and save); a second one exits at once."""
+"""Interrupts during training: the first SIGINT, SIGTERM or SIGUSR1 becomes a request to stop after
+the current step (and save); a second one exits at once. SIGUSR1 is what SLURM sends ahead of a
+time limit or preemption (`sbatch --signal=USR1@120`): it is handled exactly like SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 from minigpt.runtime.device import log
 
+# the signals that stop a training (SIGUSR1 does not exist on Windows)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, name))
+
+
+class StopNow(Exception):
+    """A stop signal arrived inside `StopRequest.at_once()`: the work there is abandoned."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
 
 class StopRequest:
-    """Turns the first SIGINT/SIGTERM into a flag the loop checks between steps (so a step is never
+    """Turns the first stop signal into a flag the loop checks between steps (so a step is never
     cut in half); a second signal exits at once (checkpoints are written atomically, so nothing on
-    disk can be left half-written)."""
+    disk can be left half-written). Inside `at_once()` (work that changes no state, such as the
+    final evaluation of the saved weights) the first signal stops that work at once."""
 
     def __init__(self, hard_exit: bool = True) -> None:
         # under torchrun the launcher itself follows a Ctrl-C with SIGTERM to every worker and
         # kills them after its own timeout: there, further signals only keep the stop request
         self.hard_exit = hard_exit
         self.signum: int | None = None
+        self._at_once = False
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -28,10 +44,23 @@ class StopRequest:
             log("second interrupt: exiting now without saving")
             raise SystemExit(128 + signum)
         self.signum = signum
+        if self._at_once:
+            raise StopNow(signum)
         log(f"{signal.Signals(signum).name}: finishing this step, then saving last.pt (interrupt again to quit now)")
 
+    @contextlib.contextmanager
+    def at_once(self) -> Iterator[None]:
+        """A block the first stop signal interrupts (StopNow), or that does not start after one."""
+        if self.signum is not None:
+            raise StopNow(self.signum)
+        self._at_once = True
+        try:
+            yield
+        finally:
+            self._at_once = False
+
     def __enter__(self) -> StopRequest:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread (e.g. inside a test runner thread)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from minigpt.config.files import load_config, save_config
+from minigpt.config.files import check_overrides, config_text, load_config
 from minigpt.config.schema import Config, ModelConfig, batch_split_error, config_from_dict
 from minigpt.data.corpus import Corpus, load_corpus
 from minigpt.data.sources import absolute_spec
@@ -18,10 +18,13 @@ from minigpt.data.tokenizer import CharTokenizer, Tokenizer, name_chars, tokeniz
 from minigpt.errors import UserError
 from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
 from minigpt.io.lock import FileLock, LockHeld
+from minigpt.model import parameter_count
 from minigpt.runtime import distributed
 from minigpt.runtime.device import configure_threads, log, resolve_device, resolve_dtype
-from minigpt.train import preflight
+from minigpt.train import disk, preflight
+from minigpt.train.disk import write_run_file
 from minigpt.train.reporting import byte_progress
+from minigpt.train.requeue import finished, same_start
 from minigpt.train.schedule import RATE_KEYS, replanned_schedule_note
 from minigpt.train.trainer import Trainer, TrainResult
 
@@ -39,20 +42,27 @@ def start_run(
     config_path: Path | None,
     overrides: Sequence[str | tuple[str, Any]],
     out_dir: Path | None,
-    resume: bool,
-) -> TrainResult:
+    resume: bool | str,
+) -> TrainResult | None:
     """`minigpt train`: resolve the config (a new run's, a fine-tuning run's, or the resumed
-    run's), then train."""
+    run's), then train. `resume` "auto" starts, resumes or (None) finds the run already finished.
+    The whole command line is checked before the run directory is looked at."""
     name = config_path.stem if config_path is not None else "default"
     out_dir = out_dir if out_dir is not None else Path("runs") / name
-    if resume:
-        return _resume(config_path, overrides, out_dir)
     existing = find_checkpoint(out_dir, prefer=LAST)
+    if resume and existing is not None and config_path is None:
+        check_overrides(overrides)  # a resumed run's own config is read from its checkpoint
+    else:
+        cfg = load_config(config_path, overrides)
+    if resume == "auto" and existing is None:
+        log(f"--resume auto: {out_dir} holds no checkpoint; starting a new run")
+        resume = False
+    if resume:
+        return _resume(config_path, overrides, out_dir, auto=resume == "auto")
     if existing is not None:
         raise UserError(
             f"{out_dir} already holds a run ({existing.name}); continue it with --resume, or pick another --out"
         )
-    cfg = load_config(config_path, overrides)
     if cfg.train.init_from is None:
         return run_training(cfg, out_dir)
     source = resolve_checkpoint(Path(cfg.train.init_from).expanduser(), prefer=BEST)
@@ -61,7 +71,8 @@ def start_run(
     return run_training(cfg, out_dir, init_from=(source, start))
 
 
-def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], out_dir: Path) -> TrainResult:
+def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], out_dir: Path,
+            auto: bool = False) -> TrainResult | None:  # fmt: skip
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
@@ -72,12 +83,17 @@ def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]
         cfg = load_config(config_path, overrides)
     else:  # the run's own config, with the command line's overrides on top
         cfg = load_config(None, [(k, v) for k, v in saved.flat().items()] + list(overrides))
+    cfg = same_start(saved, cfg)  # a job script repeats its fine-tuning command's train.init_from
     changed = resume_changes(saved, cfg, str(config_path) if config_path else "these overrides")
     if changed:
         log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
     replanned = [k for k in changed if k == "train.max_steps" or k in RATE_KEYS and k != "optim.grad_clip"]
     if replanned and ckpt.step < cfg.train.max_steps:
         log(replanned_schedule_note(saved, cfg, ckpt.step, replanned))
+    done = finished(out_dir, ckpt, cfg) if auto else None
+    if done:
+        log(f"{out_dir} is finished: {done} at step {ckpt.step}; nothing to do")
+        return None
     return run_training(cfg, out_dir, resume_from=ckpt)
 
 
@@ -264,6 +280,7 @@ def run_training(
     too_big = preflight.check(cfg, tok.vocab_size, device, dtype, local)
     if too_big:
         raise UserError(too_big)
+    disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main)
     distributed.init(dist, device)
     lock = RunLock(out_dir)
     try:
@@ -280,7 +297,7 @@ def run_training(
         if init_from is not None:
             _start_from(trainer, *init_from)
         if dist.is_main:
-            save_config(cfg, out_dir / "config.yaml")
+            write_run_file(out_dir / "config.yaml", config_text(cfg))
         return trainer.train(started=t_start)
     finally:
         lock.release()

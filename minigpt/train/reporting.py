@@ -8,6 +8,7 @@ import contextlib
 import math
 import statistics
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -19,8 +20,10 @@ from tqdm import tqdm
 from minigpt.config.schema import Config
 from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import Tokenizer
+from minigpt.errors import WriteError
 from minigpt.infer.decode import generate
 from minigpt.infer.evaluate import EvalResult
+from minigpt.io.diskspace import write_errors
 from minigpt.model import GPT
 from minigpt.runtime import device as runtime
 from minigpt.runtime import distributed
@@ -117,6 +120,55 @@ def progress_mode(setting: str) -> str:
     return "bar" if sys.stderr.isatty() else "lines"
 
 
+_EVENT_BYTES = 4096  # an event is small, but a full disk has no page left to take it
+_EVENTS_AFTER = "the checkpoints are unchanged; then resume: minigpt train --out DIR --resume auto"
+
+
+def _quiet_writer_threads() -> None:
+    """TensorBoard's writer thread keeps its failure for the next call (which GuardedWriter turns
+    into one line) and then raises it again in the thread: that traceback would only be noise."""
+    previous = threading.excepthook
+    if getattr(previous, "minigpt_quiet", False):
+        return
+
+    def hook(args: Any) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError):
+            return
+        previous(args)
+
+    hook.minigpt_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+class GuardedWriter:
+    """A TensorBoard SummaryWriter whose failed writes are one `WriteError` line naming the event
+    file. Its thread writes in the background: a failure surfaces at the next call (or at flush
+    and close); after one, the writer does nothing more."""
+
+    def __init__(self, writer: Any) -> None:
+        _quiet_writer_threads()
+        self._writer = writer
+        self.failed = False
+        event_writer = writer.file_writer.event_writer
+        self.path = Path(getattr(event_writer, "_file_name", writer.get_logdir()))
+        self._after = _EVENTS_AFTER.replace("DIR", str(self.path.parent))
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._writer, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.failed:
+                return None
+            try:
+                with write_errors(self.path, _EVENT_BYTES, self._after):
+                    return method(*args, **kwargs)
+            except WriteError:
+                self.failed = True
+                raise
+
+        return call
+
+
 class Reporter:
     """Progress bar, TensorBoard and status lines for one training process (silent off rank 0).
 
@@ -142,7 +194,9 @@ class Reporter:
                 warnings.simplefilter("ignore")
                 from torch.utils.tensorboard import SummaryWriter
             # on resume, drop events a crashed run logged after its checkpoint (steps > start_step)
-            self.writer = SummaryWriter(log_dir=str(out_dir), purge_step=start_step + 1 if start_step else None)
+            with write_errors(out_dir / "events.out.tfevents.*", _EVENT_BYTES, _EVENTS_AFTER):
+                writer = SummaryWriter(log_dir=str(out_dir), purge_step=start_step + 1 if start_step else None)
+            self.writer = GuardedWriter(writer)
         probe = cfg.log.attention_probe
         self.attention = AttentionLogger(model, tok, probe) if self.writer is not None and probe else None
         self.mode = progress_mode(cfg.log.progress)
@@ -229,12 +283,18 @@ class Reporter:
         self.bar.close()
         self._exit.close()
 
-    def close(self) -> None:
+    def close(self, quiet: bool = False) -> None:
+        """Flush and close the event file; `quiet` while another error is on its way out (it is
+        the one to report)."""
         self.end_progress()
-        if self.writer is not None:
-            self.writer.close()
         if self.attention is not None:
             self.attention.close()
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except WriteError:
+                if not quiet:
+                    raise
 
     def on_final(self, step: int, full: EvalResult, seconds: float) -> None:
         """The best checkpoint's whole-validation-split loss (TensorBoard val/loss_full)."""

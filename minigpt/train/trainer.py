@@ -15,6 +15,7 @@ import functools
 import json
 import math
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,14 +32,14 @@ from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
 from minigpt.infer.evaluate import EvalResult, evaluate_bounded
 from minigpt.infer.snapshots import save_snapshot
-from minigpt.io.atomic import atomic_write
 from minigpt.model import GPT
 from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreShare
 from minigpt.runtime.device import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
 from minigpt.runtime.distributed import wrap_ddp
-from minigpt.train.divergence import lower_rate_command
-from minigpt.train.interrupts import StopRequest
+from minigpt.train.disk import write_run_file
+from minigpt.train.divergence import diverged_error
+from minigpt.train.interrupts import StopNow, StopRequest
 from minigpt.train.optim import build_optimizer, load_optimizer_state
 from minigpt.train.reporting import Reporter, describe_run
 from minigpt.train.schedule import lr_at, time_progress
@@ -234,16 +235,7 @@ class Trainer:
         )
 
     def _diverged(self, what: str, value: float) -> UserError:
-        good = find_checkpoint(self.out_dir, prefer=LAST)
-        o, where = self.cfg.optim, f"training diverged: the {what} became {value} at step {self.state.step}"
-        if good is None:
-            return UserError(f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
-                             "keep optim.grad_clip on, or check the data")  # fmt: skip
-        return UserError(
-            f"{where} (the last good checkpoint is kept: {good}); continue from it at half the learning rate with: "
-            f"{lower_rate_command(self.out_dir, self.cfg, good)} (halve it again if it diverges again), or check "
-            "the data"
-        )
+        return diverged_error(self.out_dir, self.cfg, self.state.step, what, value)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -327,6 +319,24 @@ class Trainer:
             model.load_state_dict(Checkpoint.load(best).model)
         return evaluate_bounded(model, self.corpus.val, self.corpus.table, self.cfg.train.final_eval_tokens)
 
+    def _final_evaluation(self, stop: StopRequest, reporter: Reporter) -> EvalResult:
+        """final_eval(), which a stop signal ends at once: last.pt already holds the final step."""
+        n, bound = len(self.corpus.val), self.cfg.train.final_eval_tokens
+        what = f"the whole validation split ({n:,} {self.tok.unit}s)" if not bound or n <= bound else (
+            f"a spread sample of about {bound:,} of the validation split's {n:,} {self.tok.unit}s "
+            "(train.final_eval_tokens)")  # fmt: skip
+        log(f"final evaluation: {what}")
+        t_full = time.perf_counter()
+        try:
+            with stop.at_once():
+                full = self.final_eval()
+        except StopNow as e:
+            raise TrainingInterrupted(128 + e.signum, f"stopped during the final evaluation; training ended at step "
+                                      f"{self.state.step}, saved in {self.out_dir / LAST}. Score it with: "
+                                      f"minigpt train --out {self.out_dir} --resume auto") from None  # fmt: skip
+        reporter.on_final(self.state.step, full, time.perf_counter() - t_full)
+        return full
+
     def _write_results(self, result: TrainResult, tokens_per_s: float | None) -> None:
         full = result.full
         results = {
@@ -337,8 +347,8 @@ class Trainer:
             "val_tokens_scored": full.tokens if full else None,
             "val_tokens": (full.of_tokens or full.tokens) if full else None,
         }  # fmt: skip
-        text = json.dumps(results, indent=1) + "\n"
-        atomic_write(self.out_dir / "results.json", lambda f: f.write(text.encode("utf-8")))
+        kept = f"training finished and {self.out_dir / LAST} is saved; score it with: minigpt eval {self.out_dir}"
+        write_run_file(self.out_dir / "results.json", json.dumps(results, indent=1) + "\n", kept)
 
     def train(self, started: float | None = None) -> TrainResult:
         """Train until train.max_steps (or patience / max_time), evaluating, logging and saving on the
@@ -369,15 +379,13 @@ class Trainer:
                     reporter.step()
                     stopped = self._after_step(stats, reporter, stop, deadline)
                     self._keep_snapshot(stats)
-            reporter.end_progress()  # the bar stops at the last step; the final evaluation is its own line
-            if stopped:
-                log(stopped)
-            if t.final_eval and self.dist.is_main:
-                t_full = time.perf_counter()
-                full = self.final_eval()
-                reporter.on_final(state.step, full, time.perf_counter() - t_full)
+                reporter.end_progress()  # the bar stops at the last step; the final evaluation is its own line
+                if stopped:
+                    log(stopped)
+                if t.final_eval and self.dist.is_main:
+                    full = self._final_evaluation(stop, reporter)
         finally:
-            reporter.close()
+            reporter.close(quiet=sys.exc_info()[0] is not None)
         result = TrainResult(self.out_dir, state.step, state.best_val_loss, self.val_loss,
                              time.perf_counter() - t_start, stopped, full)  # fmt: skip
         if self.dist.is_main:

@@ -1,0 +1,82 @@
+"""Will the run's files fit on its disk? Checked before the first step, like the memory preflight,
+so that a run that cannot save is refused in one line instead of failing at its first checkpoint.
+
+A checkpoint holds the float32 weights and the optimizer's state: AdamW keeps two moments a
+parameter (Muon one, for its matrices), so 12 bytes a parameter bound both, plus the position
+table, random-number states, config and vocabulary (`_FIXED`). Measured: a 26,016-parameter model
+writes 342 KB, estimated 380 KB (`payload_bytes` gives the size of an actual write).
+
+The run directory's filesystem must hold `last.pt`, `best.pt` and one temporary copy (a checkpoint
+is written beside the old one and renamed over it). Files already there count as room they will
+be replaced into. Other files a run keeps (snapshots) are added as more `Need`s."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from minigpt.config.schema import Config
+from minigpt.errors import WriteError
+from minigpt.infer.checkpoint import BEST, LAST
+from minigpt.io.atomic import atomic_write
+from minigpt.io.diskspace import free_bytes, size_text, write_errors
+
+_FIXED = 64 * 1024  # random-number states, config, vocabulary, the archive's records
+_SMALL_FILES = 256 * 1024  # config.yaml, results.json, TensorBoard events: room for them too
+
+
+@dataclass(frozen=True)
+class Need:
+    """Room one kind of file needs: `count` files of `each` bytes, `names` the ones whose current
+    copies in the run directory will be replaced (their size is room already taken)."""
+
+    what: str
+    each: int
+    count: int = 1
+    names: tuple[str, ...] = ()
+
+
+def checkpoint_bytes(cfg: Config, n_params: int) -> int:
+    """The estimated size of one checkpoint (weights and optimizer state)."""
+    positions = cfg.model.block_size * cfg.model.n_embd * 4  # a buffer saved with the weights
+    return 12 * n_params + positions + _FIXED
+
+
+def run_needs(cfg: Config, n_params: int, extra: Sequence[Need] = ()) -> list[Need]:
+    """What a run keeps on disk: last.pt, best.pt and a temporary copy while one is written."""
+    each = checkpoint_bytes(cfg, n_params)
+    return [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each), *extra]
+
+
+def disk_error(out_dir: Path, needs: Sequence[Need]) -> WriteError | None:
+    """None when the filesystem of `out_dir` has room for `needs`; else the one-line refusal."""
+    free = free_bytes(out_dir)
+    if free is None:
+        return None
+    total = sum(n.each * n.count for n in needs) + _SMALL_FILES
+    there = sum((out_dir / name).stat().st_size for n in needs for name in n.names if (out_dir / name).is_file())
+    if free + there >= total:
+        return None
+    fewer = ", or keep fewer checkpoints" if len(needs) > 2 else ""
+    parts = ", ".join(f"{n.what} {n.count} x {size_text(n.each)}" if n.count > 1 else f"{n.what} {size_text(n.each)}"
+                      for n in needs)  # fmt: skip
+    return WriteError(
+        f"not enough disk space for {out_dir}: the run needs about {size_text(total - there)} more ({parts}) "
+        f"but {size_text(free)} is free there; train into another --out or free space{fewer}"
+    )
+
+
+def preflight(cfg: Config, out_dir: Path, n_params: int, writes: bool = True, extra: Sequence[Need] = ()) -> None:
+    """Refuse a run whose files will not fit (only the process that `writes` them checks)."""
+    error = disk_error(out_dir, run_needs(cfg, n_params, extra)) if writes else None
+    if error is not None:
+        raise error
+
+
+def write_run_file(path: Path, text: str, after: str = "") -> None:
+    """A small file of the run (config.yaml, results.json), written atomically; a failure is one
+    `WriteError` line and leaves the old file and no temporary one."""
+    data = text.encode("utf-8")
+    with write_errors(path, len(data), after):
+        atomic_write(path, lambda f: f.write(data))

@@ -1,0 +1,180 @@
+"""Runs on disks that fill up, refuse writes or fail (issue 25): a real tmpfs filled by a real file,
+remounted read-only, for the run's checkpoints, results.json, config.yaml and TensorBoard events;
+the disk preflight; the order of checks. Mounting needs root: under CI=true a test that cannot
+mount fails, elsewhere it is skipped."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from minigpt.infer.checkpoint import load_checkpoint
+
+from .conftest import TINY
+
+RUN = [*TINY, "train.max_steps=20", "train.eval_interval=5", "log.sample_length=0"]
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    """mount(size) -> a fresh tmpfs of `size` (e.g. '2m') under tmp_path, unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"fs-{uuid.uuid4().hex[:6]}"
+        where.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                           capture_output=True, text=True)  # fmt: skip
+        if r.returncode != 0:
+            message = f"cannot mount a tmpfs (needs root): {r.stderr.strip()}"
+            if os.environ.get("CI") == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(folder: Path, leave: int = 0) -> Path:
+    """Fill the filesystem of `folder` with a real file, to the last byte but `leave`."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+        f.truncate(max(0, f.tell() - leave))
+    return filler
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def no_temporary_files(out: Path) -> bool:
+    return not list(out.glob(".*.tmp"))
+
+
+def test_preflight_refuses_a_disk_that_cannot_hold_the_checkpoints(small_fs, text_file: Path, cli) -> None:
+    fs = small_fs("600k")
+    r = cli("train", "--data", text_file, "--out", fs / "run", *RUN)
+    assert r.code == 74
+    line = one_line(r.err)
+    assert f"not enough disk space for {fs / 'run'}" in line and "free there" in line and "another --out" in line
+    assert "checkpoints (last.pt, best.pt) 2 x" in line and "a temporary copy" in line
+    assert not (fs / "run").exists()  # refused before the directory was made
+
+
+def _fill_at_step(monkeypatch, step: int, action) -> None:
+    """Run `action()` (fill the disk, remount it) just before the checkpoints of `step` are written."""
+    from minigpt.train.trainer import Trainer
+
+    real = Trainer._evaluate_and_save
+
+    def evaluate_and_save(self, reporter):
+        if self.state.step == step:
+            action()
+        return real(self, reporter)
+
+    monkeypatch.setattr(Trainer, "_evaluate_and_save", evaluate_and_save)
+
+
+@pytest.mark.parametrize("leave", [100_000, pytest.param(0, marks=pytest.mark.slow)])
+def test_disk_fills_at_a_checkpoint_then_resume_auto(leave: int, small_fs, text_file: Path, cli, monkeypatch) -> None:
+    """With some room left, the issue's case: torch's zip writer fails with a RuntimeError ("unexpected
+    pos"); with none, the first write fails with ENOSPC."""
+    fs = small_fs("2m")
+    out = fs / "run"
+    filler: list[Path] = []
+    _fill_at_step(monkeypatch, 10, lambda: filler.append(fill(fs, leave)))
+    r = cli("train", "--data", text_file, "--out", out, *RUN)
+    assert r.code == 74, r
+    line = one_line(r.err)
+    assert line.startswith(f"error: cannot write {out / 'last.pt'}: the disk is full (needed "), line
+    assert ("KB free)" if leave else "0 bytes free)") in line and "the previous last.pt is unchanged" in line
+    assert f"minigpt train --out {out} --resume auto" in line
+    assert load_checkpoint(out / "last.pt")["step"] == 5  # intact, and resumable:
+    assert no_temporary_files(out)
+    monkeypatch.undo()
+    filler[0].unlink()
+    r = cli("train", "--out", out, "--resume", "auto")
+    assert r.code == 0, r
+    assert "resuming" in r.err and load_checkpoint(out / "last.pt")["step"] == 20
+
+
+@pytest.mark.parametrize("which", ["results.json", "config.yaml", "events"])
+def test_full_disk_for_the_other_files_of_a_run(which: str, small_fs, text_file: Path, cli, monkeypatch) -> None:
+    import minigpt.train.launch as launch
+    from minigpt.train.reporting import Reporter
+    from minigpt.train.trainer import Trainer
+
+    fs = small_fs("3m")
+    out = fs / "run"
+    if which == "results.json":
+        real_final = Trainer.final_eval
+        monkeypatch.setattr(Trainer, "final_eval", lambda self: (fill(fs), real_final(self))[1])
+    elif which == "config.yaml":
+        real_write = launch.write_run_file
+        monkeypatch.setattr(launch, "write_run_file", lambda path, text: (fill(fs), real_write(path, text))[1])
+    else:  # the attention image (tens of KB) needs pages the full disk does not have
+        real_eval = Reporter.on_eval
+        monkeypatch.setattr(Reporter, "on_eval", lambda self, *a: (fill(fs), real_eval(self, *a))[1])
+    probe = "log.attention_probe=KING:" if which == "events" else "log.attention_probe="
+    r = cli("train", "--data", text_file, "--out", out, *RUN, "train.max_steps=10", probe)
+    assert r.code == 74, r
+    line = one_line(r.err)
+    name = "events.out.tfevents." if which == "events" else which
+    assert f"error: cannot write {out / name}" in line and "the disk is full" in line and "free)" in line, line
+    assert no_temporary_files(out)
+    if which == "results.json":
+        assert load_checkpoint(out / "last.pt")["step"] == 10 and not (out / "results.json").exists()
+
+
+@pytest.mark.parametrize(("code", "words"), [(errno.EDQUOT, "the disk quota is exceeded"),
+                                             (errno.EIO, "an I/O error"),
+                                             (errno.EROFS, "the filesystem is read-only")])  # fmt: skip
+def test_quota_and_io_errors_are_one_line(code: int, words: str, text_file: Path, tmp_path: Path, cli, monkeypatch):
+    """No quota (this kernel's tmpfs refuses `usrquota`) nor failing disk to be had here, and a
+    tmpfs cannot be remounted read-only while the run holds its lock file open for writing: the
+    errno comes from the rename of the first file written (config.yaml), through the real CLI."""
+    import minigpt.io.atomic as atomic
+
+    def replace(src, dst):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    out = tmp_path / "run"
+    r = cli("train", "--data", text_file, "--out", out, *RUN)
+    assert r.code == 74
+    line = one_line(r.err)
+    assert f"cannot write {out / 'config.yaml'}: {words}" in line and no_temporary_files(out)
+
+
+def test_torch_writer_error_with_room_left_is_reported_as_it_is(tmp_path: Path) -> None:
+    from minigpt.io.diskspace import write_error
+
+    e = RuntimeError("[enforce fail at inline_container.cc:671] . PytorchStreamWriter failed writing file")
+    message = str(write_error(tmp_path / "last.pt", e, needed=1000))
+    assert "the disk is full" not in message and "PytorchStreamWriter" in message and "needed 1.0 KB" in message
+
+
+def test_a_mistyped_key_is_reported_before_the_run_directory(trained_run: Path, cli) -> None:
+    """Issue 25 item 9: the unknown key, not 'already holds a run'."""
+    r = cli("train", "--out", trained_run, "model.n_layers=4")
+    assert r.code == 2
+    assert "unknown key 'model.n_layers' (did you mean 'model.n_layer'?)" in one_line(r.err)
+    r = cli("train", "--out", trained_run, "--resume", "model.n_layers=4")
+    assert "unknown key 'model.n_layers'" in one_line(r.err)
+    r = cli("train", "--out", trained_run, "--resume", "auto", "train.max_steps=-3")
+    assert "train.max_steps" in one_line(r.err) and r.code == 2
