@@ -76,6 +76,15 @@ def test_preflight_refuses_a_disk_that_cannot_hold_the_checkpoints(small_fs, tex
     assert not (fs / "run").exists()  # refused before the directory was made
 
 
+def test_preflight_counts_the_snapshots_a_run_will_keep(small_fs, text_file: Path, cli) -> None:
+    fs = small_fs("2m")  # room for the checkpoints (the tests below train there), not for 20 snapshots too
+    r = cli("train", "--data", text_file, "--out", fs / "run", *RUN, "train.keep_every=1")
+    assert r.code == 74, r
+    line = one_line(r.err)
+    assert "snapshots (train.keep_every) 20 x" in line and "keep fewer snapshots" in line, line
+    assert not (fs / "run").exists()
+
+
 def _fill_at_step(monkeypatch, step: int, action) -> None:
     """Run `action()` (fill the disk, remount it) just before the checkpoints of `step` are written."""
     from minigpt.train.trainer import Trainer

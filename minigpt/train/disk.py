@@ -19,6 +19,7 @@ from pathlib import Path
 from minigpt.config.schema import Config
 from minigpt.errors import WriteError
 from minigpt.infer.checkpoint import BEST, LAST
+from minigpt.infer.snapshots import snapshot_plan
 from minigpt.io.atomic import atomic_write
 from minigpt.io.diskspace import free_bytes, size_text, write_errors
 
@@ -49,6 +50,12 @@ def run_needs(cfg: Config, n_params: int, extra: Sequence[Need] = ()) -> list[Ne
     return [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each), *extra]
 
 
+def snapshot_needs(cfg: Config, vocab_size: int, from_step: int) -> list[Need]:
+    """The snapshots (train.keep_every) a run will keep from `from_step` on: kept, never replaced."""
+    plan = snapshot_plan(cfg, vocab_size, from_step)
+    return [Need("snapshots (train.keep_every)", plan.bytes_each, plan.count)] if plan.count else []
+
+
 def disk_error(out_dir: Path, needs: Sequence[Need]) -> WriteError | None:
     """None when the filesystem of `out_dir` has room for `needs`; else the one-line refusal."""
     free = free_bytes(out_dir)
@@ -58,7 +65,7 @@ def disk_error(out_dir: Path, needs: Sequence[Need]) -> WriteError | None:
     there = sum((out_dir / name).stat().st_size for n in needs for name in n.names if (out_dir / name).is_file())
     if free + there >= total:
         return None
-    fewer = ", or keep fewer checkpoints" if len(needs) > 2 else ""
+    fewer = ", or keep fewer snapshots (a larger train.keep_every, or 0)" if len(needs) > 2 else ""
     parts = ", ".join(f"{n.what} {n.count} x {size_text(n.each)}" if n.count > 1 else f"{n.what} {size_text(n.each)}"
                       for n in needs)  # fmt: skip
     return WriteError(

@@ -280,7 +280,8 @@ def run_training(
     too_big = preflight.check(cfg, tok.vocab_size, device, dtype, local)
     if too_big:
         raise UserError(too_big)
-    disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main)
+    kept = disk.snapshot_needs(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)
+    disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
     distributed.init(dist, device)
     lock = RunLock(out_dir)
     try:
