@@ -217,3 +217,25 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             (shared / "complete").touch()
     shutil.copytree(shared, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns("complete"))
     return tmp / "run"
+
+
+CHROMIUM = os.environ.get("MINIGPT_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """The system Chromium through Playwright, one per test module. .ci/run installs it: under CI a
+    missing browser fails the test, it does not skip it."""
+    if not Path(CHROMIUM).exists():
+        missing = f"no Chromium at {CHROMIUM} (apt-get install chromium, or set MINIGPT_CHROMIUM)"
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

@@ -7,7 +7,6 @@ Needs /usr/bin/chromium (or MINIGPT_CHROMIUM=PATH); under CI=true a missing brow
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,6 @@ import torch
 from minigpt.cli.app import main
 from tests.conftest import TINY, make_text
 
-CHROMIUM = os.environ.get("MINIGPT_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 MODELS = {  # the model options the page must cover, each in one tiny model
     "rope_char": ["model.pos_emb=rope"],
     "learned_post_bias": ["model.pos_emb=learned", "model.norm=post", "model.bias=true"],
@@ -47,21 +43,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     finally:
         mp.undo()
     return out
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        missing = f"no Chromium at {CHROMIUM} (apt-get install chromium, or set MINIGPT_CHROMIUM)"
-        if os.environ.get("CI"):  # CI must not pass without the browser
-            pytest.fail(missing)
-        pytest.skip(missing)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture
