@@ -25,12 +25,17 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def screenshot_args(doc: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """RUN [--out FOLDER] [--chromium PATH]: what every screenshot script takes."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="a run directory or checkpoint")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="folder for the PNG files")
     ap.add_argument("--chromium", default="/usr/bin/chromium")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = screenshot_args(__doc__, argv)
     from playwright.sync_api import sync_playwright
 
     import minigpt

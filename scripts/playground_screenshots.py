@@ -11,24 +11,20 @@ Needs /usr/bin/chromium (apt-get install chromium) and the dev dependencies (pla
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from page_screenshots import ARGS, screenshot_args  # noqa: E402
+
 PROMPT = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run", help="a run directory or checkpoint")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="folder for the PNG files")
-    ap.add_argument("--chromium", default="/usr/bin/chromium")
-    args = ap.parse_args(argv)
+    args = screenshot_args(__doc__, argv)
     from playwright.sync_api import sync_playwright
 
     import minigpt

@@ -239,3 +239,17 @@ def browser():
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture
+def page(browser, request: pytest.FixtureRequest):
+    """A page that cannot reach any network; every request it makes and every script error is
+    recorded (`page.requests`, `page.errors`). A module may set VIEWPORT = (width, height)."""
+    width, height = getattr(request.module, "VIEWPORT", (1200, 800))
+    context = browser.new_context(offline=True, viewport={"width": width, "height": height})
+    pg = context.new_page()
+    pg.requests, pg.errors = [], []
+    pg.on("request", lambda r: pg.requests.append(r.url))
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    yield pg
+    context.close()

@@ -19,18 +19,6 @@ from tests.conftest import make_text
 BLOCK, STRIDE = 16, 8  # the tiny trained run's context, and its windows' step
 
 
-@pytest.fixture
-def page(browser):
-    """A page that cannot reach any network; every request it makes is recorded."""
-    context = browser.new_context(offline=True, viewport={"width": 1200, "height": 800})
-    pg = context.new_page()
-    pg.requests, pg.errors = [], []
-    pg.on("request", lambda r: pg.requests.append(r.url))
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    context.close()
-
-
 @pytest.fixture(scope="module")
 def model(trained_run: Path):
     import minigpt

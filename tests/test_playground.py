@@ -45,18 +45,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+VIEWPORT = (1280, 860)  # conftest's page
+
+
 @pytest.fixture
-def page(browser):
-    """A page that cannot reach any network; every request it makes is recorded, and checked at the end."""
-    context = browser.new_context(offline=True, viewport={"width": 1280, "height": 860})
-    pg = context.new_page()
-    pg.requests, pg.errors = [], []
-    pg.on("request", lambda r: pg.requests.append(r.url))
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    assert pg.errors == []
-    assert pg.requests and all(url.startswith("file://") for url in pg.requests), pg.requests  # nothing left the page
-    context.close()
+def page(page):
+    """conftest's offline page, checked at the end: no script error, and no request left file://."""
+    yield page
+    assert page.errors == []
+    assert page.requests and all(url.startswith("file://") for url in page.requests), page.requests
 
 
 def open_page(pg, runs: dict[str, Path], name: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,9 +92,3 @@ def write_errors(path: Path, needed: int | None, after: str = "") -> Iterator[No
         if not is_write_failure(e):
             raise
         raise write_error(path, e, needed, after) from None
-
-
-def remove_quietly(path: Path) -> None:
-    """Remove `path` if it is there; a filesystem that refuses is not this caller's error."""
-    with contextlib.suppress(OSError):
-        os.unlink(path)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from minigpt.config.schema import Config
+from minigpt.errors import UserError
 from minigpt.infer.checkpoint import BEST, Checkpoint, resolve_checkpoint
 
 RESULTS = "results.json"
@@ -44,6 +45,6 @@ def same_start(saved: Config, cfg: Config) -> Config:
         return cfg
     try:
         same = resolve_checkpoint(Path(given).expanduser(), prefer=BEST).resolve() == Path(kept).resolve()
-    except Exception:  # a path that no longer exists: the usual refusal follows
+    except (UserError, OSError):  # a path that no longer exists: the usual refusal follows
         return cfg
     return cfg.replace(**{"train.init_from": kept}) if same else cfg
