@@ -18,7 +18,7 @@ import torch
 
 from minigpt.config.schema import SampleOptions
 from minigpt.errors import UserError
-from minigpt.infer.loading import load_model
+from minigpt.infer.loading import cast_for_sampling, load_model
 from minigpt.infer.sample import OrderedOutput, parse_prompts_file, sample_records
 from minigpt.runtime import memory
 
@@ -41,6 +41,19 @@ def test_a_batch_gives_each_sample_what_batch_1_gives_with_its_seed(loaded) -> N
         assert [s.seed for s in batch] == list(range(40, 44))
         assert [s.text for s in batch] == [alone(loaded, "KING:", 40 + i, n=50, **kw) for i in range(4)]
         assert len({s.text for s in batch}) == 4  # and they differ from each other
+
+
+def test_sampling_stores_the_weights_column_major_with_the_same_logits(trained_run: Path) -> None:
+    fresh = load_model(trained_run, torch.device("cpu"))
+    ids = torch.randint(0, fresh.tokenizer.vocab_size, (2, fresh.config.model.block_size))
+    before = fresh.model(ids)[0]
+    text = alone(fresh, "KING:", 3, n=40, temperature=0.0)
+    cast_for_sampling(fresh, "float32", "cpu")
+    linears = [m for m in fresh.model.blocks.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.t().is_contiguous() and not m.weight.is_contiguous() for m in linears)
+    assert fresh.model.lm_head.weight.is_contiguous()  # the tied embedding is read by rows
+    assert torch.allclose(fresh.model(ids)[0], before, atol=1e-5)
+    assert alone(fresh, "KING:", 3, n=40, temperature=0.0) == text
 
 
 def test_sampling_past_block_size_in_a_batch(loaded) -> None:

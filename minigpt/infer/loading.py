@@ -47,6 +47,22 @@ def cast_for_sampling(loaded: Loaded, dtype: str, device_name: str) -> None:
     except (TypeError, RuntimeError):  # e.g. an MPS without bf16
         problem = f"--dtype {dtype} is not supported on device '{device_name}' here"
         raise UserError(f"{problem}; use --dtype float32") from None
+    column_major_for_decoding(loaded.model)
+
+
+def column_major_for_decoding(model: GPT) -> None:
+    """Store a float32 CPU model's Linear weights column-major (the same values, transposed storage).
+
+    Decoding one character multiplies one row by every weight matrix, and that matrix-vector product
+    is bound by reading the weights. From column-major storage the CPU BLAS streams them about 1.7x
+    faster (6 layers x 384: 18 against 11 GB/s, one thread or two, torch 2.15 on a 2-core AVX2 host),
+    while a whole window's matrix products take the same time. Only float32 on the CPU, where it was
+    measured; the results differ from row-major storage in the last bits of each sum."""
+    for module in model.blocks.modules():  # not the head: it is the token embedding, read by rows
+        w = getattr(module, "weight", None)
+        if isinstance(module, torch.nn.Linear) and w.device.type == "cpu" and w.dtype == torch.float32:
+            if w.is_contiguous():
+                module.weight.data = w.data.t().contiguous().t()
 
 
 def source_line(loaded: Loaded) -> str:
