@@ -14,6 +14,7 @@ import torch
 from minigpt.config.schema import DataConfig, ModelConfig
 from minigpt.data import encoding, passes
 from minigpt.data.corpus import Batcher, encode_corpus, load_corpus
+from minigpt.data.encoding import file_sha256
 from minigpt.data.sources import choose_val_files, resolve_sources
 from minigpt.data.tokenizer import ByteTokenizer, CharTokenizer
 from minigpt.errors import UserError
@@ -251,28 +252,42 @@ def test_bad_sources_are_one_clear_error(tmp_path: Path, monkeypatch) -> None:
             load_corpus(DataConfig(path=path), 16)
 
     unreadable = write(tmp_path / "locked.txt", make_text(500))
-    real_open = open
+    real_open, real_os_open = open, os.open
 
-    def deny(path, *a, **k):
-        if Path(path) == unreadable:
-            raise PermissionError(13, "Permission denied")
-        return real_open(path, *a, **k)
+    def denier(real):
+        def deny(path, *a, **k):
+            if Path(path) == unreadable:
+                raise PermissionError(13, "Permission denied")
+            return real(path, *a, **k)
 
-    monkeypatch.setattr("builtins.open", deny)  # root reads any file, so the refusal is simulated
+        return deny
+
+    # root reads any file, so the refusal is simulated, for file objects and for os.open alike
+    monkeypatch.setattr("builtins.open", denier(real_open))
+    monkeypatch.setattr(os, "open", denier(real_os_open))
     with pytest.raises(UserError, match=r"cannot read data file .*locked\.txt: Permission denied"):
         load_corpus(DataConfig(path=str(unreadable)), 16)
 
 
 def test_a_file_that_changes_while_it_is_encoded(tmp_path: Path, monkeypatch) -> None:
     path = write(tmp_path / "growing.txt", make_text(3000))
-    real = passes.chunks
+    real, real_whole = passes.chunks, passes._read_whole
 
-    def appending(p, *args, **kwargs):
-        yield from real(p, *args, **kwargs)
+    def append(p) -> None:
         with open(p, "a") as f:  # a writer appends while minigpt reads
             f.write("more text")
 
-    monkeypatch.setattr(passes, "chunks", appending)
+    def appending(p, *args, **kwargs):
+        yield from real(p, *args, **kwargs)
+        append(p)
+
+    def appending_whole(f):
+        data = real_whole(f)
+        append(f.path)
+        return data
+
+    monkeypatch.setattr(passes, "chunks", appending)  # large files are streamed,
+    monkeypatch.setattr(passes, "_read_whole", appending_whole)  # small ones read whole
     with pytest.raises(UserError, match=r"growing\.txt changed while it was being encoded; run again"):
         load_corpus(DataConfig(path=str(path)), 16)
     assert not list(Path(os.environ["MINIGPT_CACHE_DIR"]).glob("*.bin"))  # nothing half-written kept
@@ -336,7 +351,8 @@ def test_a_tree_of_small_mixed_files_encodes_as_each_file_would_alone(tmp_path: 
         "h.py": "plain ASCII " * 9,
     }
     bad = {
-        "x1.txt": "caf\xe9 latin-1".encode("latin-1"),  # a lone lead byte followed by ASCII
+        # a lone lead byte followed by ASCII, and long enough to be streamed in 40-byte batches
+        "x1.txt": "caf\xe9 latin-1, read on past the fault to its end".encode("latin-1"),
         "x2.txt": b"truncated \xe4\xb8",  # a 3-byte character cut short at the end
         "x3.txt": b"\xa9 starts on a continuation byte",
     }
@@ -358,6 +374,44 @@ def test_a_tree_of_small_mixed_files_encodes_as_each_file_would_alone(tmp_path: 
     assert np.array_equal(np.asarray(enc.ids), tok.encode_array(joined))
     assert sorted(Path(name).name for name in enc.skipped) == sorted(bad)
     assert val and enc.split == len(tok.encode_array("\n--\n".join(train) + "\n--\n"))
+
+
+@pytest.mark.parametrize("batch", [passes.BATCH, 40])
+def test_a_first_run_reads_each_file_twice_and_finds_what_three_passes_find(tmp_path: Path, monkeypatch, batch) -> None:
+    """Hashes and vocabulary come from one read, ids from the second; a cached run reads nothing."""
+    monkeypatch.setattr(passes, "BATCH", batch)
+    root = tmp_path / "tree"
+    texts = {f"f{i:02d}.txt": make_text(70, seed=i) + "\u00e9\u4e2d"[: i % 3] for i in range(12)}
+    texts["bad.bin"] = b"a streamed file that is not UTF-8 \xff past its fault" * 2
+    for name, text in texts.items():
+        write(root / name, text)
+        os.utime(root / name, (1e9, 1e9))  # not just modified: the hash index trusts it next time
+    files = resolve_sources(str(root))
+    hashes, chars, bad = passes.hashes_and_vocabulary(files, lambda n: None)
+    assert hashes == [file_sha256(f.path) for f in files]
+    assert (chars, bad) == passes.vocabulary(files, lambda n: None) and len(bad) == 1
+
+    reads: list[str] = []
+    real_chunks, real_whole = passes.chunks, passes._read_whole
+
+    def counted(path, *args, **kwargs):
+        reads.append(Path(path).name)
+        return real_chunks(path, *args, **kwargs)
+
+    def counted_whole(f):
+        reads.append(Path(f.path).name)
+        return real_whole(f)
+
+    monkeypatch.setattr(passes, "chunks", counted)
+    monkeypatch.setattr(passes, "_read_whole", counted_whole)
+    monkeypatch.setattr(encoding, "chunks", counted)
+    cfg = DataConfig(path=str(root), cache_dir=str(tmp_path / "cache"))
+    first, _, _ = encode_corpus(cfg)
+    good = sorted(n for n in texts if n != "bad.bin")
+    assert sorted(reads) == sorted(good * 2 + ["bad.bin"])  # a skipped file is not read for ids
+    reads.clear()
+    again, _, _ = encode_corpus(cfg)
+    assert reads == [] and np.array_equal(np.asarray(again.ids), np.asarray(first.ids))
 
 
 def test_joined_files_are_utf8_only_where_each_file_is() -> None:

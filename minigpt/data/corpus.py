@@ -18,7 +18,8 @@ import torch
 from minigpt.config.schema import DEFAULT_DATA_PATH, DataConfig
 from minigpt.data.cache import load_or_encode
 from minigpt.data.encoding import Encoded, HashIndex, Layout, ProgressFactory
-from minigpt.data.sources import absolute_spec, choose_val_files, describe, resolve_sources
+from minigpt.data.passes import hashes_and_vocabulary
+from minigpt.data.sources import SourceFile, absolute_spec, choose_val_files, describe, resolve_sources
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.io.atomic import atomic_write
@@ -115,15 +116,31 @@ def _layout(cfg: DataConfig, index: HashIndex, progress: ProgressFactory | None)
         if chosen is not None:
             files = [f for f, v in zip(files, chosen) if not v] + [f for f, v in zip(files, chosen) if v]
             n_train = chosen.count(False)
+    hashes, vocab = _hashes(files, index, cfg.tokenizer, progress, desc)
+    return Layout(files, hashes, n_train, cfg.doc_separator, cfg.tokenizer, vocab), desc
+
+
+def _hashes(files: list[SourceFile], index: HashIndex, kind: str, progress: ProgressFactory | None, desc: str,
+            ) -> tuple[list[str], tuple[set[str], dict[int, str]] | None]:  # fmt: skip
+    """The files' SHA-256s: from the index where it knows them. On a first run (none known) in char
+    mode the same read also finds the vocabulary, which encoding then need not read again."""
     unhashed = sum(f.size for f in files if not index.knows(f))
     bar = progress(unhashed, f"hashing {desc}") if progress and unhashed else None
+    tick = bar.update if bar else (lambda n: None)
+    vocab = None
     try:
-        hashes = [index.sha256(f, bar.update if bar else None) for f in files]
+        if kind == "char" and unhashed and not any(index.knows(f) for f in files):
+            hashes, chars, bad = hashes_and_vocabulary(files, tick)
+            for f, sha in zip(files, hashes):
+                index.record(f, sha)
+            vocab = (chars, bad)
+        else:
+            hashes = [index.sha256(f, tick) for f in files]
     finally:
         if bar:
             bar.close()
     index.save()
-    return Layout(files, hashes, n_train, cfg.doc_separator, cfg.tokenizer), desc
+    return hashes, vocab
 
 
 def encode_corpus(cfg: DataConfig, progress: ProgressFactory | None = None,

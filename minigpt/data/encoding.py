@@ -68,11 +68,14 @@ class HashIndex:
         if self.knows(f):
             return self.entries[f.path][2]
         sha = file_sha256(f.path, f.size)
-        self.entries[f.path] = [f.size, f.mtime_ns, sha, time.time_ns()]
-        self.changed = True
+        self.record(f, sha)
         if on_read:
             on_read(f.size)
         return sha
+
+    def record(self, f: SourceFile, sha: str) -> None:
+        self.entries[f.path] = [f.size, f.mtime_ns, sha, time.time_ns()]
+        self.changed = True
 
     def save(self) -> None:
         if self.path is None or not self.changed:
@@ -92,6 +95,8 @@ class Layout:
     n_train: int | None  # documents before validation starts; None: the tail of the joined text is validation
     separator: str
     kind: str  # tokenizer kind
+    # char mode: the characters and the non-UTF-8 files (index -> why), when the hashing pass found them
+    vocabulary: tuple[set[str], dict[int, str]] | None = field(default=None, repr=False)
     _identity: str | None = field(default=None, repr=False)
 
     def identity(self) -> str:
@@ -153,14 +158,14 @@ def encode(layout: Layout, out: IO[bytes], progress: ProgressFactory | None, des
     """Stream the layout's documents into `out`: (tokenizer, the entry's metadata)."""
     files, skipped = list(layout.files), []
     total = sum(f.size for f in files)
-    passes = 2 if layout.kind == "char" else 1
+    passes = 2 if layout.kind == "char" and layout.vocabulary is None else 1
     bar = progress(total, f"encoding {desc}") if progress else None
     tick = (lambda n: bar.update(n / passes)) if bar else (lambda n: None)  # char mode reads it all twice
     try:
         if layout.kind == "byte":
             tok = ByteTokenizer()
         else:
-            chars, bad = vocabulary(files, tick)
+            chars, bad = layout.vocabulary or vocabulary(files, tick)
             skipped = _check_utf8(files, bad, key)
             keep = [i for i in range(len(files)) if i not in bad]
             n_train = layout.n_train

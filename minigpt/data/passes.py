@@ -7,6 +7,7 @@ numpy and bytes.translate many files at a time."""
 from __future__ import annotations
 
 import codecs
+import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -61,7 +62,17 @@ FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII id
 
 
 def _read_whole(f: SourceFile) -> bytes:
-    return b"".join(chunks(f.path, expect=f.size))
+    """A small file's bytes: one open, one read of its size and a byte more, one close (os calls,
+    not a file object: a third less time per file on a tree of 80,000)."""
+    try:
+        fd = os.open(f.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            data = os.read(fd, f.size + 1)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise UserError(f"cannot read data file {f.path}: {e.strerror}") from None
+    return data if len(data) <= f.size else b"".join(chunks(f.path))  # it grew: all of it (then refused)
 
 
 def _batches(files: Sequence[SourceFile], tick: Callable[[int], None], sep: bytes = b"",
@@ -123,11 +134,19 @@ class _Vocabulary:
                 self._ascii(piece)
                 self._text(part.text)
 
-    def add_streamed(self, i: int, f: SourceFile, tick: Callable[[int], None]) -> None:
+    def add_streamed(self, i: int, f: SourceFile, tick: Callable[[int], None],
+                     observe: Callable[[bytes], object] | None = None) -> None:  # fmt: skip
+        """A large file in chunks; `observe` sees every chunk, even past a fault that ends the scan."""
         decoder = codecs.getincrementaldecoder("utf-8")()
         offset = 0
         for chunk in chunks(f.path):
             tick(len(chunk))
+            if observe is not None:
+                observe(chunk)
+            if i in self.bad:
+                if observe is None:
+                    return
+                continue
             try:
                 if chunk.isascii() and not decoder.getstate()[0]:
                     self._ascii(chunk)
@@ -135,12 +154,12 @@ class _Vocabulary:
                     self._text(decoder.decode(chunk))
             except UnicodeDecodeError as e:
                 self.bad[i] = _utf8_error(e, offset, chunk)
-                return
             offset += len(chunk)
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            self.bad[i] = "a truncated character at its end"
+        if i not in self.bad:
+            try:
+                decoder.decode(b"", final=True)
+            except UnicodeDecodeError:
+                self.bad[i] = "a truncated character at its end"
 
     def chars(self) -> set[str]:
         self.points[list(self.seen)] = True
@@ -192,6 +211,25 @@ def vocabulary(files: Sequence[SourceFile], tick: Callable[[int], None]) -> tupl
         else:
             vocab.add_streamed(members[0][0], large, tick)
     return vocab.chars(), vocab.bad
+
+
+def hashes_and_vocabulary(files: Sequence[SourceFile], tick: Callable[[int], None],
+                          ) -> tuple[list[str], set[str], dict[int, str]]:  # fmt: skip
+    """Each file's SHA-256 and `vocabulary`'s result from one read of every file: a first run over
+    a corpus reads it twice (hashes and characters, then ids) instead of three times."""
+    vocab, hashes = _Vocabulary(), [""] * len(files)
+    for blob, members, large in _batches(files, tick):
+        if large is None:
+            view = memoryview(blob)
+            for i, s, e in members:
+                hashes[i] = hashlib.sha256(view[s:e]).hexdigest()
+            del view  # a live view would pin the blob
+            vocab.add_whole(blob, members)
+        else:
+            h = hashlib.sha256()
+            vocab.add_streamed(members[0][0], large, tick, h.update)
+            hashes[members[0][0]] = h.hexdigest()
+    return hashes, vocab.chars(), vocab.bad
 
 
 class _CharWriter:
