@@ -1,6 +1,8 @@
 """A decoder-only GPT: token embeddings plus positions (learned, sinusoidal or rotary), blocks of
 causal multi-head self-attention and a GELU MLP with pre- or post-LayerNorm residuals, and an LM
-head tied to the token embedding. No I/O, no device choice, no optimizer: only the model."""
+head tied to the token embedding. Options of the speed-record trainers, each off by default: QK-norm,
+ReLU^2, zero-initialised projections, value embeddings, a logit soft-cap (docs/model_options.md).
+No I/O, no device choice, no optimizer: only the model."""
 
 from __future__ import annotations
 
@@ -13,17 +15,19 @@ import torch.nn.functional as F
 from minigpt.config.schema import ModelConfig
 
 Rope = tuple[torch.Tensor, torch.Tensor] | None  # cos, signed sin (T, head_size) of the current positions
+QK_NORM_EPS = 1e-6  # model.qk_norm's epsilon (fixed, so exports and the playground use the same)
 
 
 def parameter_count(m: ModelConfig, vocab_size: int) -> int:
     """The GPT's parameters, counted from the config (a test holds it to the model's own count): the
     tied embedding/head, learned positions, and per block two LayerNorms, qkv, the projection and
-    the 4x MLP, biases where model.bias; a final LayerNorm in pre-norm models."""
+    the 4x MLP, biases where model.bias; a final LayerNorm in pre-norm models; value embeddings."""
     C, b = m.n_embd, int(m.bias)
     norm = C * (1 + b)
     block = 2 * norm + (3 * C * C + 3 * C * b) + (C * C + C * b) + (4 * C * C + 4 * C * b) + (4 * C * C + C * b)
     learned = m.block_size * C if m.pos_emb == "learned" else 0
-    return vocab_size * C + learned + m.n_layer * block + (norm if m.norm == "pre" else 0)
+    values = m.n_layer * (vocab_size * C + 1) if m.value_embeds else 0  # a table and a mixing weight a block
+    return vocab_size * C + learned + m.n_layer * block + (norm if m.norm == "pre" else 0) + values
 
 
 class KVCache:
@@ -101,18 +105,25 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v in one matmul
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.qk_norm = cfg.qk_norm
+        # how much of the block's value embedding joins its values (model.value_embeds)
+        self.ve_mix = nn.Parameter(torch.tensor(0.5)) if cfg.value_embeds else None
         self.keep_weights = False  # set by GPT.attention_maps: compute softmax(QK^T) explicitly and keep it
         self.weights: torch.Tensor | None = None  # (B, nh, T, S) when kept
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None,
+                ve: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         B, T, C = x.shape
         hs = C // self.n_head
         qkv = self.c_attn(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
+        qk, v = qkv[:2], qkv[2]
+        if self.qk_norm:
+            qk = F.rms_norm(qk, (hs,), eps=QK_NORM_EPS)  # each head's query and key to RMS 1
         if rope is not None:
-            q, k = apply_rope(qkv[:2], *rope)  # queries and keys rotated together: half the operations
-            v = qkv[2]
-        else:
-            q, k, v = qkv
+            qk = apply_rope(qk, *rope)  # queries and keys rotated together: half the operations
+        q, k = qk
+        if ve is not None:
+            v = v + self.ve_mix * ve.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         start = 0
         if cache is not None:
             start = cache.length
@@ -149,9 +160,11 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.relu2 = cfg.mlp_act == "relu2"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.c_proj(F.gelu(self.c_fc(x)))
+        h = self.c_fc(x)  # (B, T, 4C)
+        y = self.c_proj(F.relu(h).square() if self.relu2 else F.gelu(h))
         return self.dropout(y) if self.training else y
 
 
@@ -167,11 +180,12 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None,
+                ve: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         if self.pre:
-            x = x + self.attn(self.ln_1(x), cache, layer, rope)
+            x = x + self.attn(self.ln_1(x), cache, layer, rope, ve)
             return x + self.mlp(self.ln_2(x))
-        x = self.ln_1(x + self.attn(x, cache, layer, rope))
+        x = self.ln_1(x + self.attn(x, cache, layer, rope, ve))
         return self.ln_2(x + self.mlp(x))
 
 
@@ -197,6 +211,10 @@ class GPT(nn.Module):
             self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        # model.value_embeds: one more token table per block, read into its attention's values (outside
+        # `blocks`: an embedding, trained as the token embedding is, not as the blocks' matrices)
+        tables = (nn.Embedding(vocab_size, cfg.n_embd) for _ in range(cfg.n_layer))
+        self.value_embeds = nn.ModuleList(tables) if cfg.value_embeds else None
         # post-norm blocks already end in a LayerNorm; pre-norm needs one before the head
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.norm == "pre" else nn.Identity()
         self.lm_head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
@@ -207,6 +225,8 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+                if cfg.zero_init_proj:  # each block starts as the identity; the gradient still reaches it
+                    nn.init.zeros_(p)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -244,18 +264,24 @@ class GPT(nn.Module):
         if self.training:
             x = self.drop(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, cache, i, rope)
+            ve = self.value_embeds[i](idx) if self.value_embeds is not None else None  # (B, T, C)
+            x = block(x, cache, i, rope, ve)
         x = self.ln_f(x)
         if cache is not None:
             cache.length += T
             # float32 logits for sampling even from a bf16 model: rounded to bf16 (steps of ~0.03 near
             # the top), the most likely characters can tie exactly (no-op casts for a float32 model)
-            return F.linear(x[:, -1:, :].float(), self.lm_head.weight.float()), None  # (B, 1, V)
-        logits = self.lm_head(x)  # (B, T, V)
+            return self.softcap(F.linear(x[:, -1:, :].float(), self.lm_head.weight.float())), None  # (B, 1, V)
+        logits = self.softcap(self.lm_head(x))  # (B, T, V)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    def softcap(self, logits: torch.Tensor) -> torch.Tensor:
+        """model.logit_softcap: logits bounded smoothly to (-cap, cap); unchanged when it is 0."""
+        cap = self.cfg.logit_softcap
+        return cap * torch.tanh(logits / cap) if cap > 0 else logits
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:

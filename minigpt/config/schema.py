@@ -48,6 +48,12 @@ class ModelConfig:
         "the original Transformer)",
         ("pre", "post"),
     )
+    # options the speed-record trainers use; each off by default (docs/model_options.md)
+    qk_norm: bool = _f(False, "RMS-normalise each head's queries and keys before attention (no learned scale)")
+    mlp_act: str = _f("gelu", "the MLP's activation: gelu (exact, GPT-2) or relu2 (relu(x) squared)", ("gelu", "relu2"))
+    zero_init_proj: bool = _f(False, "attention and MLP output projections start at zero (blocks start as identity)")
+    value_embeds: bool = _f(False, "a second token embedding per block, added to its attention values (a learned mix)")
+    logit_softcap: float = _f(0.0, "bound the logits smoothly: cap * tanh(logits / cap) (0 = off)", ge=0)
 
 
 @dataclass(frozen=True)
