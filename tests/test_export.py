@@ -171,6 +171,9 @@ def random_model(tmp_path: Path, **options) -> Path:
         ({"pos_emb": "sinusoidal", "norm": "post"}, "opt"),
         ({"pos_emb": "rope", "bias": True}, "gpt_neox"),
         ({"pos_emb": "learned", "bias": True}, "gpt2"),
+        ({"pos_emb": "rope", "mlp_act": "relu2", "zero_init_proj": True}, "gpt_neox"),
+        ({"pos_emb": "learned", "mlp_act": "relu2"}, "gpt2"),
+        ({"pos_emb": "learned", "norm": "post", "mlp_act": "relu2"}, "opt"),
     ],
 )
 def test_every_mappable_option_computes_the_same_logits(options: dict, arch: str, tmp_path: Path) -> None:
@@ -188,6 +191,29 @@ def test_rope_with_post_layernorm_is_refused(tmp_path: Path, cli) -> None:
     line = one_error_line(cli("export", ckpt, tmp_path / "out"))
     assert "model.norm post with model.pos_emb rope" in line and "--format onnx" in line
     assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+ALL_OPTIONS = {"qk_norm": True, "mlp_act": "relu2", "zero_init_proj": True, "value_embeds": True, "logit_softcap": 2.0}
+
+
+@pytest.mark.parametrize("key", ["qk_norm", "value_embeds", "logit_softcap"])
+def test_options_without_a_transformers_architecture_are_refused(key: str, tmp_path: Path, cli) -> None:
+    ckpt = random_model(tmp_path, **{key: ALL_OPTIONS[key]})
+    line = one_error_line(cli("export", ckpt, tmp_path / "out"))
+    assert f"model.{key} is on" in line and "--format onnx" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+def test_onnx_exports_every_model_option_exactly(tmp_path: Path) -> None:
+    loaded = load_model(random_model(tmp_path, **ALL_OPTIONS), torch.device("cpu"))
+    export_loaded(loaded, tmp_path / "onnx", "onnx")
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    ids = np.array(full_windows(loaded.tokenizer), dtype=np.int64)
+    (logits,) = session.run(["logits"], {"input_ids": ids})
+    with torch.no_grad():
+        ours = loaded.model(torch.from_numpy(ids))[0].numpy()
+    assert np.abs(ours).max() <= 2.0 and np.abs(ours).max() > 1.0  # the soft-cap is in the graph
+    np.testing.assert_allclose(logits, ours, atol=1e-4, rtol=0)
 
 
 @pytest.mark.early  # the ONNX export (torch.export) is the file's longest step: one test, on one xdist worker
@@ -243,7 +269,8 @@ def test_bad_requests_are_one_line_and_leave_out_untouched(runs: dict[str, Path]
     assert "is not a folder" in one_error_line(cli("export", run, blocker))
     assert "holds the checkpoint being exported" in one_error_line(cli("export", run, run, "--force"))
     assert "onnx supports --dtype float32 or float16" in one_error_line(
-        cli("export", run, tmp_path / "b", "--format", "onnx", "--dtype", "bfloat16"))
+        cli("export", run, tmp_path / "b", "--format", "onnx", "--dtype", "bfloat16")
+    )
     assert "Invalid value for '--format'" in one_error_line(cli("export", run, tmp_path / "b", "--format", "gguf"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "empty_run", "taken"]  # no staging folder left
     assert cli("export", run, taken, "--force").code == 0  # --force replaces what the folder held

@@ -10,8 +10,11 @@ transformers import, so the mapping is checked by tests that load the result wit
     sinusoidal     post        OPT, the fixed table written as its position table
     rope           post        none: refused (no post-LayerNorm rotary decoder in transformers)
 
-Every architecture gets exact GELU (`gelu`, not GPT-2's default tanh approximation), LayerNorm eps
-1e-5, biases of zero where `model.bias` is false, and the head tied to the token embedding.
+Every architecture gets exact GELU (`gelu`, not GPT-2's default tanh approximation) or
+`relu2` (model.mlp_act), LayerNorm eps 1e-5, biases of zero where `model.bias` is false, and the
+head tied to the token embedding. model.zero_init_proj is only a starting point and exports as any
+model. model.qk_norm, model.value_embeds and model.logit_softcap have no counterpart in these three
+architectures: refused, one line each (--format onnx exports them).
 """
 
 from __future__ import annotations
@@ -30,8 +33,22 @@ ARCHITECTURES = {"gpt_neox": "GPTNeoXForCausalLM", "gpt2": "GPT2LMHeadModel", "o
 SINUSOIDAL_SCALE = 0.02 * 2**0.5  # model.GPT scales its fixed table by this at construction
 
 
+# options GPT-NeoX, GPT-2 and OPT do not compute: what each would need
+UNMAPPED = {
+    "qk_norm": "normalised queries and keys",
+    "value_embeds": "value embeddings",
+    "logit_softcap": "soft-capped logits",
+}
+
+
 def architecture_for(cfg: ModelConfig) -> str:
     """The transformers model_type that computes exactly this model, or a UserError naming the option."""
+    for key, what in UNMAPPED.items():
+        if getattr(cfg, key):
+            raise UserError(
+                f"model.{key} is on ({getattr(cfg, key)}), and no transformers architecture minigpt exports to "
+                f"(GPT-NeoX, GPT-2, OPT) computes {what}; --format onnx exports this model exactly"
+            )
     if cfg.norm == "pre":
         return "gpt_neox" if cfg.pos_emb == "rope" else "gpt2"
     if cfg.pos_emb == "rope":
@@ -55,21 +72,21 @@ def hf_config(cfg: ModelConfig, vocab_size: int, dtype: str) -> dict[str, Any]:
     if arch == "gpt_neox":
         specific = {
             "hidden_size": C, "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
-            "intermediate_size": 4 * C, "hidden_act": "gelu", "max_position_embeddings": cfg.block_size,
+            "intermediate_size": 4 * C, "hidden_act": cfg.mlp_act, "max_position_embeddings": cfg.block_size,
             "rotary_pct": 1.0, "rotary_emb_base": 10000.0, "use_parallel_residual": False,
             "attention_bias": True, "layer_norm_eps": 1e-5, "attention_dropout": drop, "hidden_dropout": drop,
         }  # fmt: skip
     elif arch == "gpt2":
         specific = {
             "n_embd": C, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_inner": 4 * C, "n_positions": cfg.block_size,
-            "n_ctx": cfg.block_size, "activation_function": "gelu", "layer_norm_epsilon": 1e-5,
+            "n_ctx": cfg.block_size, "activation_function": cfg.mlp_act, "layer_norm_epsilon": 1e-5,
             "resid_pdrop": drop, "embd_pdrop": drop, "attn_pdrop": drop, "scale_attn_weights": True,
         }  # fmt: skip
     else:
         specific = {
             "hidden_size": C, "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head, "ffn_dim": 4 * C,
             "word_embed_proj_dim": C, "max_position_embeddings": cfg.block_size, "do_layer_norm_before": False,
-            "activation_function": "gelu", "enable_bias": True, "layer_norm_elementwise_affine": True,
+            "activation_function": cfg.mlp_act, "enable_bias": True, "layer_norm_elementwise_affine": True,
             "dropout": drop, "attention_dropout": drop, "layerdrop": 0.0,
         }  # fmt: skip
     return {**common, **specific}

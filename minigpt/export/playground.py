@@ -101,6 +101,7 @@ def page_data(loaded: Loaded, dtype: str) -> dict:
     """Everything the page needs, as plain data: the model's shape, the vocabulary, the weights and
     what the header says about the run."""
     from minigpt.infer.decode import half_window
+    from minigpt.model import QK_NORM_EPS
 
     cfg, tok, ckpt = loaded.config.model, loaded.tokenizer, loaded.checkpoint
     blob, manifest = weight_blob(loaded, dtype)
@@ -113,7 +114,9 @@ def page_data(loaded: Loaded, dtype: str) -> dict:
         "params": n_params,
         "model": {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "block_size": cfg.block_size,
                   "pos_emb": cfg.pos_emb, "norm": cfg.norm, "bias": cfg.bias, "vocab_size": tok.vocab_size,
-                  "half_window": half_window(cfg.block_size)},  # fmt: skip
+                  "half_window": half_window(cfg.block_size), "qk_norm": cfg.qk_norm, "qk_norm_eps": QK_NORM_EPS,
+                  "mlp_act": cfg.mlp_act, "value_embeds": cfg.value_embeds,
+                  "logit_softcap": cfg.logit_softcap},  # fmt: skip
         "tokenizer": tok.kind,
         "chars": list(tok.chars) if tok.kind == "char" else None,
         "labels": [token_label(tok, i) for i in range(tok.vocab_size)],
