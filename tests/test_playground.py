@@ -19,13 +19,15 @@ MODELS = {  # the model options the page must cover, each in one tiny model
     "rope_char": ["model.pos_emb=rope"],
     "learned_post_bias": ["model.pos_emb=learned", "model.norm=post", "model.bias=true"],
     "sinusoidal_byte": ["model.pos_emb=sinusoidal", "data.tokenizer=byte"],
+    "all_options": ["model.qk_norm=true", "model.mlp_act=relu2", "model.zero_init_proj=true",
+                    "model.value_embeds=true", "model.logit_softcap=3"],  # fmt: skip
 }
 BYTE_TEXT = "héllo wörld — ünïcode ∑ ok\n"  # multi-byte characters for the byte model
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Three tiny runs, trained once for the module, and each one's playground page."""
+    """The tiny runs, trained once for the module, and each one's playground page."""
     folder = tmp_path_factory.mktemp("playground")
     data = folder / "text.txt"
     data.write_text(make_text(6_000) + BYTE_TEXT * 20, encoding="utf-8")

@@ -81,7 +81,8 @@ class GPT {
   // cfg: n_layer, n_head, n_embd, block_size, pos_emb, norm, bias, vocab_size; tensors: {name: [offset, shape]}
   constructor(cfg, numbers, tensors) {
     const C = cfg.n_embd, L = cfg.n_layer, B = cfg.block_size;
-    Object.assign(this, { cfg, C, L, B, V: cfg.vocab_size, nh: cfg.n_head, hs: C / cfg.n_head, pre: cfg.norm === "pre" });
+    Object.assign(this, { cfg, C, L, B, V: cfg.vocab_size, nh: cfg.n_head, hs: C / cfg.n_head, pre: cfg.norm === "pre",
+      relu2: cfg.mlp_act === "relu2" });
     const t = (name) => {
       const e = tensors[name];
       return e ? numbers.subarray(e[0], e[0] + e[1].reduce((a, b) => a * b, 1)) : null;
@@ -96,6 +97,7 @@ class GPT {
         qkvW: t(p + "attn.c_attn.weight"), qkvB: t(p + "attn.c_attn.bias"),
         projW: t(p + "attn.c_proj.weight"), projB: t(p + "attn.c_proj.bias"),
         fcW: t(p + "mlp.c_fc.weight"), fcB: t(p + "mlp.c_fc.bias"), fc2W: t(p + "mlp.c_proj.weight"), fc2B: t(p + "mlp.c_proj.bias"),
+        ve: cfg.value_embeds ? t(`value_embeds.${l}.weight`) : null, veMix: cfg.value_embeds ? t(p + "attn.ve_mix")[0] : 0,
       });
     }
     this.lnfW = t("ln_f.weight");
@@ -123,6 +125,17 @@ class GPT {
     for (let s = o; s < o + n; s += hs) {
       for (let i = 0; i < hs; i++) r[i] = v[s + i];
       for (let i = 0; i < hs; i++) v[s + i] = r[i] * cos[base + i] + r[i < half ? i + half : i - half] * sin[base + i];
+    }
+  }
+
+  // model.qk_norm: each head's query and key (the first 2C numbers of v) scaled to RMS 1
+  qkNorm(v) {
+    const hs = this.hs, eps = this.cfg.qk_norm_eps;
+    for (let s = 0; s < 2 * this.C; s += hs) {
+      let ss = 0;
+      for (let i = 0; i < hs; i++) ss += v[s + i] * v[s + i];
+      const inv = 1 / Math.sqrt(ss / hs + eps);
+      for (let i = 0; i < hs; i++) v[s + i] *= inv;
     }
   }
 
@@ -165,7 +178,9 @@ class GPT {
       const P = this.layers[l];
       if (this.pre) layerNorm(x, P.ln1w, P.ln1b, h, C);
       matvec(P.qkvW, P.qkvB, this.pre ? h : x, qkv, 3 * C, C);
+      if (this.cfg.qk_norm) this.qkNorm(qkv);
       if (this.cos) this.rope(qkv, 0, 2 * C, pos);
+      if (P.ve) for (let c = 0; c < C; c++) qkv[2 * C + c] += P.veMix * P.ve[e + c]; // model.value_embeds
       const base = (l * B + pos) * C;
       for (let c = 0; c < C; c++) { cache.k[base + c] = qkv[C + c]; cache.v[base + c] = qkv[2 * C + c]; }
       for (let hd = 0; hd < this.nh; hd++) this.attendHead(cache, l, hd, pos, record);
@@ -174,7 +189,8 @@ class GPT {
       if (!this.pre) layerNorm(x, P.ln1w, P.ln1b, x, C);
       if (this.pre) layerNorm(x, P.ln2w, P.ln2b, h, C);
       matvec(P.fcW, P.fcB, this.pre ? h : x, ff, 4 * C, C);
-      for (let i = 0; i < 4 * C; i++) ff[i] = gelu(ff[i]);
+      if (this.relu2) for (let i = 0; i < 4 * C; i++) { const r = ff[i] > 0 ? ff[i] : 0; ff[i] = r * r; }
+      else for (let i = 0; i < 4 * C; i++) ff[i] = gelu(ff[i]);
       matvec(P.fc2W, P.fc2B, ff, y, C, 4 * C);
       for (let c = 0; c < C; c++) x[c] += y[c];
       if (!this.pre) layerNorm(x, P.ln2w, P.ln2b, x, C);
@@ -184,6 +200,8 @@ class GPT {
     if (!wantLogits) return;
     if (this.pre) layerNorm(x, this.lnfW, this.lnfB, h, C);
     matvec(this.wte, null, this.pre ? h : x, cache.logits, this.V, C); // the head is tied to the embedding
+    const cap = this.cfg.logit_softcap, lg = cache.logits;
+    if (cap > 0) for (let i = 0; i < this.V; i++) lg[i] = cap * Math.tanh(lg[i] / cap); // model.logit_softcap
   }
 
   // make the cache hold ids[0..n) (n at most block_size) and its logits those after the last one.
