@@ -44,9 +44,10 @@ UNMAPPED = {
 def architecture_for(cfg: ModelConfig) -> str:
     """The transformers model_type that computes exactly this model, or a UserError naming the option."""
     for key, what in UNMAPPED.items():
-        if getattr(cfg, key):
+        if value := getattr(cfg, key):
+            shown = "true" if value is True else value
             raise UserError(
-                f"model.{key} is on ({getattr(cfg, key)}), and no transformers architecture minigpt exports to "
+                f"model.{key} is {shown}, and no transformers architecture minigpt exports to "
                 f"(GPT-NeoX, GPT-2, OPT) computes {what}; --format onnx exports this model exactly"
             )
     if cfg.norm == "pre":
