@@ -211,20 +211,52 @@ def orthogonalize(g: torch.Tensor, steps: int | None = None, dtype: torch.dtype 
     vectors, for each matrix of a (batch, rows, cols) stack, computed in `dtype`; returned in
     float32. One iteration per (a, b, c) of `schedule` (NS_SCHEDULE; `steps` repeats Jordan's
     coefficients instead). Each is three batched matrix products with the scalings folded in
-    (baddbmm): on a 2-core CPU the separate bfloat16 multiplies and adds took longer than the products."""
+    (baddbmm): on a 2-core CPU the separate bfloat16 multiplies and adds took longer than the products.
+    A float32 matrix at least 1.5 times as long as it is short takes the Gram route (gram_newton_schulz):
+    the same iterations for fewer products."""
     if schedule is None:
         schedule = (NS_COEFFS,) * steps if steps is not None else NS_SCHEDULE
     x = g.to(dtype)
     wide = g.size(-2) > g.size(-1)
     if wide:
         x = x.mT
-    x = (x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)).contiguous()  # spectral norm <= Frobenius <= 1
-    for a, b, c in schedule:
-        s = torch.bmm(x, x.mT)
-        x = torch.baddbmm(x, torch.baddbmm(s, s, s, beta=b, alpha=c), x, beta=a)  # a x + (b s + c s^2) x
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)  # spectral norm <= Frobenius <= 1
+    if dtype == torch.float32 and 2 * x.size(-1) > 3 * x.size(-2):
+        x = gram_newton_schulz(x, schedule)
+    else:
+        x = x.contiguous()
+        for a, b, c in schedule:
+            s = torch.bmm(x, x.mT)
+            x = torch.baddbmm(x, torch.baddbmm(s, s, s, beta=b, alpha=c), x, beta=a)  # a x + (b s + c s^2) x
     if wide:
         x = x.mT
     return x.float()
+
+
+def gram_newton_schulz(x: torch.Tensor, schedule: tuple[tuple[float, float, float], ...]) -> torch.Tensor:
+    """The Newton-Schulz iterations of `orthogonalize` on a stack of short, long matrices x (B, m, n),
+    m < n, carried out on their (m, m) Gram matrices.
+
+    Each iteration maps x to q(A) x with A = x x^T and q(A) = a I + b A + c A^2, so after k of them
+    x_k = P_k x_0, where P_k is a product of polynomials in A_0 = x_0 x_0^T. Everything commutes, so
+    A_{k+1} = Q A_k Q with Q = q(A_k), and P_{k+1} = P_k Q: four (m, m) products an iteration (two in
+    the first and the last), one (m, m) by (m, n) product for the Gram matrix and one to apply P at the
+    end. Against three products an iteration on the (m, n) matrix, that is fewer FLOPs once n > 1.5 m;
+    for the 4:1 MLP matrices of four iterations, 88 against 151 MFLOP each at m = 128 (3.5 against
+    6.8 ms for the four-minute recipe's six, float32, 2 cores). The same numbers as the direct
+    iterations up to rounding (~1e-6 here); in bfloat16 the products of products lose too much, so
+    only float32 takes this route."""
+    a_mat = torch.bmm(x, x.mT)  # (B, m, m)
+    p_mat: torch.Tensor | None = None
+    last = len(schedule) - 1
+    for i, (a, b, c) in enumerate(schedule):
+        q = torch.baddbmm(a_mat, a_mat, a_mat, beta=b, alpha=c)  # b A + c A^2
+        q.diagonal(dim1=-2, dim2=-1).add_(a)  # + a I
+        p_mat = q if p_mat is None else torch.bmm(p_mat, q)
+        if i < last:
+            a_mat = torch.bmm(torch.bmm(q, a_mat), q)
+    assert p_mat is not None, "an empty Newton-Schulz schedule"
+    return torch.bmm(p_mat, x)  # (B, m, n)
 
 
 def muon_views(name: str, p: torch.Tensor) -> torch.Tensor:
@@ -264,20 +296,23 @@ class MuonAdamW(Optimizer):
     def step(self) -> None:
         group = self.muon_group
         lr, momentum = group["lr"], group["momentum"]
-        by_shape: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        for name, p in zip(group["names"], group["params"]):
-            if p.grad is None:
-                continue
-            buf = self.state.setdefault(p, {"momentum_buffer": torch.zeros_like(p)})["momentum_buffer"]
-            buf.lerp_(p.grad, 1 - momentum)
-            update = p.grad.lerp(buf, momentum)  # Nesterov: the gradient pushed on along the momentum
-            for view, upd in zip(muon_views(name, p), muon_views(name, update)):
-                by_shape.setdefault(tuple(view.shape), []).append((view, upd))
-        for (rows, cols), pairs in by_shape.items():  # one batched orthogonalization per shape
-            ortho = orthogonalize(torch.stack([u for _, u in pairs]), dtype=self.ns_dtype)
-            scale = -lr * max(1.0, rows / cols) ** 0.5
-            for (view, _), o in zip(pairs, ortho):
-                view.add_(o.to(view.dtype), alpha=scale)
+        live = [(name, p) for name, p in zip(group["names"], group["params"]) if p.grad is not None]
+        if live:
+            grads = [p.grad for _, p in live]
+            states = [self.state.setdefault(p, {"momentum_buffer": torch.zeros_like(p)}) for _, p in live]
+            bufs = [state["momentum_buffer"] for state in states]
+            # one foreach operation each over every matrix, not two per matrix (~0.5 ms a step on 2 cores)
+            torch._foreach_lerp_(bufs, grads, 1 - momentum)
+            updates = torch._foreach_lerp(grads, bufs, momentum)  # Nesterov: the gradient pushed on along the momentum
+            by_shape: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+            for (name, p), update in zip(live, updates):
+                for view, upd in zip(muon_views(name, p), muon_views(name, update)):
+                    by_shape.setdefault(tuple(view.shape), []).append((view, upd))
+            for (rows, cols), pairs in by_shape.items():  # one batched orthogonalization per shape
+                ortho = orthogonalize(torch.stack([u for _, u in pairs]), dtype=self.ns_dtype)
+                views = [view for view, _ in pairs]
+                torch._foreach_add_(views, [o.to(v.dtype) for v, o in zip(views, ortho.unbind())],
+                                    alpha=-lr * max(1.0, rows / cols) ** 0.5)  # fmt: skip
         self.adam.step()
 
     def state_dict(self) -> dict[str, Any]:
