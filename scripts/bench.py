@@ -24,7 +24,8 @@ start-up costs. Three comparisons, all on the CPU:
    the reference at every point, whole process <= 240 s, whole-split loss <= 1.50.
 5. The GPU recipe's model on the CPU (`big`, scripts/bench_big.py): 6x384, context 256, batch 16
    training tokens/s against the reference's, and the fraction of this machine's measured bf16
-   matrix-multiply peak (scripts/bench_peak.py). Target: >= 3x.
+   matrix-multiply peak in the precision it trains in (scripts/bench_peak.py; bf16 where the CPU has
+   it, else float32). Targets: >= 60% of that peak (about 3x the reference on a bf16 host).
 The batched-sampling comparison (`batch-sampling`) runs first. `--only PART ...` runs some parts:
     uv run python scripts/bench.py --only budget big
 
@@ -370,8 +371,10 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         rows.append(Row("train tokens/s (6x384, ctx 256, batch 16)", f"{big['minigpt_tokens_per_s']:,.0f}",
                         f"{big['reference_tokens_per_s']:,.0f}", f"{big['ratio']:.2f}x", f">= {big['target_ratio']:g}x",
                         yes_no(big["ratio"] >= big["target_ratio"])))  # fmt: skip
-        rows.append(Row("  fraction of the measured bf16 peak", f"{100 * big['fraction_of_peak']:.0f}%",
-                        f"({big['bf16_peak_gflops']:.0f} GFLOP/s)", "", "", ""))  # fmt: skip
+        frac = big["fraction_of_peak"]
+        rows.append(Row(f"  fraction of the measured {big['peak_dtype']} peak", f"{100 * frac:.0f}%",
+                        f"{100 * big['reference_fraction_of_fp32_peak']:.0f}% of float32's",
+                        f"({big['peak_gflops']:.0f} GFLOP/s)", ">= 60%", yes_no(frac >= 0.6)))  # fmt: skip
     return rows
 
 
@@ -444,9 +447,11 @@ def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
                                                         recipe=reference_recipe()[0])  # fmt: skip
     if "budget" in parts:
         results["budget"] = bench_budget.run(ref, data, tmp, a.repeats, 40.0 if a.quick else bench_budget.BUDGET_S)
-        bench_budget.plot(results["budget"]["runs"], tmp / "budget_curve.png" if a.quick else bench_budget.PLOT)
+        plot = tmp / "budget_curve.png" if a.quick else bench_budget.PLOT
+        bench_budget.plot(results["budget"]["runs"], plot)
     if "big" in parts:
-        results["big"] = bench_big.run(ref, data, tmp, a.repeats, 8 if a.quick else bench_big.STEPS, not a.quick)
+        steps = 25 if a.quick else bench_big.STEPS  # the reference times its steps from the 20th on
+        results["big"] = bench_big.run(ref, data, tmp, a.repeats, steps, not a.quick)
     if "sampling" in parts:
         run_dir = tmp / "sample-model"
         if not run_dir.exists():  # made by the batch-sampling part when that ran
