@@ -31,7 +31,8 @@ columns gets a sqrt(rows / cols) larger step, so that its update's RMS per entry
 
 Newton-Schulz runs in bfloat16 where the hardware multiplies it (a CUDA GPU from Ampere on, a CPU
 with AVX512-BF16 or AMX) and in float32 elsewhere: emulated bfloat16 products made a step of the
-four-minute recipe 15x slower on an AVX2-only CPU.
+four-minute recipe 15x slower on an AVX2-only CPU. In float32 the MLP's 4:1 matrices iterate on their
+small Gram matrices instead (`gram_newton_schulz`): the same iterations in 40% fewer FLOPs.
 
 torch.optim.Muon (torch 2.9 on) was measured against this one (scripts/bench_muon.py): it takes each
 2-D parameter as one matrix (the fused q/k/v weight as one (3C, C) matrix), loops over them one by
