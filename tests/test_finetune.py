@@ -162,6 +162,22 @@ def test_max_time_stops_cleanly(text_file: Path, tmp_path: Path, cli) -> None:
     assert json.loads((out / "results.json").read_text())["steps"] == step
 
 
+def test_max_time_counts_from_the_commands_start(text_file: Path, tmp_path: Path) -> None:
+    """The budget covers the command's start-up (torch's import, reading the data): a command that
+    began 60 s ago with train.max_time=1m stops after its first step, and its wall time counts those 60 s."""
+    import time
+
+    from minigpt.train.launch import start_run
+
+    out = tmp_path / "r"
+    overrides = [("data.path", str(text_file)), *(tuple(o.split("=", 1)) for o in SHORT),
+                 ("train.max_steps", "1000000"), ("train.max_time", "1m")]  # fmt: skip
+    result = start_run(None, overrides, out, False, started=time.perf_counter() - 60)
+    assert result is not None and result.stopped is not None and "train.max_time" in result.stopped
+    results = json.loads((out / "results.json").read_text())
+    assert results["steps"] == 1 and results["wall_s"] >= 60
+
+
 def test_results_json_matches_minigpt_eval(trained_run: Path, cli) -> None:
     results = json.loads((trained_run / "results.json").read_text())
     assert set(results) >= {"steps", "wall_s", "tokens", "best_step", "val_loss_full", "val_bpc_full", "tokens_per_s"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -45,14 +46,8 @@ def _device_option(help: str):
 DeviceOpt = Annotated[str, _device_option("The device: auto is cuda, else mps, else cpu.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", min=0, show_default=False,
                                          help="CPU threads (0 = the cores this process may use, less those busy).")]
-TargetArg = Annotated[
-    Path,
-    typer.Argument(
-        metavar="RUN_DIR|CHECKPOINT",
-        autocompletion=cli_help.complete_run_or_checkpoint,
-        help="A run directory or a .pt file.",
-    ),
-]
+TargetArg = Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.",
+                                            autocompletion=cli_help.complete_run_or_checkpoint)]  # fmt: skip
 
 
 HtmlOpt = Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), "
@@ -147,6 +142,7 @@ def train_cmd(
     ] = None,
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
+    started = time.perf_counter()  # train.max_time counts from here: torch's import is in it
     from minigpt.cli.launcher import check_config_first, launch_processes, resume_mode, split_args
 
     args, mode = resume_mode(args or [], resume)
@@ -166,7 +162,7 @@ def train_cmd(
     check_config_first(config_path, extra)  # a mistyped key is told before torch is imported
     from minigpt.train.launch import start_run
 
-    start_run(config_path, extra, out, mode)
+    start_run(config_path, extra, out, mode, started)
 
 
 def _write_stdout(text: str) -> None:

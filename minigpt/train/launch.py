@@ -43,9 +43,12 @@ def start_run(
     overrides: Sequence[str | tuple[str, Any]],
     out_dir: Path | None,
     resume: bool | str,
+    started: float | None = None,
 ) -> TrainResult | None:
     """`minigpt train`: resolve the config (a new run's, a fine-tuning run's, or the resumed
-    run's), then train. `resume` "auto" starts, resumes or (None) finds the run already finished.
+    run's), then train. `started` is the perf_counter time the command began (default: now):
+    train.max_time and the run's wall times count from it, so a budget covers the command's start-up.
+    `resume` "auto" starts, resumes or (None) finds the run already finished.
     The whole command line is checked before the run directory is looked at."""
     name = config_path.stem if config_path is not None else "default"
     out_dir = out_dir if out_dir is not None else Path("runs") / name
@@ -58,21 +61,21 @@ def start_run(
         log(f"--resume auto: {out_dir} holds no checkpoint; starting a new run")
         resume = False
     if resume:
-        return _resume(config_path, overrides, out_dir, auto=resume == "auto")
+        return _resume(config_path, overrides, out_dir, auto=resume == "auto", started=started)
     if existing is not None:
         raise UserError(
             f"{out_dir} already holds a run ({existing.name}); continue it with --resume, or pick another --out"
         )
     if cfg.train.init_from is None:
-        return run_training(cfg, out_dir)
+        return run_training(cfg, out_dir, started=started)
     source = resolve_checkpoint(Path(cfg.train.init_from).expanduser(), prefer=BEST)
     start = Checkpoint.load(source)
     cfg = fine_tuning_config(config_path, overrides, config_from_dict(start.config, str(source)), source)
-    return run_training(cfg, out_dir, init_from=(source, start))
+    return run_training(cfg, out_dir, init_from=(source, start), started=started)
 
 
 def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], out_dir: Path,
-            auto: bool = False) -> TrainResult | None:  # fmt: skip
+            auto: bool = False, started: float | None = None) -> TrainResult | None:  # fmt: skip
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
@@ -94,7 +97,7 @@ def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]
     if done:
         log(f"{out_dir} is finished: {done} at step {ckpt.step}; nothing to do")
         return None
-    return run_training(cfg, out_dir, resume_from=ckpt)
+    return run_training(cfg, out_dir, resume_from=ckpt, started=started)
 
 
 def fine_tuning_config(
@@ -248,14 +251,14 @@ def run_training(
     out_dir: Path,
     resume_from: Checkpoint | None = None,
     init_from: tuple[Path, Checkpoint] | None = None,
+    started: float | None = None,
 ) -> TrainResult:
     """Train `cfg` into `out_dir`: fresh, continuing `resume_from`, or starting from the weights
     of `init_from` (its path and checkpoint).
 
     Every input is checked before anything is written. Launched by torchrun, every rank runs
-    this; rank 0 alone writes files and prints.
-    """
-    t_start = time.perf_counter()
+    this; rank 0 alone writes files and prints. `started`: as start_run's."""
+    t_start = started if started is not None else time.perf_counter()
     corpus = load_corpus(cfg.data, cfg.model.block_size, byte_progress, vocabulary_check(cfg.model))
     # record the text's absolute paths: the run resumes and evaluates from any working directory
     absolute = {"data.path": absolute_spec(cfg.data.path)}
