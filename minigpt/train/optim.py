@@ -213,7 +213,7 @@ def orthogonalize(g: torch.Tensor, steps: int | None = None, dtype: torch.dtype 
     float32. One iteration per (a, b, c) of `schedule` (NS_SCHEDULE; `steps` repeats Jordan's
     coefficients instead). Each is three batched matrix products with the scalings folded in
     (baddbmm): on a 2-core CPU the separate bfloat16 multiplies and adds took longer than the products.
-    A float32 matrix at least 1.5 times as long as it is short takes the Gram route (gram_newton_schulz):
+    A float32 matrix more than 1.5 times as long as it is short takes the Gram route (gram_newton_schulz):
     the same iterations for fewer products."""
     if schedule is None:
         schedule = (NS_COEFFS,) * steps if steps is not None else NS_SCHEDULE
