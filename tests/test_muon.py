@@ -38,7 +38,7 @@ def test_orthogonalize_keeps_the_singular_vectors_and_flattens_the_values() -> N
         assert values.min() > 0.5 and values.max() < 1.3, (rows, cols, values)
 
 
-def test_the_gram_route_gives_the_direct_iterations_numbers() -> None:
+def test_the_gram_route_gives_the_direct_iterations_numbers(monkeypatch) -> None:
     """Long float32 matrices iterate on their Gram matrices: the same result as the three products an
     iteration on the matrix itself, up to float32 rounding, for both orientations and any schedule."""
     torch.manual_seed(0)
@@ -56,13 +56,10 @@ def test_the_gram_route_gives_the_direct_iterations_numbers() -> None:
             assert (got - direct).abs().max() < 2e-5 * direct.abs().max(), (shape, len(schedule))
     calls = []
     real = optim.gram_newton_schulz
-    try:
-        optim.gram_newton_schulz = lambda x, schedule: calls.append(x.shape) or real(x, schedule)
-        orthogonalize(torch.randn(1, 16, 64), dtype=torch.float32)  # long: the Gram route
-        orthogonalize(torch.randn(1, 16, 20), dtype=torch.float32)  # nearly square: direct
-        orthogonalize(torch.randn(1, 16, 64), dtype=torch.bfloat16)  # bfloat16: direct
-    finally:
-        optim.gram_newton_schulz = real
+    monkeypatch.setattr(optim, "gram_newton_schulz", lambda x, schedule: calls.append(x.shape) or real(x, schedule))
+    orthogonalize(torch.randn(1, 16, 64), dtype=torch.float32)  # long: the Gram route
+    orthogonalize(torch.randn(1, 16, 20), dtype=torch.float32)  # nearly square: direct
+    orthogonalize(torch.randn(1, 16, 64), dtype=torch.bfloat16)  # bfloat16: direct
     assert calls == [torch.Size([1, 16, 64])]
 
 
