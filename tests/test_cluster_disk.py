@@ -11,11 +11,17 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from minigpt.config.schema import DataConfig
+from minigpt.data import passes
+from minigpt.data.corpus import encode_corpus
+from minigpt.data.sources import resolve_sources
+from minigpt.data.tokenizer import CharTokenizer
 from minigpt.infer.checkpoint import load_checkpoint
 
-from .conftest import TINY
+from .conftest import TINY, make_text
 
 RUN = [*TINY, "train.max_steps=20", "train.eval_interval=5", "log.sample_length=0"]
 
@@ -187,3 +193,27 @@ def test_a_mistyped_key_is_reported_before_the_run_directory(trained_run: Path, 
     assert "unknown key 'model.n_layers'" in one_line(r.err)
     r = cli("train", "--out", trained_run, "--resume", "auto", "train.max_steps=-3")
     assert "train.max_steps" in one_line(r.err) and r.code == 2
+
+
+def test_an_encoding_cache_on_a_disk_that_fills_falls_back_to_a_temporary_file(small_fs, tmp_path: Path,
+                                                                                monkeypatch, capsys) -> None:  # fmt: skip
+    """The ids are written on a second thread while the next batch is encoded: the disk filling
+    under that thread is the same warning and fallback as before, and leaves no partial entry."""
+    monkeypatch.setattr(passes, "BATCH", 4096)  # many batches: writes are in flight when the disk fills
+    root, texts = tmp_path / "tree", []
+    for i in range(40):  # past 256 characters: two-byte ids, ~0.5 MB of them
+        texts.append(make_text(6000, seed=i) + "".join(chr(0x4E00 + 7 * i + k) for k in range(7)))
+        (root / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (root / f"d{i % 4}" / f"f{i:02d}.txt").write_text(texts[-1], encoding="utf-8")
+    cache = small_fs("96k")
+    encoded, _, _ = encode_corpus(DataConfig(path=str(root), cache_dir=str(cache), val_fraction=0.0))
+    assert "cannot write the encoding cache" in capsys.readouterr().err
+    in_order = [texts[int(p.stem[1:])] for p in sorted(root.rglob("*.txt"))]
+    joined = "\n".join(in_order)
+    tok = CharTokenizer(sorted(set(joined)))
+    assert tok.vocab_size > 256 and np.array_equal(np.asarray(encoded.ids), tok.encode_array(joined))
+    assert not list(cache.rglob("*.bin")) and no_temporary_files(cache)
+    files = resolve_sources(str(root))
+    with open(cache / "ids", "wb", buffering=0) as out, pytest.raises(OSError) as failed:  # no buffer to flush at close
+        passes.write_ids(out, files, tok, "\n", lambda n: None)  # the writing thread's own error
+    assert failed.value.errno == errno.ENOSPC
