@@ -195,8 +195,9 @@ def test_a_mistyped_key_is_reported_before_the_run_directory(trained_run: Path, 
     assert "train.max_steps" in one_line(r.err) and r.code == 2
 
 
-def test_an_encoding_cache_on_a_disk_that_fills_falls_back_to_a_temporary_file(small_fs, tmp_path: Path,
-                                                                                monkeypatch, capsys) -> None:  # fmt: skip
+def test_an_encoding_cache_on_a_disk_that_fills_falls_back_to_a_temporary_file(
+    small_fs, tmp_path: Path, monkeypatch, capsys
+) -> None:
     """The ids are written on a second thread while the next batch is encoded: the disk filling
     under that thread is the same warning and fallback as before, and leaves no partial entry."""
     monkeypatch.setattr(passes, "BATCH", 4096)  # many batches: writes are in flight when the disk fills
