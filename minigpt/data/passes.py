@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -105,10 +106,10 @@ def _batches(files: Sequence[SourceFile], tick: Callable[[int], None], sep: byte
 
 class _Beside:
     """Jobs run in order on a second thread while the caller goes on, at most `depth` of them
-    waiting; a job's error is raised in the caller. The write system call lets go of Python's lock,
-    so on two cores writing the ids runs beside making the next ones: writing a tree's 2.8 GB of
-    ids took up to half of the second pass. (Reading files or hashing there instead gained
-    nothing: each of a small file's system calls waits for the lock again.)"""
+    waiting; a job's error is raised in the caller. The write system call and hashing a large
+    chunk let go of Python's lock, so on two cores they run beside the encoder's own work: writing
+    a tree's 2.8 GB of ids took up to half of the second pass. (Reading and hashing a tree's small
+    files there gained nothing: each file's system calls wait for the lock again.)"""
 
     def __init__(self, depth: int) -> None:
         self.depth, self.pending = depth, deque[Future]()
@@ -254,9 +255,10 @@ def hashes_and_vocabulary(files: Sequence[SourceFile], tick: Callable[[int], Non
                 hashes[i] = hashlib.sha256(view[s:e]).hexdigest()
             del view  # a live view would pin the blob
             vocab.add_whole(blob, members)
-        else:
+        else:  # a large file's 16 MB chunks are hashed on a second thread while the next is read
             h = hashlib.sha256()
-            vocab.add_streamed(members[0][0], large, tick, h.update)
+            with _Beside(depth=1) as beside:
+                vocab.add_streamed(members[0][0], large, tick, partial(beside.submit, h.update))
             hashes[members[0][0]] = h.hexdigest()
     return hashes, vocab.chars(), vocab.bad
 
