@@ -319,20 +319,20 @@ class _CharWriter:
 
 def write_ids(out: IO[bytes], files: Sequence[SourceFile], tok: Tokenizer, separator: str,
                tick: Callable[[int], None], split_at: int | None = None) -> tuple[int, int | None]:  # fmt: skip
-    """Write every document's ids, joined by the separator's: (ids written, where document
-    `split_at` starts)."""
+    """Write every document's ids, joined by the separator's, to `out`, a buffered file (which
+    writes all it is given or raises): (ids written, where document `split_at` starts)."""
     dtype = storage_dtype(tok.vocab_size)
     sep = separator.encode("utf-8") if len(files) > 1 else b""
     char = _CharWriter(tok, dtype) if isinstance(tok, CharTokenizer) else None
     written, split = 0, None
     beside = _Beside(depth=1)  # one write runs while the next batch's ids are made
 
-    def put(data: bytes | np.ndarray) -> None:
+    def put(data: bytes | bytearray | np.ndarray) -> None:
         nonlocal written
         beside.submit(out.write, data)  # an array as it is: its buffer, not a copy (.tobytes() cost ~10% of the pass)
         written += (data.nbytes if isinstance(data, np.ndarray) else len(data)) // dtype.itemsize
 
-    def put_text(text: bytes) -> None:
+    def put_text(text: bytes | bytearray) -> None:
         put(text if char is None else char.encode_whole(text))
 
     with beside:
@@ -353,7 +353,7 @@ def write_ids(out: IO[bytes], files: Sequence[SourceFile], tok: Tokenizer, separ
     return written, split
 
 
-def _stream_one(put: Callable[[bytes], None], f: SourceFile, char: _CharWriter | None,
+def _stream_one(put: Callable[[bytes | np.ndarray], None], f: SourceFile, char: _CharWriter | None,
                 tick: Callable[[int], None]) -> None:  # fmt: skip
     decoder = codecs.getincrementaldecoder("utf-8")()
     size = 0
