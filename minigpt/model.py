@@ -6,7 +6,9 @@ No I/O, no device choice, no optimizer: only the model."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
@@ -28,6 +30,17 @@ def parameter_count(m: ModelConfig, vocab_size: int) -> int:
     learned = m.block_size * C if m.pos_emb == "learned" else 0
     values = m.n_layer * (vocab_size * C + 1) if m.value_embeds else 0  # a table and a mixing weight a block
     return vocab_size * C + learned + m.n_layer * block + (norm if m.norm == "pre" else 0) + values
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """The model in eval mode (no dropout) inside the block, and back in the mode it had after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -247,6 +260,16 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights are."""
+        return self.wte.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' dtype."""
+        return self.wte.weight.dtype
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count (the tied head counted once; learned positions excluded when non_embedding)."""

@@ -20,7 +20,7 @@ import torch
 from minigpt.config.files import load_config
 from minigpt.config.schema import Config, config_from_dict
 from minigpt.infer.checkpoint import load_checkpoint
-from minigpt.infer.evaluate import evaluate_bounded, evaluate_ids
+from minigpt.infer.evaluate import evaluate_ids
 from minigpt.infer.snapshots import list_snapshots, snapshot_plan
 from minigpt.model import GPT
 
@@ -147,14 +147,14 @@ def test_a_spread_sample_is_the_same_windows_the_whole_evaluation_reads() -> Non
                                     "model.block_size": 8}).model, 11).eval()  # fmt: skip
     ids = np.random.default_rng(0).integers(0, 11, 1001).astype(np.uint16)  # 1,000 predictions, 125 windows
     whole = evaluate_ids(model, ids)
-    assert evaluate_bounded(model, ids, None, 1000) == whole  # within the bound: every position
-    assert evaluate_bounded(model, ids, None, 0) == whole  # 0: no bound
-    sample = evaluate_bounded(model, ids, None, 80)  # 10 windows, every 12th or 13th of the 125
+    assert evaluate_ids(model, ids, None, 1000) == whole  # within the bound: every position
+    assert evaluate_ids(model, ids, None, 0) == whole  # 0: no bound
+    sample = evaluate_ids(model, ids, None, 80)  # 10 windows, every 12th or 13th of the 125
     starts = [(i * 125 // 10) * 8 for i in range(10)]
     by_hand = sum(evaluate_ids(model, ids[s : s + 9]).loss for s in starts) / 10
     assert (sample.tokens, sample.of_tokens, sample.sampled) == (80, 1000, True)
     assert sample.loss == pytest.approx(by_hand, rel=1e-6)
-    assert evaluate_bounded(model, ids, None, 80) == sample  # deterministic
+    assert evaluate_ids(model, ids, None, 80) == sample  # deterministic
     assert starts[-1] >= 896  # spread to the end of the split, not its head
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from minigpt.model import GPT, KVCache
+from minigpt.model import GPT, KVCache, evaluating
 
 
 def half_window(block: int) -> int:
@@ -98,17 +98,15 @@ def generate_batch(
         raise ValueError("generate_batch needs prompts of one length, at least one token each")
     B = len(prompts)
     generators = list(generators) if generators is not None else [None] * B
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = model.device
     block = model.cfg.block_size
     seqs = [list(p) for p in prompts]
     new: list[list[int]] = [[] for _ in range(B)]
     live = [True] * B
     # float32 keys and values on the CPU, where attention runs in float32 (model.causal_attention)
-    dtype = torch.float32 if device.type == "cpu" else next(model.parameters()).dtype
+    dtype = torch.float32 if device.type == "cpu" else model.dtype
     cache = KVCache(model.cfg, B, block, device, dtype)
-    try:
+    with evaluating(model):
         logits, _ = model(torch.tensor([s[-block:] for s in seqs], device=device), cache=cache)
         for step in range(max_new_tokens):
             tokens = _sample_rows(logits[:, -1, :], temperature, top_k, top_p, generators)
@@ -125,8 +123,6 @@ def generate_batch(
                 logits, _ = model(torch.tensor([s[-half_window(block) :] for s in seqs], device=device), cache=cache)
             else:
                 logits, _ = model(torch.tensor(tokens, device=device).view(B, 1), cache=cache)
-    finally:
-        model.train(was_training)
     return new
 
 
@@ -153,13 +149,11 @@ def generate(
     if use_cache:
         hook = (lambda _row, tid: on_token(tid)) if on_token is not None else None
         return generate_batch(model, [prompt], max_new_tokens, temperature, top_k, top_p, [generator], hook)[0]
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = model.device
     block = model.cfg.block_size
     seq = list(prompt)
     new: list[int] = []
-    try:
+    with evaluating(model):
         for _ in range(max_new_tokens):
             logits, _ = model(torch.tensor([seq[-block:]], device=device))
             tid = int(sample_next_token(logits[:, -1, :], temperature, top_k, top_p, generator).item())
@@ -167,6 +161,4 @@ def generate(
             new.append(tid)
             if on_token is not None:
                 on_token(tid)
-    finally:
-        model.train(was_training)
     return new

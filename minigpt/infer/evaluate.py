@@ -10,15 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from minigpt.config.schema import DataConfig
 from minigpt.data.corpus import encode_corpus, load_corpus
 from minigpt.data.tokenizer import name_chars
 from minigpt.errors import UserError
 from minigpt.infer.loading import Loaded
-from minigpt.model import GPT
-from minigpt.runtime.memory import release_pages
+from minigpt.infer.windows import spread_starts, text_windows, token_losses
+from minigpt.model import GPT, evaluating
 
 
 @dataclass
@@ -48,65 +47,49 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate_ids(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None,
-                 batch_windows: int = 64) -> EvalResult:  # fmt: skip
-    """Mean next-token loss over all of `ids`: non-overlapping windows of block_size, every
-    position scored (the last, shorter window too), so exactly len(ids) - 1 predictions.
-
-    `ids` may be a memory map of any integer type: it is read `batch_windows` windows at a time
-    (mapped into the model's vocabulary through `table` when given), so memory stays flat."""
-    block = model.cfg.block_size
-    device = next(model.parameters()).device
-    data = ids.numpy() if isinstance(ids, torch.Tensor) else ids
-    n_pred = len(data) - 1
+                 max_tokens: int = 0, batch_windows: int = 64) -> EvalResult:  # fmt: skip
+    """Mean next-token loss over all of `ids`, every one of its len(ids) - 1 predictions scored
+    (`text_windows`), or, when `max_tokens` is set and the text has more predictions than that,
+    over an evenly spread, deterministic sample of whole windows (`spread_starts`), which
+    estimates the same number without a random seed."""
+    block, n_pred = model.cfg.block_size, len(ids) - 1
     if n_pred < 1:
         raise UserError("the text to evaluate needs at least 2 characters")
-    total = 0.0
-    span = batch_windows * block
-    for start in range(0, n_pred, span):
-        end = min(start + span, n_pred)  # predictions start..end-1, of ids start+1..end
-        window = data[start : end + 1]
-        chunk = table[window] if table is not None else np.array(window, dtype=np.int64)  # one copy out of the map
-        release_pages(data)
-        n_full = (end - start) // block
-        if n_full:
-            x = torch.from_numpy(chunk[: n_full * block].reshape(n_full, block)).to(device)
-            y = torch.from_numpy(chunk[1 : n_full * block + 1].reshape(n_full, block)).to(device)
-            total += _loss_sum(model, x, y)
-        if end - start > n_full * block:  # the tail
-            x = torch.from_numpy(chunk[n_full * block : end - start][None]).to(device)
-            y = torch.from_numpy(chunk[n_full * block + 1 : end - start + 1][None]).to(device)
-            total += _loss_sum(model, x, y)
-    return EvalResult(total / n_pred, n_pred)
+    starts = spread_starts(n_pred, block, max_tokens)
+    total, scored = 0.0, 0
+    with evaluating(model):
+        for x, y in text_windows(ids, block, table, starts, batch_windows, model.device):
+            total += token_losses(model, x, y)[0].sum().item()
+            scored += y.numel()
+    return EvalResult(total / scored, scored, of_tokens=n_pred if starts is not None else None)
 
 
 @torch.no_grad()
-def evaluate_bounded(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None,
-                     max_tokens: int = 0, batch_windows: int = 64) -> EvalResult:  # fmt: skip
-    """`evaluate_ids` (every position) when the text has at most `max_tokens` predictions or
-    `max_tokens` is 0; past it, an evenly spread, deterministic sample of the same whole windows
-    of block_size that `evaluate_ids` reads (max_tokens // block_size of them, from the first to
-    near the last), so the sample estimates the same number without a random seed."""
-    data = ids.numpy() if isinstance(ids, torch.Tensor) else ids
-    block, n_pred = model.cfg.block_size, len(data) - 1
-    if not max_tokens or n_pred <= max_tokens:
-        return evaluate_ids(model, data, table, batch_windows)
-    windows = n_pred // block
-    n = max(1, min(windows, max_tokens // block))
-    starts = [(i * windows // n) * block for i in range(n)]
-    device = next(model.parameters()).device
-    total = 0.0
-    for first in range(0, n, batch_windows):
-        chunk = np.stack([np.asarray(data[s : s + block + 1]) for s in starts[first : first + batch_windows]])
-        chunk = table[chunk] if table is not None else chunk.astype(np.int64)
-        release_pages(data)
-        rows = torch.from_numpy(chunk).to(device)  # (B, block + 1)
-        total += _loss_sum(model, rows[:, :-1], rows[:, 1:])
-    return EvalResult(total / (n * block), n * block, of_tokens=n_pred)
+def loss_by_position(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None,
+                     max_tokens: int = 0, batch_windows: int = 64) -> np.ndarray:  # fmt: skip
+    """The mean loss (nats) at each position 0..block_size-1 of the context, over the whole
+    windows of `ids` (a spread sample of them past `max_tokens`): position t predicts the
+    (t+2)-th character of a window from the t+1 before it."""
+    block, n_pred = model.cfg.block_size, len(ids) - 1
+    if n_pred < block:
+        raise UserError(f"the text has {n_pred + 1:,} tokens; the loss by position needs one whole window of "
+                        f"block_size + 1 = {block + 1:,}")  # fmt: skip
+    starts = spread_starts(n_pred, block, max_tokens) or list(range(0, n_pred - block + 1, block))
+    total = torch.zeros(block, dtype=torch.float64)
+    with evaluating(model):
+        for x, y in text_windows(ids, block, table, starts, batch_windows, model.device):
+            total += token_losses(model, x, y)[0].sum(0).double().cpu()
+    return (total / len(starts)).numpy()
 
 
-def _loss_sum(model: GPT, x: torch.Tensor, y: torch.Tensor) -> float:
-    logits, _ = model(x)
-    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
+def icl_score(by_position: np.ndarray) -> tuple[float, int, int]:
+    """The in-context-learning score of Olsson et al. (2022): the loss at a late position minus the
+    loss at an early one, the paper's 500th minus 50th token, scaled to the context as the
+    positions nearest 500/512 and 50/512 of block_size when it is shorter than 512. Negative when
+    later positions are predicted better. Returns the score and the two (0-based) positions."""
+    block = len(by_position)
+    late, early = (499, 49) if block >= 512 else (round(block * 500 / 512) - 1, max(0, round(block * 50 / 512) - 1))
+    return float(by_position[late] - by_position[early]), late, early
 
 
 def eval_ids_for(loaded: Loaded, data: str | None) -> tuple[np.ndarray, np.ndarray | None, str]:
@@ -142,6 +125,6 @@ def evaluate(loaded: Loaded, data: str | Path | None, max_tokens: int = 0) -> tu
     """`minigpt eval`: every position of the validation split (or of `data`), or with `max_tokens`
     a spread sample of whole windows when there are more predictions than that."""
     ids, table, what = eval_ids_for(loaded, str(data) if data is not None else None)
-    result = evaluate_bounded(loaded.model, ids, table, max_tokens)
+    result = evaluate_ids(loaded.model, ids, table, max_tokens)
     result.unit = loaded.tokenizer.unit
     return result, what

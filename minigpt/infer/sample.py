@@ -141,7 +141,7 @@ def batch_memory_error(model: GPT, batch: int) -> str | None:
     per_row = (
         2 * cfg.n_layer * cfg.block_size * cfg.n_embd * 4 + cfg.block_size * (8 * cfg.n_embd + model.vocab_size) * 4
     )
-    device = next(model.parameters()).device
+    device = model.device
     available, where = memory.available_bytes(device)
     if available is None or batch * per_row <= 0.8 * available:
         return None
@@ -160,7 +160,7 @@ def generate_samples(model: GPT, tok: Tokenizer, requests: Sequence[Request], ma
     continuation piece by piece; a tail that may begin a stop string is held back until it is
     clear) and is told when each sample is complete.
     """
-    device = next(model.parameters()).device
+    device = model.device
     rows = [_Row(r, tok.streamer()) for r in requests]
     groups: dict[int, list[int]] = {}
     for k, r in enumerate(requests):

@@ -8,11 +8,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from minigpt.errors import UserError
 from minigpt.infer.decode import half_window
 from minigpt.infer.loading import Loaded
+from minigpt.infer.windows import token_losses
 
 
 def window_count(n: int, block: int) -> int:
@@ -64,7 +64,7 @@ def score_text(loaded: Loaded, text: str, top: int = 0) -> Scores:
     if len(ids) < 2:
         raise UserError("the text to score needs at least 2 characters (the first one has no context)")
     model = loaded.model
-    device = next(model.parameters()).device
+    device = model.device
     block = model.cfg.block_size
     stride = half_window(block)
     bits = torch.empty(len(ids) - 1)
@@ -76,8 +76,8 @@ def score_text(loaded: Loaded, text: str, top: int = 0) -> Scores:
         end = min(start + block, len(ids) - 1)
         x = ids[start:end][None].to(device)
         y = ids[start + 1 : end + 1].to(device)
-        logits, _ = model(x)
-        nll = F.cross_entropy(logits[0].float(), y, reduction="none") / math.log(2)  # bits
+        nats, logits = token_losses(model, x, y[None])
+        nll = nats[0] / math.log(2)  # bits
         first_new = done - start  # positions before it were scored by the previous window
         bits[done:end] = nll[first_new:].cpu()
         if top:

@@ -93,7 +93,7 @@ def attention_maps_for(model: GPT, tok: Tokenizer, text: str) -> tuple[torch.Ten
         raise UserError("--text must not be empty")
     ids = torch.from_numpy(tok.encode_checked(text, "--text", skip_hint=False))[None, : model.cfg.block_size]
     labels = tok.pieces(ids[0].tolist())  # a byte model: each character on its last byte
-    ids = ids.to(next(model.parameters()).device)
+    ids = ids.to(model.device)
     return model.attention_maps(ids)[:, 0], labels  # (L, nh, T, T)
 
 
@@ -178,7 +178,7 @@ def windowed_attention(model: GPT, pieces: list[str], ids: list[int], layers: li
     stride = half_window(block)
     n = len(ids)
     starts = [w * stride for w in range(window_count(n, block))]
-    device = next(model.parameters()).device
+    device = model.device
     data = torch.tensor(ids, dtype=torch.long, device=device)
     layer_index = torch.tensor(layers, device=device)
     head_index = torch.tensor(heads, device=device)

@@ -24,7 +24,7 @@ from minigpt.errors import WriteError
 from minigpt.infer.decode import generate
 from minigpt.infer.evaluate import EvalResult
 from minigpt.io.diskspace import write_errors
-from minigpt.model import GPT
+from minigpt.model import GPT, evaluating
 from minigpt.runtime import device as runtime
 from minigpt.runtime import distributed
 from minigpt.runtime.device import log
@@ -34,7 +34,7 @@ from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
 def sample_text(model: GPT, tok: Tokenizer, prompt: str, length: int, seed: int) -> str:
     """A short sample for TensorBoard, from its own generator (training RNG untouched); prompt
     characters the model does not know are dropped."""
-    device = next(model.parameters()).device
+    device = model.device
     ids = tok.encode_checked(prompt, "log.sample_prompt", unknown="skip").tolist() or [0]
     gen = torch.Generator(device=device).manual_seed(seed)
     return tok.decode(ids + generate(model, ids, length, temperature=0.8, generator=gen))
@@ -56,10 +56,8 @@ class AttentionLogger:
         from minigpt.inspect.attention import AttentionFigure
 
         model = self.model
-        was_training = model.training
-        model.eval()
-        maps = model.attention_maps(torch.tensor([self.ids], device=next(model.parameters()).device))[:, 0]
-        model.train(was_training)
+        with evaluating(model):
+            maps = model.attention_maps(torch.tensor([self.ids], device=model.device))[:, 0]
         if self.figure is None:
             cfg = model.cfg
             self.figure = AttentionFigure(self.chars, list(range(cfg.n_layer)), list(range(cfg.n_head)), light=True)

@@ -30,9 +30,10 @@ from minigpt.data.corpus import Batcher, Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
-from minigpt.infer.evaluate import EvalResult, evaluate_bounded
+from minigpt.infer.evaluate import EvalResult, evaluate_ids
 from minigpt.infer.snapshots import save_snapshot
-from minigpt.model import GPT
+from minigpt.infer.windows import token_losses
+from minigpt.model import GPT, evaluating
 from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreShare
 from minigpt.runtime.device import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
@@ -49,14 +50,11 @@ from minigpt.train.state import RngStreams, TrainState
 @torch.no_grad()
 def estimate_loss(model: GPT, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], ctx) -> float:
     """Mean loss over fixed batches, in eval mode (no dropout)."""
-    was_training = model.training
-    model.eval()
     total = torch.zeros((), device=batches[0][0].device)
-    for x, y in batches:
-        with ctx:
-            _, loss = model(x, y)
-        total += loss.float()
-    model.train(was_training)
+    with evaluating(model):
+        for x, y in batches:
+            with ctx:
+                total += token_losses(model, x, y)[0].mean()
     return total.item() / len(batches)
 
 
@@ -317,7 +315,7 @@ class Trainer:
         best = find_checkpoint(self.out_dir, prefer=BEST)
         if best is not None:
             model.load_state_dict(Checkpoint.load(best).model)
-        return evaluate_bounded(model, self.corpus.val, self.corpus.table, self.cfg.train.final_eval_tokens)
+        return evaluate_ids(model, self.corpus.val, self.corpus.table, self.cfg.train.final_eval_tokens)
 
     def _final_evaluation(self, stop: StopRequest, reporter: Reporter) -> EvalResult:
         """final_eval(), which a stop signal ends at once: last.pt already holds the final step."""
