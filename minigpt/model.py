@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -134,6 +134,8 @@ class CausalSelfAttention(nn.Module):
         self.ve_mix = nn.Parameter(torch.tensor(0.5)) if cfg.value_embeds else None
         self.keep_weights = False  # set by GPT.attention_maps: compute softmax(QK^T) explicitly and keep it
         self.weights: torch.Tensor | None = None  # (B, nh, T, S) when kept
+        # when set, each head's output (B, nh, T, hs) passes through it before the projection (head ablation)
+        self.edit_heads: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None,
                 ve: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
@@ -173,6 +175,8 @@ class CausalSelfAttention(nn.Module):
             if T > 1:
                 mask = torch.arange(S, device=x.device)[None, :] <= torch.arange(start, S, device=x.device)[:, None]
             y = causal_attention(q, k, v, mask=mask)  # (B, nh, T, hs)
+        if self.edit_heads is not None:
+            y = self.edit_heads(y)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         y = linear(self.c_proj, y)
         return self.resid_dropout(y) if self.training else y  # (no module call per token when sampling)
@@ -284,8 +288,23 @@ class GPT(nn.Module):
         With a KVCache, idx holds the next T positions after those already cached; the cache is
         extended and only the last position's logits (B, 1, V) are returned.
         """
-        B, T = idx.shape
-        start = cache.length if cache is not None else 0
+        x, rope = self.embed(idx, cache.length if cache is not None else 0)
+        x = self.ln_f(self.run_blocks(x, idx, rope, cache=cache))
+        if cache is not None:
+            cache.length += idx.size(1)
+            # float32 logits for sampling even from a bf16 model: rounded to bf16 (steps of ~0.03 near
+            # the top), the most likely characters can tie exactly (no-op casts for a float32 model)
+            return self.softcap(F.linear(x[:, -1:, :].float(), self.lm_head.weight.float())), None  # (B, 1, V)
+        logits = self.softcap(self.lm_head(x))  # (B, T, V)
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def embed(self, idx: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, Rope]:
+        """The residual stream entering the first block for ids idx (B, T) at positions start..start+T-1:
+        (B, T, C), and the rotary tables of those positions (None unless model.pos_emb is rope)."""
+        T = idx.size(1)
         assert start + T <= self.cfg.block_size, f"sequence of {start + T} exceeds block_size {self.cfg.block_size}"
         x = self.wte(idx)  # (B, T, C)
         rope = None
@@ -295,22 +314,21 @@ class GPT(nn.Module):
             x = x + self.pos_table[start : start + T].to(x.dtype)
         else:
             rope = (self.rope_cos[start : start + T], self.rope_sin[start : start + T])
-        if self.training:
-            x = self.drop(x)
-        for i, block in enumerate(self.blocks):
+        return (self.drop(x) if self.training else x), rope
+
+    def run_blocks(self, x: torch.Tensor, idx: torch.Tensor, rope: Rope, first: int = 0, last: int | None = None,
+                   cache: KVCache | None = None) -> torch.Tensor:  # fmt: skip
+        """The residual stream x (B, T, C) through blocks first..last-1 (all of them by default): the
+        stream after block last-1, before the final LayerNorm. idx (B, T) feeds the value embeddings."""
+        for i in range(first, len(self.blocks) if last is None else last):
             ve = self.value_embeds[i](idx) if self.value_embeds is not None else None  # (B, T, C)
-            x = block(x, cache, i, rope, ve)
-        x = self.ln_f(x)
-        if cache is not None:
-            cache.length += T
-            # float32 logits for sampling even from a bf16 model: rounded to bf16 (steps of ~0.03 near
-            # the top), the most likely characters can tie exactly (no-op casts for a float32 model)
-            return self.softcap(F.linear(x[:, -1:, :].float(), self.lm_head.weight.float())), None  # (B, 1, V)
-        logits = self.softcap(self.lm_head(x))  # (B, T, V)
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+            x = self.blocks[i](x, cache, i, rope, ve)
+        return x
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The head on a residual stream (B, T, C): the final LayerNorm, the tied unembedding and
+        the soft-cap (B, T, V); what the model predicts if the stream stopped there (the logit lens)."""
+        return self.softcap(self.lm_head(self.ln_f(x)))
 
     def softcap(self, logits: torch.Tensor) -> torch.Tensor:
         """model.logit_softcap: logits bounded smoothly to (-cap, cap); unchanged when it is 0."""
