@@ -1,0 +1,151 @@
+"""`minigpt heads`: the options, and the table a terminal shows; the measuring is inspect/heads.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from minigpt.cli import help as cli_help
+from minigpt.errors import UserError
+
+Ablation = Literal["mean", "zero", "none"]
+ROLE_HELP = (
+    "Roles: a pattern's score divided by what a perfect head scores on the same sequences must reach 0.5 and beat "
+    "every other pattern's by 0.2 (previous, duplicate, induction, first); else 'local' when the head looks fewer "
+    "than 3 positions back on average; else 'mixed' (docs/heads.md)."
+)
+ROLE_COLOURS = {"previous": "36", "induction": "35", "duplicate": "33", "first": "34", "local": "32", "mixed": "2"}
+
+
+def heads_cmd(
+    target: Annotated[
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR|CHECKPOINT",
+            help="A run directory or a .pt file.",
+            autocompletion=cli_help.complete_run_or_checkpoint,
+        ),
+    ],
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data", help="Measure ablations on this file, folder or 'glob' instead of the run's validation split."
+        ),
+    ] = None,
+    ablation: Annotated[
+        Ablation,
+        typer.Option(
+            "--ablation", help="Replace a head's output by its mean over the sample, by zeros, or skip ablation."
+        ),
+    ] = "mean",
+    exact: Annotated[
+        str,
+        typer.Option(
+            "--exact",
+            help="How many heads, ranked by the estimate, get an exact "
+            "ablation: a number, or 'all'; the rest are estimates.",
+        ),
+    ] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write an offline page: the grid of heads, each head's pattern and the ablation bars.",
+            show_default=False,
+        ),
+    ] = None,
+    over_training: Annotated[
+        bool,
+        typer.Option(
+            "--over-training", help="Score every snapshot of the run (train.keep_every, best.pt, last.pt) instead."
+        ),
+    ] = False,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.", show_default=False)
+    ] = None,
+    no_color: Annotated[bool, typer.Option("--no-color", help="A plain table.")] = False,
+    device: Annotated[str, typer.Option("--device", metavar=cli_help.DEVICE_METAVAR, help="The device.")] = "auto",
+    threads: Annotated[
+        int, typer.Option("--threads", min=0, show_default=False, help="CPU threads (0 = all free).")
+    ] = 0,
+) -> None:
+    """What each attention head does: pattern scores on repeated random text, a role, and the loss its removal costs."""
+    from minigpt.cli.app import _device
+    from minigpt.inspect.pages import check_output
+
+    for path, flag in ((html, "--html"), (png, "--png")):
+        if path is not None:
+            check_output(path, flag)
+    if png is not None and not over_training:
+        raise UserError("--png draws the formation chart of --over-training; add --over-training")
+    if over_training:
+        from minigpt.inspect.formation import formation_report
+
+        formation_report(target, _device(device, threads), png, as_json)
+        return
+    n_exact = _exact_count(exact)
+    from minigpt.inspect.heads import heads_for_run
+
+    report = heads_for_run(target, _device(device, threads), data, ablation, n_exact)
+    if html is not None:
+        from minigpt.inspect.heads_page import heads_page
+
+        page = heads_page(report)
+        print(f"wrote {page.save(html)}: {page.summary}", file=sys.stderr)
+    if as_json:
+        for h in report.heads:
+            print(json.dumps({"layer": h.layer, "head": h.head, "scores": h.scores, "ablation": h.ablation,
+                              "role": h.role}))  # fmt: skip
+    elif html is None:
+        colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
+        print(heads_table(report, colour))
+
+
+def _exact_count(exact: str) -> int | None | str:
+    """--exact: 'all' (None: every head), 'auto', or a count."""
+    if exact in ("all", "auto"):
+        return None if exact == "all" else "auto"
+    if not exact.isdigit():
+        raise UserError(f"--exact must be a number of heads, 'all' or 'auto', got {exact!r}")
+    return int(exact)
+
+
+def heads_table(report, colour: bool) -> str:
+    """One row per head: the pattern scores, the mean distance, the role and the ablation."""
+    paint = (lambda text, code: f"\033[{code}m{text}\033[0m") if colour else (lambda text, code: text)
+    c = report.ceilings
+    lines = [
+        f"{report.meta.get('source', '')}",
+        f"pattern scores on {len(report.tokens) // 2} random characters repeated twice (a perfect head scores: "
+        f"previous {c['previous']:.2f}, duplicate {c['duplicate']:.2f}, induction {c['induction']:.2f}, "
+        f"first {c['first']:.2f})",
+    ]
+    if report.base_loss is not None:
+        lines.append(f"ablation: the rise in loss when a head's output is replaced by its {report.ablation}"
+                     f"{' over the sample' if report.ablation == 'mean' else 's'}, on {report.ablation_tokens:,} "
+                     f"predictions (loss {report.base_loss:.4f} with every head); ~ marks an estimate")  # fmt: skip
+    header = f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  {'role':<9}"
+    if report.base_loss is not None:
+        header += f"  {'ablation (nats)':>18}"
+    lines += ["", header]
+    for h in report.heads:
+        s = h.scores
+        row = (f"{h.layer:>5} {h.head:>4}  {s['previous']:>5.2f} {s['duplicate']:>5.2f} {s['induction']:>6.2f} "
+               f"{s['first']:>5.2f} {s['distance']:>5.1f}  ")  # fmt: skip
+        row += paint(f"{h.role:<9}", ROLE_COLOURS.get(h.role, "0"))
+        if h.ablation is not None:
+            a = h.ablation
+            mark = " " if a["exact"] else "~"
+            row += (
+                f"  {mark}{a['loss_delta']:>+8.4f} ± {a['stderr']:.4f}"
+                if a["exact"]
+                else f"  {mark}{a['loss_delta']:>+8.4f}"
+            )
+        lines.append(row)
+    return "\n".join(lines)

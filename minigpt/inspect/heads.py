@@ -1,0 +1,307 @@
+"""What each attention head does, measured: pattern scores on repeated random sequences, the loss
+each head's removal costs (ablation), and a role where one pattern clearly dominates.
+
+Pattern scores follow TransformerLens' head detector: for a detection pattern P (T, T) of 0s and
+1s and a head's attention A (T, T), score = sum(A * P) / sum(A), averaged over the sequences.
+The sequences are n random tokens repeated twice (T = 2n <= block_size), so a head can only be
+as good as the rows that have a target allow; `ceilings` gives that best score and roles compare
+each score with it (docs/heads.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from minigpt.errors import UserError
+from minigpt.infer.windows import spread_starts, text_windows
+from minigpt.model import GPT, evaluating
+
+PATTERNS = ("previous", "duplicate", "induction", "first")
+MIN_HALF = 4  # the shortest repeated half: a context of fewer than 2 * 4 tokens has no room for the test
+SEQUENCES = 8  # repeated sequences averaged over
+# roles: a pattern's score relative to its ceiling (the perfect head's score) must reach ROLE_MIN and
+# beat every other pattern's by ROLE_MARGIN; a head with none but a short mean reach is local
+ROLE_MIN = 0.5
+ROLE_MARGIN = 0.2
+LOCAL_DISTANCE = 3.0
+ROLE_NAMES = {"previous": "previous", "duplicate": "duplicate", "induction": "induction", "first": "first"}
+ABLATION_TOKENS = 65_536  # the validation sample head ablation is measured on
+AUTO_EXACT = 12  # --exact auto: every head exactly up to this many heads, else this many
+
+
+def repeated_tokens(
+    vocab_size: int, block_size: int, byte_mode: bool = False, n_seq: int = SEQUENCES, seed: int = 0
+) -> torch.Tensor:
+    """n_seq sequences (n_seq, 2n) of n random tokens followed by the same n again, n = block_size // 2.
+    A byte model draws printable ASCII bytes (the other byte values rarely occur in text)."""
+    half = block_size // 2
+    if half < MIN_HALF:
+        raise UserError(
+            f"model.block_size {block_size} is too short for head patterns: the repeated sequences need at least "
+            f"{2 * MIN_HALF} positions"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    low, high = (32, 127) if byte_mode else (0, vocab_size)
+    first = torch.randint(low, high, (n_seq, half), generator=gen)
+    return torch.cat([first, first], dim=1)
+
+
+def detection_patterns(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The 0/1 patterns (T, T) of one sequence (T,), row = query, column = key, as TransformerLens
+    builds them: previous (key t-1), duplicate (an earlier key with the query's token), induction
+    (the key right after such an earlier copy), first (key 0)."""
+    T = tokens.numel()
+    same = (tokens[:, None] == tokens[None, :]).float().tril(-1)  # (T, T): earlier keys with the query's token
+    induction = torch.zeros(T, T)
+    induction[:, 1:] = same[:, :-1]  # one key to the right of each earlier copy
+    first = torch.zeros(T, T)
+    first[:, 0] = 1.0
+    return {
+        "previous": torch.diag(torch.ones(T - 1), -1),
+        "duplicate": same,
+        "induction": induction.tril(),
+        "first": first,
+    }
+
+
+def pattern_scores(weights: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Scores (L, nh) of attention weights (L, B, nh, T, T) over token sequences (B, T): each
+    pattern's sum(A * P) / sum(A) averaged over the sequences, and `distance`, the mean number of
+    positions between a query and the keys it attends to."""
+    weights = weights.float().cpu()
+    out: dict[str, list[torch.Tensor]] = {name: [] for name in (*PATTERNS, "distance")}
+    T = tokens.size(1)
+    gap = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).clamp(min=0).float()  # (T, T) query - key
+    for b in range(tokens.size(0)):
+        A = weights[:, b]  # (L, nh, T, T)
+        total = A.sum(dim=(-2, -1))
+        for name, P in detection_patterns(tokens[b]).items():
+            out[name].append((A * P).sum(dim=(-2, -1)) / total)
+        out["distance"].append((A * gap).sum(dim=(-2, -1)) / total)
+    return {name: torch.stack(v).mean(0) for name, v in out.items()}
+
+
+def ceilings(tokens: torch.Tensor) -> dict[str, float]:
+    """What a perfect head scores on these sequences (B, T): the share of query rows that have a
+    target (a head can put all its weight on targets only there), averaged over the sequences."""
+    T = tokens.size(1)
+    rows: dict[str, list[float]] = {name: [] for name in PATTERNS}
+    for b in range(tokens.size(0)):
+        for name, P in detection_patterns(tokens[b]).items():
+            rows[name].append(float((P.sum(-1) > 0).sum()) / T)
+    return {name: sum(v) / len(v) for name, v in rows.items()}
+
+
+def head_role(scores: dict[str, float], ceiling: dict[str, float]) -> str:
+    """previous, duplicate, induction or first when that pattern's score reaches ROLE_MIN of its
+    ceiling and beats every other pattern's relative score by ROLE_MARGIN; else local when the head
+    looks on average fewer than LOCAL_DISTANCE positions back; else mixed."""
+    rel = {name: scores[name] / ceiling[name] if ceiling[name] else 0.0 for name in PATTERNS}
+    best = max(rel, key=rel.__getitem__)
+    runner_up = max(v for k, v in rel.items() if k != best)
+    if rel[best] >= ROLE_MIN and rel[best] - runner_up >= ROLE_MARGIN:
+        return ROLE_NAMES[best]
+    return "local" if scores["distance"] < LOCAL_DISTANCE else "mixed"
+
+
+@dataclass
+class HeadResult:
+    """One head: its pattern scores, its role, and the validation loss its ablation costs."""
+
+    layer: int
+    head: int
+    scores: dict[str, float]
+    role: str
+    # loss_delta (nats), stderr over the sampled windows, exact (measured) or an attribution estimate
+    ablation: dict[str, float | bool] | None = None
+
+
+@dataclass
+class HeadsReport:
+    """`minigpt heads`: every head, what a perfect head would score, and the ablation's setting."""
+
+    heads: list[HeadResult]
+    ceilings: dict[str, float]
+    tokens: list[int]  # the first repeated sequence (the page draws each head's pattern over it)
+    patterns: list[list[list[list[float]]]]  # (L, nh, T, T) weights of the heads over that sequence
+    ablation: str  # mean, zero or none
+    base_loss: float | None = None  # the sample's loss with every head in place
+    ablation_tokens: int = 0  # predictions the ablation was measured over
+    meta: dict = field(default_factory=dict)  # the run: source line, n_layer, n_head, block_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def head(self, layer: int, head: int) -> HeadResult:
+        return self.heads[layer * self.meta["n_head"] + head]
+
+
+@torch.no_grad()
+def head_patterns(
+    model: GPT, byte_mode: bool = False
+) -> tuple[dict[str, torch.Tensor], dict[str, float], torch.Tensor, torch.Tensor]:
+    """Pattern scores (name -> (L, nh)) on the repeated sequences, their ceilings, the sequences
+    (B, T) and the weights over them (L, B, nh, T, T)."""
+    tokens = repeated_tokens(model.vocab_size, model.cfg.block_size, byte_mode)
+    with evaluating(model):
+        weights = model.attention_maps(tokens.to(model.device))
+    return pattern_scores(weights, tokens), ceilings(tokens), tokens, weights
+
+
+@contextmanager
+def _heads_edited(model: GPT, edits: dict[int, object]) -> Iterator[None]:
+    """Each layer l in `edits` passes its heads' output through edits[l] while inside."""
+    try:
+        for layer, fn in edits.items():
+            model.blocks[layer].attn.edit_heads = fn
+        yield
+    finally:
+        for block in model.blocks:
+            block.attn.edit_heads = None
+
+
+def _window_losses(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-position losses (B, T) from a final residual stream x (B, T, C)."""
+    logits = model.logits(x).float()
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
+
+
+def ablate_heads(
+    model: GPT,
+    ids: np.ndarray,
+    table: np.ndarray | None,
+    mode: str = "mean",
+    exact: int | None = None,
+    max_tokens: int = ABLATION_TOKENS,
+    batch_windows: int = 16,
+) -> tuple[list[list[dict]], float, int]:
+    """The rise in loss when each head's output is replaced by its mean over the sample (mode
+    "mean") or by zeros ("zero"), on an evenly spread sample of whole windows of `ids`.
+
+    One forward and backward pass gives every head's attribution-patching estimate: the
+    first-order change (m - z) . dL/dz summed over positions. Exact ablation then reruns the
+    blocks from the head's layer up, starting from the kept residual stream, for the `exact`
+    heads with the largest estimates (all heads when None). Returns per layer and head
+    {loss_delta, stderr, exact}, the unablated loss, and the predictions scored."""
+    cfg = model.cfg
+    L, nh, hs = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
+    n_pred = len(ids) - 1
+    if n_pred < cfg.block_size:
+        raise UserError(
+            f"the ablation text has {n_pred + 1:,} tokens; it needs one whole window of "
+            f"block_size + 1 = {cfg.block_size + 1:,}"
+        )
+    starts = spread_starts(n_pred, cfg.block_size, max_tokens) or list(
+        range(0, n_pred - cfg.block_size + 1, cfg.block_size)
+    )
+    kept: list[tuple[torch.Tensor, torch.Tensor, list[torch.Tensor], torch.Tensor]] = []  # idx, y, streams, base
+    z_sum = torch.zeros(L, nh, hs, dtype=torch.float64)
+    g_win: list[torch.Tensor] = []  # per window (L, nh, hs): the gradient summed over its positions
+    zg_win: list[torch.Tensor] = []  # per window (L, nh): z . gradient summed over its positions
+    with evaluating(model):
+        for idx, y in text_windows(ids, cfg.block_size, table, starts, batch_windows, model.device):
+            outs: list[torch.Tensor] = []
+
+            def keep(z: torch.Tensor, outs: list[torch.Tensor] = outs) -> torch.Tensor:
+                outs.append(z)
+                return z
+
+            with torch.enable_grad(), _heads_edited(model, dict.fromkeys(range(L), keep)):
+                x, rope = model.embed(idx)
+                x = x.detach().requires_grad_()
+                streams = []
+                for layer in range(L):
+                    streams.append(x.detach())
+                    x = model.run_blocks(x, idx, rope, layer, layer + 1)
+                losses = _window_losses(model, x, y)  # (B, T)
+                grads = torch.autograd.grad(losses.sum(), outs)
+            z = torch.stack([o.detach() for o in outs], 1).double()  # (B, L, nh, T, hs)
+            g = torch.stack(grads, 1).double()
+            z_sum += z.sum((0, 3)).cpu()
+            g_win.append(g.sum(3).cpu())
+            zg_win.append((z * g).sum((3, 4)).cpu())
+            kept.append((idx, y, streams, losses.detach().mean(1).cpu()))
+    n_tok = len(starts) * cfg.block_size
+    mean = (z_sum / n_tok) if mode == "mean" else torch.zeros_like(z_sum)  # (L, nh, hs)
+    g_all, zg_all = torch.cat(g_win), torch.cat(zg_win)  # (W, L, nh, hs), (W, L, nh)
+    per_window = ((g_all * mean).sum(-1) - zg_all) / cfg.block_size  # (W, L, nh): estimated loss rise
+    results = [[_summary(per_window[:, la, h], exact=False) for h in range(nh)] for la in range(L)]
+    base = torch.cat([b for *_, b in kept])
+    order = sorted(
+        ((la, h) for la in range(L) for h in range(nh)), key=lambda lh: -float(per_window[:, lh[0], lh[1]].mean())
+    )
+    chosen = order if exact is None else order[:exact]
+    with torch.no_grad(), evaluating(model):
+        for layer, head in chosen:
+            fill = mean[layer, head].to(model.dtype).to(model.device)
+
+            def replace(out: torch.Tensor, head: int = head, fill: torch.Tensor = fill) -> torch.Tensor:
+                out = out.clone()
+                out[:, head] = fill
+                return out
+
+            rises = []
+            with _heads_edited(model, {layer: replace}):
+                for idx, y, streams, _ in kept:
+                    _, rope = model.embed(idx)
+                    x = model.run_blocks(streams[layer], idx, rope, layer)
+                    rises.append(_window_losses(model, x, y).mean(1).cpu())
+            results[layer][head] = _summary(torch.cat(rises).double() - base.double(), exact=True)
+    return results, float(base.mean()), n_tok
+
+
+def _summary(deltas: torch.Tensor, exact: bool) -> dict[str, float | bool]:
+    """The mean of per-window loss rises and its standard error."""
+    n = deltas.numel()
+    stderr = float(deltas.std() / math.sqrt(n)) if n > 1 else 0.0
+    return {"loss_delta": float(deltas.mean()), "stderr": stderr, "exact": exact}
+
+
+def analyze_heads(
+    model: GPT,
+    byte_mode: bool = False,
+    ids: np.ndarray | None = None,
+    table: np.ndarray | None = None,
+    ablation: str = "mean",
+    exact: int | None = None,
+    meta: dict | None = None,
+) -> HeadsReport:
+    """Every head's pattern scores and role, and, given validation `ids` and an ablation mode, the
+    loss its ablation costs (exact for the `exact` heads the estimates rank highest, all when None)."""
+    scores, ceiling, tokens, weights = head_patterns(model, byte_mode)
+    L, nh = model.cfg.n_layer, model.cfg.n_head
+    deltas, base, n_tok = None, None, 0
+    if ids is not None and ablation != "none":
+        deltas, base, n_tok = ablate_heads(model, ids, table, ablation, exact)
+    heads = []
+    for layer in range(L):
+        for head in range(nh):
+            s = {name: float(v[layer, head]) for name, v in scores.items()}
+            heads.append(HeadResult(layer, head, s, head_role(s, ceiling), deltas[layer][head] if deltas else None))
+    patterns = weights[:, 0].float().cpu().numpy().round(4).tolist()  # (L, nh, T, T)
+    info = {"n_layer": L, "n_head": nh, "block_size": model.cfg.block_size, **(meta or {})}
+    return HeadsReport(heads, ceiling, tokens[0].tolist(), patterns, ablation, base, n_tok, info)
+
+
+def heads_for_run(target, device, data=None, ablation: str = "mean", exact: int | str | None = "auto") -> HeadsReport:
+    """`minigpt heads`: load the run, measure every head on its validation split (or all of `data`).
+    exact "auto" measures every head exactly in models of up to AUTO_EXACT heads, else the
+    AUTO_EXACT with the largest estimates."""
+    from minigpt.infer.evaluate import eval_ids_for
+    from minigpt.infer.loading import load_model, source_line
+
+    loaded = load_model(target, device)
+    model = loaded.model.float()
+    ids = table = None
+    what = ""
+    if ablation != "none":
+        ids, table, what = eval_ids_for(loaded, str(data) if data is not None else None)
+    if exact == "auto":
+        exact = None if model.cfg.n_layer * model.cfg.n_head <= AUTO_EXACT else AUTO_EXACT
+    meta = {"source": source_line(loaded), "ablation_text": what, "unit": loaded.tokenizer.unit}
+    return analyze_heads(model, loaded.tokenizer.kind == "byte", ids, table, ablation, exact, meta)
