@@ -256,9 +256,7 @@ def score(
 ) -> None:
     """How surprised the model is by each character, in bits (-log2 p), and the bits per character.
 
-    The text is shown coloured from green (expected) to red (surprising); each whole bit of
-    surprise is one step of colour. The first character is not scored: nothing comes before it.
-    --html writes a page with each character's probability and the model's top 5 guesses.
+    Green is expected, red surprising, one step of colour per bit; the first character is not scored.
     """
     from minigpt.cli.pages import score_terminal, text_input
     from minigpt.data.tokenizer import checked_text
@@ -289,8 +287,8 @@ def attention(
     text: Annotated[str | None, typer.Option("--text", help="The text to look at.")] = None,
     file: Annotated[Path | None, typer.Option("--file", help="Look at this UTF-8 file instead.")] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="The picture to write, e.g. attention.png (the first block_size "
-                                  "characters).")
+        Path | None, typer.Option("--out", help="The picture to write, e.g. attention.png: layers as rows, heads "
+                                  "as columns, the first block_size characters.")
     ] = None,
     html: HtmlOpt = None,
     layer: Annotated[int | None, typer.Option("--layer", help="Only this layer (0-based).")] = None,
@@ -299,11 +297,9 @@ def attention(
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:  # fmt: skip
-    """Heat maps of the causal attention weights over TEXT: layers as rows, heads as columns (--out),
-    or the interactive explorer page (--html), which reads a long text window by window.
+    """Heat maps of the causal attention weights over TEXT (--out), or the explorer page (--html).
 
-    Row i of a map is the character at position i deciding what comes next; column j is how much
-    it looks at character j. Whitespace is drawn as a visible symbol.
+    Row i is the character at position i choosing what comes next; column j, how much it looks at character j.
     """
     from minigpt.cli.pages import text_input, write_attention_files
     from minigpt.infer.loading import load_model
@@ -343,8 +339,10 @@ def runs(
     ] = Path("runs"),
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per run, one per line.")] = False,
 ) -> None:
-    """List the runs under DIR: steps, best val loss (~ marks the fixed-batch estimate, without ~ the
-    whole validation split from results.json), parameters, wall time and where a fine-tuned run started."""
+    """List the runs under DIR: steps, best val loss, parameters, wall time and where a fine-tuned run started.
+
+    A ~ before a loss marks the fixed-batch estimate; without it, the loss is over the whole validation split.
+    """
     from minigpt.cli.runs_table import format_runs, list_runs
 
     found = list_runs(folder)

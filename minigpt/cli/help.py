@@ -32,32 +32,32 @@ PlaygroundDtype = Literal[PLAYGROUND_DTYPES]  # minigpt playground --dtype
 __all__ = ["DEVICE_METAVAR", "ExportDtype", "ExportFormat", "PlaygroundDtype", "SampleDtype", "UnknownChars"]
 
 EXAMPLES = {  # the end of each command's --help (rich markup: no square brackets)
-    "minigpt": """minigpt train                         # tiny Shakespeare, the default model, on the CPU
+    "minigpt": """minigpt train                         # the default model on tiny Shakespeare
 minigpt sample runs/default --prompt "ROMEO:" --max-new-tokens 500
-minigpt --install-completion bash     # Tab completion for commands, options and run directories""",
+minigpt --install-completion bash     # Tab completes commands, options, runs""",
     "train": """minigpt train --data my_text.txt --out runs/mine
 minigpt train --data ~/books/ data.tokenizer=byte --out runs/books
 minigpt train configs/cpu_4min.yaml   # 4 minutes of CPU, val loss ~1.48
 minigpt train configs/shakespeare_char.yaml --out runs/big
-minigpt train --data my_text.txt model.n_layer=6 optim.lr=1e-3 train.max_steps=5000""",
+minigpt train model.n_layer=6 optim.lr=1e-3 train.max_steps=5000""",
     "sample": """minigpt sample runs/default --prompt "ROMEO:" --max-new-tokens 500
-minigpt sample runs/default --num-samples 32 --stop $'\\n\\n' --json > samples.jsonl
-minigpt sample runs/default --prompts-file prompts.txt --temperature 0.6 --top-p 0.9
+minigpt sample runs/default -n 32 --stop $'\\n\\n' --json > samples.jsonl
+minigpt sample runs/default --prompts-file prompts.txt --top-p 0.9
 minigpt sample runs/default --interactive""",
     "eval": """minigpt eval runs/default
 minigpt eval runs/default --json
 minigpt eval runs/default --data other_texts/""",
-    "score": """minigpt score runs/default --text "ROMEO: What light through yonder window breaks?"
+    "score": """minigpt score runs/default --text "O Romeo, Romeo! wherefore art thou Romeo?"
 minigpt score runs/default --file scene.txt --no-color
 minigpt score runs/default --text "KING:" --json
 minigpt score runs/default --file scene.txt --html score.html""",
     "attention": """minigpt attention runs/default --text "ROMEO: But, soft!" --out attention.png
-minigpt attention runs/default --text "ROMEO: But, soft!" --layer 0 --head 1 --out head.png
+minigpt attention runs/default --text "Soft!" --layer 0 --head 1 --out 0-1.png
 minigpt attention runs/default --file scene.txt --html attention.html""",
     "export": """minigpt export runs/default exported/                  # a transformers folder
 minigpt export runs/default exported_onnx/ --format onnx
 minigpt export runs/default exported_bf16/ --dtype bfloat16 --force""",
-    "playground": """minigpt playground runs/default playground.html     # open it in any browser, offline
+    "playground": """minigpt playground runs/default playground.html     # for any browser, offline
 minigpt playground runs/big big.html --dtype float16   # half the size""",
     "runs": """minigpt runs
 minigpt runs experiments/ --json""",

@@ -19,9 +19,10 @@ def playground_cmd(
     dtype: Annotated[PlaygroundDtype, typer.Option("--dtype", help="The weights' precision in the page: float16 "
                      "halves its size.")] = "float32",
 ) -> None:  # fmt: skip
-    """Write one HTML page that runs the model in the browser, offline: generate with temperature,
-    top-k, top-p and a seed, see each character's probability and the next-character guesses as
-    you type, and click a character to see every layer's and head's attention (docs/playground.md)."""
+    """Write one HTML page that runs the model in the browser, offline (docs/playground.md).
+
+    It samples (temperature, top-k, top-p, seed) and shows each character's probability and attention.
+    """
     from minigpt.export.playground import playground_run
 
     print(playground_run(target, out, dtype), file=sys.stderr)
