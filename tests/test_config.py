@@ -91,8 +91,8 @@ def test_unknown_key_suggests_the_closest(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("model.n_layer=two", r"model\.n_layer must be an integer, got 'two'"),
-        ("model.n_layer=2.5", r"model\.n_layer must be an integer"),
+        ("model.n_layer=two", r"model\.n_layer must be a whole number, got 'two'"),
+        ("model.n_layer=2.5", r"model\.n_layer must be a whole number, got 2\.5"),
         ("train.compile=yes please", r"train\.compile must be true or false"),
         ("optim.lr=fast", r"optim\.lr must be a number"),
         ("model.n_embd=102", r"model\.n_embd \(102\) must be divisible by model\.n_head \(4\)"),
@@ -115,6 +115,39 @@ def test_unknown_key_suggests_the_closest(tmp_path: Path) -> None:
 def test_invalid_values_name_the_key(override: str, message: str) -> None:
     with pytest.raises(UserError, match=message):
         load_config(None, [override])
+
+
+def test_integer_keys_take_whole_numbers_in_any_notation(tmp_path: Path) -> None:
+    for text in ("5000", "5_000", "5e3", "5.0e+3", "5000.0", '"5000"'):
+        assert load_config(None, [f"train.max_steps={text}"]).train.max_steps == 5000, text
+        assert load_config(write(tmp_path, f"train:\n  max_steps: {text}\n")).train.max_steps == 5000, text
+    assert load_config(None, [f"train.seed={2**63 - 1}"]).train.seed == 2**63 - 1  # the largest there is
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        ("override", "1e30", "train.max_steps must be a whole number below 2**63, got 1e30"),
+        ("override", "2.5", "train.max_steps must be a whole number, got 2.5"),
+        ("override", "99999999999999999999", "must be a whole number below 2**63, got 99999999999999999999"),
+        ("override", "1e999999999", "must be a whole number below 2**63, got 1e999999999"),
+        ("yaml", "1.0e+30", "train.max_steps must be a whole number below 2**63, got 1e+30"),
+        ("yaml", "2.5", "train.max_steps must be a whole number, got 2.5"),
+    ],
+)
+def test_an_integer_key_refuses_a_non_integer_in_one_line(where, value, message, tmp_path: Path, cli) -> None:
+    """train.max_steps=1e30 used to be taken as 10**30 steps (training for ever), and 2.5 as 2."""
+    from .test_cli import one_error_line
+
+    out = tmp_path / "run"
+    if where == "yaml":
+        config = write(tmp_path, f"train:\n  max_steps: {value}\n")
+        line = one_error_line(cli("train", config, "--out", out))
+        assert line == f"error: {config}: {message}"
+    else:
+        line = one_error_line(cli("train", f"train.max_steps={value}", "--out", out))
+        assert line.startswith("error: command line: train.max_steps ") and line.endswith(message), line
+    assert not out.exists()  # refused before anything was made
 
 
 def test_malformed_override() -> None:

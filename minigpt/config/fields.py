@@ -6,9 +6,11 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 SEED_LIMIT = 2**63  # seeds are in [0, 2**63): what torch.Generator.manual_seed accepts
+INT_LIMIT = 2**63  # every integer key fits a signed 64-bit int: train.max_steps=1e30 is a typo, not a plan
 
 
 def _f(
@@ -39,6 +41,38 @@ def parse_duration(text: str) -> float | None:
     except ValueError:
         return None
     return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def whole_number(value: Any) -> int | None:
+    """An integer key's value as an int: 5000, 5_000 and "5000", and float notation that is exactly
+    a whole number (5e3, 5000.0, read as the decimal written, never rounded); None for anything
+    else (2.5, nan, true, 'two') and for whole numbers outside [-2**63, 2**63), such as 1e30."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    if isinstance(value, int):
+        return value if -INT_LIMIT <= value < INT_LIMIT else None
+    try:
+        exact = Decimal(value if isinstance(value, str) else repr(value))
+    except InvalidOperation:
+        return None
+    if not exact.is_finite() or not -INT_LIMIT <= exact < INT_LIMIT or exact != exact.to_integral_value():
+        return None  # the bound first: int(Decimal("1e999999999")) would build a billion-digit number
+    return int(exact)
+
+
+def whole_number_error(name: str, value: Any) -> str:
+    """Why `value` is not a whole number for the integer key `name` (`whole_number` gave None)."""
+    try:
+        exact = None if isinstance(value, bool) else Decimal(value if isinstance(value, str) else repr(value))
+    except (InvalidOperation, TypeError):
+        exact = None
+    if exact is None or not exact.is_finite():
+        return f"{name} must be a whole number, got {value!r}"
+    written = value.strip() if isinstance(value, str) else repr(value)  # as the user wrote it: 1e30, not 10**30
+    if exact == exact.to_integral_value():
+        side = "below 2**63" if exact > 0 else "above -2**63"
+        return f"{name} must be a whole number {side}, got {written}"
+    return f"{name} must be a whole number, got {written}"
 
 
 def _number(x: float) -> str:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from minigpt.config.choices import DEVICE_NAMES, SAMPLE_DTYPES, UNKNOWN_CHARS, is_device_name
-from minigpt.config.fields import SEED_LIMIT, _f, field_error
+from minigpt.config.fields import SEED_LIMIT, _f, field_error, whole_number, whole_number_error
 from minigpt.errors import UserError
 
 DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
@@ -237,14 +236,10 @@ def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
             return value
         raise bad
     if typ is int:
-        if isinstance(value, bool):
-            raise bad
-        if isinstance(value, int):
-            return value
-        num = _as_number(value)
-        if num is not None and math.isfinite(num) and num == int(num):
-            return int(num)  # 5e3 or "5e3"
-        raise bad
+        number = whole_number(value)  # 5000, 5_000, 5e3; not 2.5 or 1e30
+        if number is None:
+            raise UserError(f"{source}: {whole_number_error(key, value)}")
+        return number
     if typ is float:
         if isinstance(value, bool):
             raise bad
