@@ -305,3 +305,26 @@ def heads_for_run(target, device, data=None, ablation: str = "mean", exact: int 
         exact = None if model.cfg.n_layer * model.cfg.n_head <= AUTO_EXACT else AUTO_EXACT
     meta = {"source": source_line(loaded), "ablation_text": what, "unit": loaded.tokenizer.unit}
     return analyze_heads(model, loaded.tokenizer.kind == "byte", ids, table, ablation, exact, meta)
+
+
+def draw_loss_by_position(curve: np.ndarray, late: int, early: int, path, title: str) -> None:
+    """The mean loss at each context position, with the two positions of the ICL score marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    pos = np.arange(1, len(curve) + 1)
+    ax.plot(pos, curve, color="#4e79a7")
+    for t, name in ((early, "early"), (late, "late")):
+        ax.axvline(t + 1, color="#e15759", lw=0.8, ls="--")
+        ax.annotate(f"{name}: {curve[t]:.3f}", (t + 1, curve[t]), textcoords="offset points", xytext=(4, 8), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("position in the context (characters seen + 1), log scale")
+    ax.set_ylabel("mean loss (nats)")
+    ax.set_title(f"ICL score {curve[late] - curve[early]:+.3f} nats\n{title}", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

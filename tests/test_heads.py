@@ -1,0 +1,158 @@
+"""`minigpt heads` and `eval --by-position`: a hand-set model whose heads are known exactly, a
+trained two-layer attention-only model that forms an induction head, and a one-layer control."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt.config.schema import ModelConfig
+from minigpt.infer.evaluate import icl_score
+from minigpt.inspect.heads import analyze_heads, ceilings, pattern_scores, repeated_tokens
+from minigpt.model import GPT
+
+
+def hand_set_model(block: int = 16, vocab: int = 10) -> GPT:
+    """One layer, two heads of 32 channels, learned positions and no token information: head 0
+    attends (almost only) to the previous position, head 1 uniformly to every earlier one."""
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=64, block_size=block, pos_emb="learned", attn_only=True)
+    model = GPT(cfg, vocab).eval()
+    C, hs, a = cfg.n_embd, cfg.n_embd // cfg.n_head, 4.0
+    with torch.no_grad():
+        model.wte.weight.zero_()
+        model.wpe.weight.copy_(torch.eye(block, C))  # position p: the unit vector e_p
+        w = model.blocks[0].attn.c_attn.weight  # (3C, C): q, k, v rows
+        w.zero_()
+        for p in range(block):
+            w[p, p] = a  # head 0's query of position p: e_p
+            if p + 1 < hs:
+                w[C + p + 1, p] = a  # head 0's key of position p: e_{p+1}, so query p matches key p-1
+        # head 1: zero query rows, so every score is 0 and the softmax uniform over the visible keys
+    return model
+
+
+def test_a_hand_set_previous_head_and_a_uniform_head_score_as_documented():
+    model = hand_set_model()
+    report = analyze_heads(model)
+    prev, uniform = report.heads
+    c = report.ceilings
+    T = 16
+    assert c["previous"] == pytest.approx((T - 1) / T)
+    # the exact previous head: its whole weight off the first row is on t-1
+    assert prev.scores["previous"] == pytest.approx(c["previous"], abs=1e-3)
+    assert prev.scores["distance"] == pytest.approx((T - 1) / T, abs=1e-2)
+    assert prev.role == "previous"
+    # the uniform head: row t puts 1/(t+1) on each key, so previous = (H_T - 1) / T and first = H_T / T
+    harmonic = sum(1 / (t + 1) for t in range(T))
+    assert uniform.scores["previous"] == pytest.approx((harmonic - 1) / T, abs=1e-5)
+    assert uniform.scores["first"] == pytest.approx(harmonic / T, abs=1e-5)
+    assert uniform.scores["distance"] == pytest.approx(sum(t / 2 for t in range(T)) / T, abs=1e-4)
+    assert uniform.role == "mixed"
+
+
+def test_pattern_scores_of_a_perfect_induction_pattern_reach_the_ceiling():
+    tokens = repeated_tokens(50, 32, n_seq=3, seed=1)  # (3, 32)
+    T, n = 32, 16
+    weights = torch.zeros(1, 3, 1, T, T)
+    for b in range(3):
+        for t in range(T):
+            weights[0, b, 0, t, t - n + 1 if t >= n else 0] = 1.0  # the key after the earlier copy
+    scores = pattern_scores(weights, tokens)
+    # every second-half row's whole weight is on its target: half the rows (a first-half row's
+    # target exists only where a character repeats by chance, and this head does not use it)
+    assert float(scores["induction"][0, 0]) == pytest.approx(0.5, abs=0.02)
+    assert float(scores["induction"][0, 0]) <= ceilings(tokens)["induction"]
+
+
+def test_a_context_too_short_for_the_repeated_sequences_is_one_error_line(cli, tmp_path: Path):
+    text = tmp_path / "t.txt"
+    text.write_text("abcdefgh\n" * 300, encoding="utf-8")
+    run = tmp_path / "run"
+    assert cli("train", "--data", text, "--out", run, "model.n_layer=1", "model.n_head=1", "model.n_embd=8",
+               "model.block_size=6", "train.max_steps=2", "train.eval_interval=2", "log.tensorboard=false",
+               "log.attention_probe=").code == 0  # fmt: skip
+    result = cli("heads", run)
+    assert result.code == 2
+    assert result.err.strip().count("\n") == 0 and "block_size 6 is too short" in result.err
+
+
+def repeated_strings(path: Path, lines: int = 8000, seed: int = 0) -> Path:
+    """Lines of a random string of 6 to 15 letters written twice: only induction predicts the second copy."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(lines):
+        s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(6, 15)))
+        out.append(s + s)
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return path
+
+
+CIRCUIT = [
+    "model.attn_only=true",
+    "model.n_head=2",
+    "model.n_embd=64",
+    "model.block_size=32",
+    "train.max_steps=800",
+    "train.eval_interval=800",
+    "log.tensorboard=false",
+    "log.attention_probe=",
+    "train.final_eval=false",
+]
+
+
+@pytest.mark.early
+def test_a_two_layer_attention_only_model_forms_an_induction_head_in_layer_1(cli, tmp_path: Path):
+    data = repeated_strings(tmp_path / "rep.txt")
+    run = tmp_path / "two"
+    assert cli("train", "--data", data, "--out", run, "model.n_layer=2", *CIRCUIT).code == 0
+    result = cli("heads", run, "--json", "--exact", "all")
+    assert result.code == 0, result
+    heads = [json.loads(line) for line in result.out.splitlines()]
+    assert [(h["layer"], h["head"]) for h in heads] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    induction = [h for h in heads if h["role"] == "induction"]
+    assert induction and all(h["layer"] == 1 for h in induction), heads
+    # the data's second halves are predictable only by induction: removing the induction head costs
+    # more than removing the other layer-1 head
+    best = max(induction, key=lambda h: h["scores"]["induction"])
+    other = next(h for h in heads if h["layer"] == 1 and h["head"] != best["head"])
+    assert best["ablation"]["exact"] and other["ablation"]["exact"]
+    assert best["ablation"]["loss_delta"] > other["ablation"]["loss_delta"] + 3 * best["ablation"]["stderr"]
+    # in-context learning: later positions are predicted much better than early ones
+    by_pos = cli("eval", run, "--by-position", "--json")
+    assert by_pos.code == 0
+    curve = json.loads(by_pos.out)
+    assert len(curve["by_position"]) == 32
+    assert curve["icl_score"] == pytest.approx(icl_score(torch.tensor(curve["by_position"]).numpy())[0], abs=1e-5)
+    assert curve["icl_score"] < -0.3
+
+
+@pytest.mark.early
+def test_a_one_layer_attention_only_model_has_no_induction_head(cli, tmp_path: Path):
+    data = repeated_strings(tmp_path / "rep.txt")
+    run = tmp_path / "one"
+    assert cli("train", "--data", data, "--out", run, "model.n_layer=1", *CIRCUIT).code == 0
+    result = cli("heads", run, "--json", "--ablation", "none")
+    heads = [json.loads(line) for line in result.out.splitlines()]
+    assert len(heads) == 2 and all(h["role"] != "induction" for h in heads), heads
+    assert all(h["ablation"] is None for h in heads)
+
+
+def test_icl_score_is_the_papers_500_minus_50_for_long_contexts():
+    curve = torch.arange(600, dtype=torch.float64).numpy()
+    assert icl_score(curve) == (499 - 49, 499, 49)
+    short = torch.arange(64, dtype=torch.float64).numpy()
+    score, late, early = icl_score(short)
+    assert (late, early) == (61, 5) and score == 56
+
+
+def test_the_heads_table_marks_estimates_and_shows_every_head(cli, trained_run: Path):
+    result = cli("heads", trained_run, "--exact", "1", "--no-color")
+    assert result.code == 0, result
+    rows = [line for line in result.out.splitlines() if line[:5].strip().isdigit()]
+    assert len(rows) == 4  # 2 layers x 2 heads (conftest.TINY)
+    assert sum("~" in row for row in rows) == 3  # one exact, three estimates
+    assert "±" in "".join(rows)
