@@ -1,7 +1,8 @@
 """A decoder-only GPT: token embeddings plus positions (learned, sinusoidal or rotary), blocks of
-causal multi-head self-attention and a GELU MLP with pre- or post-LayerNorm residuals, and an LM
-head tied to the token embedding. Options of the speed-record trainers, each off by default: QK-norm,
-ReLU^2, zero-initialised projections, value embeddings, a logit soft-cap (docs/model_options.md).
+causal multi-head self-attention and a GELU MLP (or attention alone: model.attn_only) with pre- or
+post-LayerNorm residuals, and an LM head tied to the token embedding. Options of the speed-record
+trainers, each off by default: QK-norm, ReLU^2, zero-initialised projections, value embeddings, a
+logit soft-cap (docs/model_options.md).
 No I/O, no device choice, no optimizer: only the model."""
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ QK_NORM_EPS = 1e-6  # model.qk_norm's epsilon (fixed, so exports and the playgro
 
 def parameter_count(m: ModelConfig, vocab_size: int) -> int:
     """The GPT's parameters, counted from the config (a test holds it to the model's own count): the
-    tied embedding/head, learned positions, and per block two LayerNorms, qkv, the projection and
-    the 4x MLP, biases where model.bias; a final LayerNorm in pre-norm models; value embeddings."""
+    tied embedding/head, learned positions, and per block a LayerNorm, qkv and the projection, then
+    (unless model.attn_only) a second LayerNorm and the 4x MLP, biases where model.bias; a final
+    LayerNorm in pre-norm models; value embeddings."""
     C, b = m.n_embd, int(m.bias)
     norm = C * (1 + b)
-    block = 2 * norm + (3 * C * C + 3 * C * b) + (C * C + C * b) + (4 * C * C + 4 * C * b) + (4 * C * C + C * b)
+    attn = norm + (3 * C * C + 3 * C * b) + (C * C + C * b)
+    mlp = 0 if m.attn_only else norm + (4 * C * C + 4 * C * b) + (4 * C * C + C * b)
+    block = attn + mlp
     learned = m.block_size * C if m.pos_emb == "learned" else 0
     values = m.n_layer * (vocab_size * C + 1) if m.value_embeds else 0  # a table and a mixing weight a block
     return vocab_size * C + learned + m.n_layer * block + (norm if m.norm == "pre" else 0) + values
@@ -198,23 +202,24 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """Residual block. pre (GPT-2): x + attn(ln(x)), then x + mlp(ln(x)).
-    post (original Transformer): ln(x + attn(x)), then ln(x + mlp(x))."""
+    post (original Transformer): ln(x + attn(x)), then ln(x + mlp(x)).
+    model.attn_only: the attention half alone; no ln_2 and no mlp (no parameters for them)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.mlp = MLP(cfg)
+        self.ln_2 = None if cfg.attn_only else nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = None if cfg.attn_only else MLP(cfg)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None,
                 ve: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         if self.pre:
             x = x + self.attn(norm(self.ln_1, x), cache, layer, rope, ve)
-            return x + self.mlp(norm(self.ln_2, x))
+            return x if self.mlp is None else x + self.mlp(norm(self.ln_2, x))
         x = norm(self.ln_1, x + self.attn(x, cache, layer, rope, ve))
-        return norm(self.ln_2, x + self.mlp(x))
+        return x if self.mlp is None else norm(self.ln_2, x + self.mlp(x))
 
 
 class GPT(nn.Module):
@@ -248,11 +253,12 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one matrix reads and writes characters
         self.apply(self._init_weights)
-        # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) so the stream's variance
-        # does not grow with depth
+        # GPT-2: scale the residual projections by 1/sqrt(their number: 2 * n_layer, n_layer without
+        # MLPs) so the stream's variance does not grow with depth
+        branches = cfg.n_layer * (1 if cfg.attn_only else 2)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(branches))
                 if cfg.zero_init_proj:  # each block starts as the identity; the gradient still reaches it
                     nn.init.zeros_(p)
 

@@ -21,6 +21,8 @@ MODELS = {  # the model options the page must cover, each in one tiny model
     "sinusoidal_byte": ["model.pos_emb=sinusoidal", "data.tokenizer=byte"],
     "all_options": ["model.qk_norm=true", "model.mlp_act=relu2", "model.zero_init_proj=true",
                     "model.value_embeds=true", "model.logit_softcap=3"],  # fmt: skip
+    "attn_only": ["model.attn_only=true"],
+    "attn_only_post": ["model.attn_only=true", "model.norm=post", "model.pos_emb=learned"],
 }
 BYTE_TEXT = "héllo wörld — ünïcode ∑ ok\n"  # multi-byte characters for the byte model
 

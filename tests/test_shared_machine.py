@@ -193,8 +193,9 @@ def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "overrides",
-    [[], ["model.pos_emb=learned", "model.bias=true"], ["model.norm=post", "model.n_layer=1", "model.n_embd=64"]],
-)
+    [[], ["model.pos_emb=learned", "model.bias=true"], ["model.norm=post", "model.n_layer=1", "model.n_embd=64"],
+     ["model.attn_only=true"], ["model.attn_only=true", "model.norm=post", "model.bias=true"]],
+)  # fmt: skip
 def test_parameter_count_from_the_config_matches_the_model(overrides: list[str]) -> None:
     from minigpt.config.files import load_config
     from minigpt.model import GPT, parameter_count

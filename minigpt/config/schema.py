@@ -47,6 +47,7 @@ class ModelConfig:
         "the original Transformer)",
         ("pre", "post"),
     )
+    attn_only: bool = _f(False, "drop the MLPs: blocks of attention only (the induction-head papers' toy models)")
     # options the speed-record trainers use; each off by default (docs/model_options.md)
     qk_norm: bool = _f(False, "RMS-normalise each head's queries and keys before attention (no learned scale)")
     mlp_act: str = _f("gelu", "the MLP's activation: gelu (exact, GPT-2) or relu2 (relu(x) squared)", ("gelu", "relu2"))

@@ -13,8 +13,9 @@ transformers import, so the mapping is checked by tests that load the result wit
 Every architecture gets exact GELU (`gelu`, not GPT-2's default tanh approximation) or
 `relu2` (model.mlp_act), LayerNorm eps 1e-5, biases of zero where `model.bias` is false, and the
 head tied to the token embedding. model.zero_init_proj is only a starting point and exports as any
-model. model.qk_norm, model.value_embeds and model.logit_softcap have no counterpart in these three
-architectures: refused, one line each (--format onnx exports them).
+model. model.attn_only (every block has an MLP there), model.qk_norm, model.value_embeds and
+model.logit_softcap have no counterpart in these three architectures: refused, one line each
+(--format onnx exports them).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ SINUSOIDAL_SCALE = 0.02 * 2**0.5  # model.GPT scales its fixed table by this at 
 
 # options GPT-NeoX, GPT-2 and OPT do not compute: what each would need
 UNMAPPED = {
+    "attn_only": "attention-only blocks (every block there has an MLP)",
     "qk_norm": "normalised queries and keys",
     "value_embeds": "value embeddings",
     "logit_softcap": "soft-capped logits",

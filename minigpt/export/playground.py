@@ -114,8 +114,8 @@ def page_data(loaded: Loaded, dtype: str) -> dict:
         "params": n_params,
         "model": {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "block_size": cfg.block_size,
                   "pos_emb": cfg.pos_emb, "norm": cfg.norm, "bias": cfg.bias, "vocab_size": tok.vocab_size,
-                  "half_window": half_window(cfg.block_size), "qk_norm": cfg.qk_norm, "qk_norm_eps": QK_NORM_EPS,
-                  "mlp_act": cfg.mlp_act, "value_embeds": cfg.value_embeds,
+                  "half_window": half_window(cfg.block_size), "attn_only": cfg.attn_only, "qk_norm": cfg.qk_norm,
+                  "qk_norm_eps": QK_NORM_EPS, "mlp_act": cfg.mlp_act, "value_embeds": cfg.value_embeds,
                   "logit_softcap": cfg.logit_softcap},  # fmt: skip
         "tokenizer": tok.kind,
         "chars": list(tok.chars) if tok.kind == "char" else None,

@@ -48,7 +48,8 @@ PEAK_TFLOPS: tuple[tuple[str, float, str], ...] = (
 def flops_per_token(cfg: ModelConfig, vocab_size: int) -> int:
     """Training FLOPs (forward and backward) per token of this model."""
     C, L, T = cfg.n_embd, cfg.n_layer, cfg.block_size
-    matmul_weights = L * 12 * C * C + vocab_size * C  # per block: qkv 3C^2, proj C^2, MLP 8C^2; the LM head
+    per_block = 4 if cfg.attn_only else 12  # qkv 3C^2, proj C^2, and the MLP's 8C^2 unless model.attn_only
+    matmul_weights = L * per_block * C * C + vocab_size * C  # the blocks; the LM head
     return 6 * matmul_weights + 12 * L * C * T
 
 

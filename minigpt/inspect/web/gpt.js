@@ -78,7 +78,8 @@ function layerNorm(x, w, b, out, n) {
 }
 
 class GPT {
-  // cfg: n_layer, n_head, n_embd, block_size, pos_emb, norm, bias, vocab_size; tensors: {name: [offset, shape]}
+  // cfg: n_layer, n_head, n_embd, block_size, pos_emb, norm, bias, vocab_size and the model options
+  // (attn_only, qk_norm, mlp_act, value_embeds, logit_softcap); tensors: {name: [offset, shape]}
   constructor(cfg, numbers, tensors) {
     const C = cfg.n_embd, L = cfg.n_layer, B = cfg.block_size;
     Object.assign(this, { cfg, C, L, B, V: cfg.vocab_size, nh: cfg.n_head, hs: C / cfg.n_head, pre: cfg.norm === "pre",
@@ -187,6 +188,7 @@ class GPT {
       matvec(P.projW, P.projB, att, y, C, C);
       for (let c = 0; c < C; c++) x[c] += y[c];
       if (!this.pre) layerNorm(x, P.ln1w, P.ln1b, x, C);
+      if (this.cfg.attn_only) continue; // model.attn_only: no ln_2, no MLP
       if (this.pre) layerNorm(x, P.ln2w, P.ln2b, h, C);
       matvec(P.fcW, P.fcB, this.pre ? h : x, ff, 4 * C, C);
       if (this.relu2) for (let i = 0; i < 4 * C; i++) { const r = ff[i] > 0 ? ff[i] : 0; ff[i] = r * r; }
