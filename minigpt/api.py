@@ -27,6 +27,7 @@ from minigpt.infer.loading import Loaded, column_major_for_decoding, load_model,
 from minigpt.infer.sample import sample as sample_text
 from minigpt.infer.score import Scores, score_text
 from minigpt.inspect.attention import attention_maps_for, attention_page
+from minigpt.inspect.lens import Lens, lens_of
 from minigpt.inspect.pages import HtmlPage
 from minigpt.inspect.surprise import score_page
 from minigpt.runtime.device import resolve_device
@@ -92,6 +93,13 @@ class Model:
     def show_score(self, text: str, unknown: str = "error") -> HtmlPage:
         """The text coloured by surprise (`minigpt score --html`), inline in Jupyter; `.save(path)` writes it."""
         return score_page(self.loaded, text, "the text", unknown)
+
+    def lens(self, text: str, unknown: str = "error") -> Lens:
+        """The logit lens over `text` (`minigpt lens`; its first block_size characters): what the
+        model would predict after each layer. `.layers` names them (the last is the model's output),
+        `.top_chars[l][i]` / `.top_probs[l][i]` are layer l's top 5 after character i, `.loss[l][i]`
+        its loss in nats at the character that came, `.bits_per_char[l]` the mean."""
+        return lens_of(self.loaded, text, "the text", unknown)
 
     def export(self, out: str | Path, format: str = "hf", dtype: str = "float32", force: bool = False) -> Path:
         """Write the model for other tools (`minigpt export`): format 'hf', a folder transformers

@@ -16,6 +16,7 @@ from typer.core import TyperCommand, TyperOption
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.help import ExportDtype, ExportFormat, SampleDtype, UnknownChars, epilog
+from minigpt.cli.lens import lens_cmd
 from minigpt.cli.playground import playground_cmd
 from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.errors import TrainingInterrupted, UserError
@@ -327,6 +328,7 @@ def export_cmd(
 
 
 app.command(name="playground", epilog=epilog("playground"))(playground_cmd)  # its body: cli/playground.py
+app.command(name="lens", epilog=epilog("lens"))(lens_cmd)  # its body: cli/lens.py
 
 
 @app.command(epilog=epilog("runs"))

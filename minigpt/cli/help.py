@@ -54,6 +54,10 @@ minigpt score runs/default --file scene.txt --html score.html""",
     "attention": """minigpt attention runs/default --text "ROMEO: But, soft!" --out attention.png
 minigpt attention runs/default --text "Soft!" --layer 0 --head 1 --out 0-1.png
 minigpt attention runs/default --file scene.txt --html attention.html""",
+    "lens": """minigpt lens runs/default --text "ROMEO: But, soft! what light"
+minigpt lens runs/default --text "KING:" --json
+minigpt lens runs/default --file scene.txt --at 10 --at -1
+minigpt lens runs/default --text "ROMEO: But, soft!" --html lens.html""",
     "export": """minigpt export runs/default exported/                  # a transformers folder
 minigpt export runs/default exported_onnx/ --format onnx
 minigpt export runs/default exported_bf16/ --dtype bfloat16 --force""",

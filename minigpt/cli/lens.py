@@ -1,0 +1,192 @@
+"""`minigpt lens`: the command's options and its terminal view; the lens itself is computed in
+inspect/lens.py (docs/lens.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from minigpt.cli import help as cli_help
+from minigpt.cli.help import UnknownChars
+from minigpt.errors import UserError
+
+if TYPE_CHECKING:
+    from minigpt.inspect.lens import Lens
+
+MAX_DETAIL = 32  # a text of at most this many tokens shows every position's top guesses; a longer one its last few
+LONG_DETAIL = 8
+LN2 = math.log(2)
+VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # as the pages show them: ␣ ↵ → ␍
+
+
+def lens_cmd(
+    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.",
+                                           autocompletion=cli_help.complete_run_or_checkpoint)],
+    text: Annotated[str | None, typer.Option("--text", help="The text to look at (its first block_size "
+                    "characters).")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Look at this UTF-8 file instead.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: per layer, each position's "
+                       "top 5 and loss (nats).")] = False,
+    html: Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), "
+                    "e.g. lens.html.", show_default=False)] = None,
+    at: Annotated[list[int] | None, typer.Option("--at", metavar="POS", show_default=False, help="Show the top "
+                  "5 at this position (0-based, -1 the last; repeatable). Default: all of a short text.")] = None,
+    no_color: Annotated[bool, typer.Option("--no-color", help="No colours, even on a terminal.")] = False,
+    unknown: Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model "
+                       "never saw.")] = "error",
+    device: Annotated[str, typer.Option("--device", metavar=cli_help.DEVICE_METAVAR,
+                      autocompletion=cli_help.complete_device, help="The device: auto is cuda, else mps, "
+                      "else cpu.")] = "auto",
+    threads: Annotated[int, typer.Option("--threads", min=0, show_default=False,
+                       help="CPU threads (0 = the cores this process may use, less those busy).")] = 0,
+) -> None:  # fmt: skip
+    """The logit lens: what the model would predict if it stopped after each layer. The final
+    LayerNorm and output head are applied to the residual stream after each block; the last layer
+    is the model's own output.
+
+    Shows each layer's bits per character, its top guess after every character, and its top 5
+    guesses with their probabilities (docs/lens.md).
+    """
+    from minigpt.cli.pages import text_input
+    from minigpt.infer.loading import load_model, source_line
+    from minigpt.inspect.lens import lens_html, lens_of
+    from minigpt.inspect.pages import check_output
+
+    text, what = text_input(text, file)
+    if html is not None:
+        check_output(html)
+    loaded = load_model(target, _device(device, threads))
+    lens = lens_of(loaded, text, what, unknown)
+    positions = detail_positions(len(lens.chars), at)
+    if lens.dropped:
+        print(f"note: the lens reads the first {len(lens.chars)} {_units(lens)} (block_size); "
+              f"{lens.dropped:,} more not read", file=sys.stderr)  # fmt: skip
+    if html is not None:
+        page = lens_html(lens, loaded.tokenizer, source_line(loaded))
+        print(f"wrote {page.save(html)}: {page.summary} (from {loaded.path})", file=sys.stderr)
+    if as_json:
+        print(json.dumps(lens.to_dict(), ensure_ascii=False))
+    elif html is None:
+        colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
+        width = shutil.get_terminal_size((100, 24)).columns
+        print(lens_terminal(lens, colour, source_line(loaded), positions, width))
+
+
+def _device(name: str, threads: int):
+    """The device, with the CPU thread count set first (as app.py's commands do; not imported from
+    there, which registers this command)."""
+    from minigpt.runtime.cores import START_LOAD
+    from minigpt.runtime.device import configure_threads, resolve_device
+
+    configure_threads(threads, START_LOAD.others())
+    return resolve_device(name)
+
+
+def detail_positions(n: int, at: list[int] | None) -> list[int]:
+    """The positions whose top 5 the terminal shows: `--at` (negative counts from the end), else
+    every one of a short text, else the last few."""
+    if not at:
+        return list(range(n)) if n <= MAX_DETAIL else list(range(n - LONG_DETAIL, n))
+    for p in at:
+        if not -n <= p < n:
+            raise UserError(f"--at {p} is not a position of the text: it has {n} (0..{n - 1}, or -{n}..-1)")
+    return sorted({p % n for p in at})
+
+
+def _units(lens: Lens) -> str:
+    return "characters" if lens.unit == "char" else "bytes"
+
+
+def _shown(c: str) -> str:
+    return "\u00b7" if c == "" else VISIBLE.get(c, c)
+
+
+def _paint(s: str, bits: float, colour: bool) -> str:
+    """`s` on the surprise colour of `bits` (as `minigpt score`), white text; plain without colour."""
+    from minigpt.cli.pages import SURPRISE_RAMP
+
+    if not colour:
+        return s
+    return f"\x1b[48;5;{SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(bits))]}m\x1b[97m{s}\x1b[0m"
+
+
+def _names(lens: Lens) -> list[str]:
+    return [*lens.layers[:-1], f"{lens.layers[-1]} = output"]
+
+
+def lens_terminal(lens: Lens, colour: bool, source: str, positions: list[int], width: int = 100) -> str:
+    """The lens on a terminal: each layer's bits per character; each layer's top guess after every
+    character, under the character that came; the top 5 at `positions`."""
+    names = _names(lens)
+    pad = max(len(n) for n in names) + 2
+    unit = "char" if lens.unit == "char" else lens.unit
+    lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "",
+             f"{'layer':<{pad}}bits/{unit}"]  # fmt: skip
+    lines += [f"{n:<{pad}}{b:>9.3f}" for n, b in zip(names, lens.bits_per_char)]
+    painted = " (on its surprise at the character that came)" if colour else ""
+    lines += ["", f"each layer's top guess after each character, in line with the character that came{painted}"]
+    lines += _grid(lens, names, pad, colour, max(8, width - pad))
+    lines += ["", "top 5 guesses at each position; [x] is the character that came"]
+    if len(positions) < len(lens.chars):
+        lines[-1] += (f" (positions {_ranges(positions)} of 0..{len(lens.chars) - 1}; --at POS for others, "
+                      "--json or --html for all)")  # fmt: skip
+    for i in positions:
+        lines += _detail(lens, names, pad, colour, i)
+    return "\n".join(lines)
+
+
+def _grid(lens: Lens, names: list[str], pad: int, colour: bool, width: int) -> list[str]:
+    """Rows aligned by position, `width` columns at a time: the text, what came next, then each
+    layer's top guess (on its surprise at what came, with colour)."""
+    n = len(lens.chars)
+    came = [_shown(c) for c in lens.chars[1:]] + ["\u2026"]  # … : what comes after the text is not known
+    out = []
+    for start in range(0, n, width):
+        end = min(n, start + width)
+        out += ["", f"{'text':<{pad}}" + "".join(_shown(c) for c in lens.chars[start:end]),
+                f"{'came':<{pad}}" + "".join(came[start:end])]  # fmt: skip
+        for layer, name in enumerate(names):
+            cells = []
+            for i in range(start, end):
+                guess = _shown(lens.top_chars[layer][i][0])[:1]  # a byte model's 0xNN shows as its 0
+                cells.append(_paint(guess, lens.loss[layer][i] / LN2, colour) if i < n - 1 else guess)
+            out.append(f"{name:<{pad}}" + "".join(cells))
+    return out[1:]
+
+
+def _detail(lens: Lens, names: list[str], pad: int, colour: bool, i: int) -> list[str]:
+    """Position i: the character, what came after it, and each layer's surprise and top 5."""
+    last = i == len(lens.chars) - 1
+    came = "what comes after the text" if last else repr(lens.chars[i + 1])
+    out = [f"#{i} {lens.chars[i]!r} -> {came}"]
+    for layer, name in enumerate(names):
+        bits = " " * 11 if last else _paint(f"{lens.loss[layer][i] / LN2:6.2f} bits", lens.loss[layer][i] / LN2, colour)
+        guesses = []
+        for c, p, tid in zip(lens.top_chars[layer][i], lens.top_probs[layer][i], lens.top_ids[layer][i]):
+            g = f"{_shown(c)} {p:.3f}"
+            if not last and tid == lens.ids[i + 1]:
+                g = f"\x1b[1m[{g}]\x1b[0m" if colour else f"[{g}]"
+            else:
+                g = f" {g} "
+            guesses.append(g)
+        out.append((f"  {name:<{pad}}{bits}  " + " ".join(guesses)).rstrip())
+    return out
+
+
+def _ranges(positions: list[int]) -> str:
+    """1, 2, 3, 7 -> '1-3, 7'."""
+    parts, start = [], None
+    for k, p in enumerate(positions):
+        if start is None:
+            start = p
+        if k + 1 == len(positions) or positions[k + 1] != p + 1:
+            parts.append(str(start) if start == p else f"{start}-{p}")
+            start = None
+    return ", ".join(parts)
