@@ -145,7 +145,7 @@ def test_user_mistakes_get_one_line_and_exit_2(trained_run: Path, text_file: Pat
     assert "holds no checkpoint" in one_error_line(cli("eval", empty))
     trunc = tmp_path / "trunc.pt"
     trunc.write_bytes((trained_run / "best.pt").read_bytes()[:5000])
-    assert "not a readable minigpt checkpoint" in one_error_line(cli("sample", trunc))
+    assert "is damaged or truncated" in one_error_line(cli("sample", trunc))
     assert "No such option" in one_error_line(cli("train", "--bogus"))
     assert "unknown device 'foo'" in one_error_line(cli("sample", trained_run, "--device", "foo"))
     assert "unknown device 'foo'" in one_error_line(cli("eval", trained_run, "--device", "foo"))

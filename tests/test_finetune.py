@@ -93,7 +93,7 @@ def test_fine_tuning_mistakes(trained_run: Path, other_text: Path, tmp_path: Pat
     assert "does not exist" in one_error_line(cli("train", "--init-from", tmp_path / "nope", *base))
     trunc = tmp_path / "trunc.pt"
     trunc.write_bytes((trained_run / "best.pt").read_bytes()[:4000])
-    assert "not a readable minigpt checkpoint" in one_error_line(cli("train", "--init-from", trunc, *base))
+    assert "is damaged or truncated" in one_error_line(cli("train", "--init-from", trunc, *base))
     line = one_error_line(cli("train", "--init-from", trained_run, *base, "model.n_layer=3"))
     assert "model differs in model.n_layer: 2 there, 3 here" in line
     line = one_error_line(cli("train", "--init-from", trained_run, "--resume", "--out", trained_run))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import random
 import signal
 import subprocess
 import sys
@@ -202,6 +203,32 @@ def test_non_checkpoint_files(tmp_path: Path, cli) -> None:
     torch.save({"weights": torch.zeros(2)}, other)
     r = cli("eval", other)
     assert r.code == 2 and "is not a minigpt checkpoint" in r.err
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "cut near the end", "garbled header", "zip noise", "empty"])
+def test_a_damaged_checkpoint_is_one_short_line_naming_it(damage: str, trained_run: Path, tmp_path: Path, cli):
+    """Not torch's zip reader's two sentences ("PytorchStreamReader failed reading zip archive ...
+    internal miniz error ..."): the file and a short reason, exit 2, for every command that reads it."""
+    from .test_cli import one_error_line
+
+    whole = (trained_run / "last.pt").read_bytes()
+    noise = random.Random(0).randbytes(4000)
+    damaged = {
+        "cut in half": whole[: len(whole) // 2],
+        "cut near the end": whole[:-100],
+        "garbled header": whole[:200] + noise[:60] + whole[260:],  # inside data.pkl, the archive's first record
+        "zip noise": b"PK\x03\x04" + noise,
+        "empty": b"",
+    }[damage]
+    run = tmp_path / "run"
+    run.mkdir()
+    ckpt = run / "last.pt"
+    ckpt.write_bytes(damaged)
+    for command in (["sample", ckpt], ["eval", ckpt], ["sample", run], ["train", "--out", run, "--resume"]):
+        line = one_error_line(cli(*command))
+        assert line.startswith(f"error: {ckpt} is damaged or truncated (") and line.endswith(")"), (command, line)
+        assert "PytorchStreamReader" not in line and "miniz" not in line and len(line) < 90 + len(str(ckpt)), line
+    assert ckpt.read_bytes() == damaged  # left as it was, for the user to look at
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(text_file: Path, tmp_path: Path, cli, monkeypatch):

@@ -11,15 +11,16 @@ old checkpoint or the new one, never a partial file.
 from __future__ import annotations
 
 import dataclasses
-import pickle
+import re
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from minigpt.errors import UserError, first_line
+from minigpt.errors import UserError
 from minigpt.io import atomic
 from minigpt.io.diskspace import write_errors
 
@@ -109,6 +110,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise UserError(f"{path} is a directory, not a checkpoint file")
     with path.open("rb") as f:
         magic = f.read(4)
+    if not magic:
+        raise UserError(f"{path} is damaged or truncated (the file is empty)")
     if magic != b"PK\x03\x04":  # torch.save writes a zip archive
         raise UserError(f"{path} is not a minigpt checkpoint (not a PyTorch checkpoint file at all)")
     try:
@@ -116,20 +119,35 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             warnings.simplefilter("ignore")  # e.g. torch's note on a foreign pickle protocol: we refuse or load anyway
             # mmap: tensors are paged in when used, so sampling does not read the optimizer state
             ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except pickle.UnpicklingError as e:
-        raise UserError(
-            f"refusing to load {path}: it holds objects that would run code when loaded ({first_line(e)}); "
-            "minigpt checkpoints hold only tensors and plain data"
-        ) from None
-    except Exception as e:  # truncated zip, a text file, a legacy pickle: torch raises many kinds
-        raise UserError(
-            f"{path} is not a readable minigpt checkpoint (truncated or another format): {first_line(e)}"
-        ) from None
+    except Exception as e:  # torch raises many kinds, with paragraphs of its zip reader's or unpickler's text
+        raise _unreadable(path, e) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise UserError(f"{path} is not a minigpt checkpoint (no '{FORMAT}' marker)")
     if ckpt.get("version") != VERSION:
         raise UserError(f"{path} is a version {ckpt.get('version')} checkpoint; this minigpt reads version {VERSION}")
     return ckpt
+
+
+def _unreadable(path: Path, error: Exception) -> UserError:
+    """One short line for a zip file that torch.load refused: code it would not run, a zip archive
+    that is not a PyTorch checkpoint, or a damaged file (cut short, overwritten), with its reason."""
+    text = str(error)
+    code = re.search(r"GLOBAL (\S+)", text)  # torch's unpickler names the function it will not call
+    if code:
+        return UserError(
+            f"refusing to load {path}: it holds objects that would run code when loaded ({code.group(1)}); "
+            "minigpt checkpoints hold only tensors and plain data"
+        )
+    try:  # the central directory is the zip's last record: a file cut short has none
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return UserError(f"{path} is damaged or truncated (its zip directory, written last, is missing)")
+    if not any(name.endswith("/data.pkl") for name in names):
+        return UserError(f"{path} is not a minigpt checkpoint (a zip archive, not a PyTorch checkpoint)")
+    unpickler = re.search(r"WeightsUnpickler error:\s*(.+)", text)  # torch's reason, after its advice
+    reason = unpickler.group(1).strip()[:80] if unpickler else type(error).__name__
+    return UserError(f"{path} is damaged or truncated (its contents are garbled: {reason})")
 
 
 def find_checkpoint(run_dir: Path, prefer: str) -> Path | None:
