@@ -28,7 +28,8 @@ MAX_PAGE_WEIGHTS = 32 * 2**20  # attention weights in one page (one byte each, ~
 TOP_GUESSES = 5
 # the scripts each page runs, in order, after common.js (heads.js: head colours, viridis, surprise steps)
 SCRIPTS = {"attention": ("heads.js", "attention.js"), "score": ("heads.js", "score.js"),
-           "playground": ("heads.js", "gpt.js", "playground.js"), "lens": ("heads.js", "lens.js")}  # fmt: skip
+           "playground": ("heads.js", "gpt.js", "playground.js"), "lens": ("heads.js", "lens.js"),
+           "heads_page": ("heads.js", "heads_page.js")}  # fmt: skip
 VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
 
 
