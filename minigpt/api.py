@@ -101,6 +101,22 @@ class Model:
         its loss in nats at the character that came, `.bits_per_char[l]` the mean."""
         return lens_of(self.loaded, text, "the text", unknown)
 
+    def hooked(self):
+        """The model inside TransformerLens (`pip install 'minigpt[interp]'`): a `TransformerBridge`
+        with the same weights and logits, for `run_with_cache`, hooks and its tools; it takes token
+        ids, `tl(torch.tensor([m.tokenizer.encode(text)]))` (docs/transformer_lens.md). Options it
+        cannot express exactly (post-norm, relu2, qk_norm, value_embeds) are refused with one line."""
+        from minigpt.inspect.hooked import hooked_model
+
+        return hooked_model(self.loaded)
+
+    def heads(self, data: str | Path | None = None, ablation: str = "mean", exact: int | str | None = "auto"):
+        """What each attention head does (`minigpt heads`): a `HeadsReport` whose `.heads` hold each
+        head's pattern scores, role and ablation; `.to_dict()` for JSON (docs/heads.md)."""
+        from minigpt.inspect.heads import heads_of
+
+        return heads_of(self.loaded, data, ablation, exact)
+
     def export(self, out: str | Path, format: str = "hf", dtype: str = "float32", force: bool = False) -> Path:
         """Write the model for other tools (`minigpt export`): format 'hf', a folder transformers
         loads as it is, or 'onnx', model.onnx plus minigpt.json (docs/export.md). Returns the folder."""

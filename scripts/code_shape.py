@@ -9,8 +9,11 @@ The rules (docs/design.md):
 - every import points down the layer order below, or stays inside its own subpackage;
 - no cycle between modules, counting imports inside functions and under `TYPE_CHECKING`;
 - `typer` only in `cli/`; `tqdm` and `tensorboard` only in `train/`; `IPython` nowhere;
-- no module over 400 lines, no function over 60. A function's length is its span in the file
-  (`def` line to last line, decorators, docstring and comments included), as a reader meets it.
+- no function body over 80 lines (GUIDE.md: past that a function usually hides a seam). A body
+  runs from the line after the signature to the function's last line, docstring and comments
+  included; the signature is left out, since a command's options live there. Modules have no line
+  cap: a module is split when it gains a second responsibility, which no count can see, so the
+  table shows each module's size for a reader to judge.
 """
 
 from __future__ import annotations
@@ -21,8 +24,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "minigpt"
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 60
+MAX_FUNCTION_LINES = 80
 # Bottom first. A unit is a subpackage or a top-level module; "minigpt" is the package's own
 # __init__ (version and the lazy `minigpt.load`). A unit may import its own modules and the units
 # of lower layers, never one of its own layer or above.
@@ -43,14 +45,13 @@ ONLY_IN = {"typer": {"cli"}, "tqdm": {"train"}, "tensorboard": {"train"}, "IPyth
 
 
 def functions(tree: ast.AST) -> list[tuple[str, int]]:
-    """(qualified name, lines) of every function and method."""
+    """(qualified name, body lines) of every function and method."""
     out: list[tuple[str, int]] = []
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                start = min([child.lineno, *(d.lineno for d in child.decorator_list)])
-                out.append((prefix + child.name, child.end_lineno - start + 1))
+                out.append((prefix + child.name, child.end_lineno - child.body[0].lineno + 1))
                 visit(child, prefix + child.name + ".")
             elif isinstance(child, ast.ClassDef):
                 visit(child, prefix + child.name + ".")
@@ -186,14 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         shown = ", ".join(sorted(m.removeprefix("minigpt.") for m in ours)) or "-"
         print(f"{name.removeprefix('minigpt.'):<26} {n_lines:>5}  {longest:<34} {shown}")
         problems += layer_problems(name, ours, others)
-        if n_lines > MAX_MODULE_LINES:
-            problems.append(f"{path.relative_to(args.package.parent)}: {n_lines} lines (limit {MAX_MODULE_LINES})")
         problems += [f"{path.relative_to(args.package.parent)}: {n} is {k} lines (limit {MAX_FUNCTION_LINES})"
                      for n, k in funcs if k > MAX_FUNCTION_LINES]  # fmt: skip
     problems += ["import cycle: " + " <-> ".join(group) for group in cycles(graph)]
     print()
-    print("\n".join(problems) if problems else f"every import points down the layers, no cycle, no module over "
-          f"{MAX_MODULE_LINES} lines, no function over {MAX_FUNCTION_LINES}")  # fmt: skip
+    print("\n".join(problems) if problems else f"every import points down the layers, no cycle, no function body "
+          f"over {MAX_FUNCTION_LINES} lines")  # fmt: skip
     return 1 if problems and args.check else 0
 
 

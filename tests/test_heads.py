@@ -156,3 +156,15 @@ def test_the_heads_table_marks_estimates_and_shows_every_head(cli, trained_run: 
     assert len(rows) == 4  # 2 layers x 2 heads (conftest.TINY)
     assert sum("~" in row for row in rows) == 3  # one exact, three estimates
     assert "±" in "".join(rows)
+
+
+@pytest.mark.parametrize("kind", ["char", "byte"])
+def test_runs_written_by_an_earlier_release_are_measured(cli, kind: str):
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "v0_1_runs"
+    result = cli("heads", fixtures / kind, "--data", fixtures / "tiny.txt", "--json")
+    assert result.code == 0, result
+    heads = [json.loads(line) for line in result.out.splitlines()]
+    assert len(heads) == 2
+    for h in heads:
+        assert 0 <= h["scores"]["previous"] <= 1 and h["scores"]["distance"] >= 0
+        assert h["ablation"]["exact"] and h["ablation"]["stderr"] >= 0

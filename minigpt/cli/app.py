@@ -15,8 +15,10 @@ import typer
 from typer.core import TyperCommand, TyperOption
 
 from minigpt.cli import help as cli_help
-from minigpt.cli.help import ExportDtype, ExportFormat, SampleDtype, UnknownChars, epilog
+from minigpt.cli.heads import ROLE_HELP, heads_cmd
+from minigpt.cli.help import ExportDtype, ExportFormat, SampleDtype, epilog
 from minigpt.cli.lens import lens_cmd
+from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, device_option, inference_device
 from minigpt.cli.playground import playground_cmd
 from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.errors import TrainingInterrupted, UserError
@@ -38,22 +40,6 @@ app = typer.Typer(
     help="Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample.",
     epilog=epilog("minigpt"),
 )
-
-
-def _device_option(help: str):
-    return typer.Option("--device", metavar=cli_help.DEVICE_METAVAR, autocompletion=cli_help.complete_device, help=help)
-
-
-DeviceOpt = Annotated[str, _device_option("The device: auto is cuda, else mps, else cpu.")]
-ThreadsOpt = Annotated[int, typer.Option("--threads", min=0, show_default=False,
-                                         help="CPU threads (0 = the cores this process may use, less those busy).")]
-TargetArg = Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.",
-                                            autocompletion=cli_help.complete_run_or_checkpoint)]  # fmt: skip
-
-
-HtmlOpt = Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), "
-                                             "e.g. page.html.", show_default=False)]  # fmt: skip
-UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
 
 
 def _print_version(value: bool) -> None:
@@ -99,15 +85,6 @@ InitFromOpt = Annotated[
 ]
 
 
-def _device(name: str, threads: int):
-    """The device an inference command runs on, with the CPU thread count set first."""
-    from minigpt.runtime.cores import START_LOAD
-    from minigpt.runtime.device import configure_threads, resolve_device
-
-    configure_threads(threads, START_LOAD.others())  # cores a training beside us keeps busy are left to it
-    return resolve_device(name)
-
-
 @app.command(name="train", cls=_TrainCommand)
 def train_cmd(
     args: Annotated[
@@ -132,7 +109,7 @@ def train_cmd(
         Path | None, typer.Option("--data", help="A file, folder or 'glob' to train on (shortcut for data.path=PATH).")
     ] = None,
     device: Annotated[
-        str | None, _device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
+        str | None, device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt. "
                       "--resume auto: start, resume or (exit 0) say it finished, for job scripts.")] = False,
@@ -210,7 +187,7 @@ def sample(
 
     opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
     prompts, what = prompts_from(prompt, prompt_file, prompts_file)
-    loaded = load_model(target, _device(device, threads))
+    loaded = load_model(target, inference_device(device, threads))
     cast_for_sampling(loaded, dtype, device)
     return sample_command(loaded, prompts, what, opts, stop or [], as_json, interactive, _write_stdout)
 
@@ -224,14 +201,25 @@ def eval_(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=0, help="Past this many tokens, score an evenly "
                           "spread sample of whole windows (0 = every position).")] = 0,  # fmt: skip
+    by_position: Annotated[bool, typer.Option("--by-position", help="The mean loss at each position of the "
+                           "context, and the in-context-learning score (late positions minus early ones).")] = False,
+    png: Annotated[Path | None, typer.Option("--png", help="With --by-position: draw the loss curve.",
+                   show_default=False)] = None,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
-) -> None:
+) -> None:  # fmt: skip
     """Loss over the whole validation split (or --data FILE), every position scored."""
     from minigpt.infer.evaluate import evaluate
     from minigpt.infer.loading import load_model
 
-    loaded = load_model(target, _device(device, threads))
+    if png is not None and not by_position:
+        raise UserError("--png draws the loss by position; add --by-position")
+    if by_position:
+        from minigpt.cli.heads import by_position_command
+
+        by_position_command(load_model(target, inference_device(device, threads)), data, max_tokens, as_json, png)
+        return
+    loaded = load_model(target, inference_device(device, threads))
     result, what = evaluate(loaded, data, max_tokens)
     what = f"a spread sample of {result.of_tokens:,}, {what}" if result.sampled else what
     if as_json:
@@ -269,7 +257,7 @@ def score(
     text, what = text_input(text, file)
     if html is not None:
         check_output(html)
-    loaded = load_model(target, _device(device, threads))
+    loaded = load_model(target, inference_device(device, threads))
     if html is not None:
         page = score_page(loaded, text, what, unknown)
         print(f"wrote {page.save(html)}: {page.summary} (from {loaded.path})", file=sys.stderr)
@@ -306,7 +294,7 @@ def attention(
     from minigpt.infer.loading import load_model
 
     text, what = text_input(text, file)
-    loaded = load_model(target, _device(device, threads))
+    loaded = load_model(target, inference_device(device, threads))
     for line in write_attention_files(loaded, text, what, out, html, layer, head, unknown):
         print(f"{line} (from {loaded.path})" if line.startswith("wrote") else line, file=sys.stderr)
 
@@ -328,6 +316,7 @@ def export_cmd(
 
 
 app.command(name="playground", epilog=epilog("playground"))(playground_cmd)  # its body: cli/playground.py
+app.command(name="heads", epilog=ROLE_HELP)(heads_cmd)  # its body: cli/heads.py
 app.command(name="lens", epilog=epilog("lens"))(lens_cmd)  # its body: cli/lens.py
 
 

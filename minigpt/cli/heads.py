@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 import typer
 
 from minigpt.cli import help as cli_help
+from minigpt.cli.options import inference_device
 from minigpt.errors import UserError
 
 Ablation = Literal["mean", "zero", "none"]
@@ -76,7 +77,6 @@ def heads_cmd(
     ] = 0,
 ) -> None:
     """What each attention head does: pattern scores on repeated random text, a role, and the loss its removal costs."""
-    from minigpt.cli.app import _device
     from minigpt.inspect.pages import check_output
 
     for path, flag in ((html, "--html"), (png, "--png")):
@@ -87,16 +87,17 @@ def heads_cmd(
     if over_training:
         from minigpt.inspect.formation import formation_report
 
-        formation_report(target, _device(device, threads), png, as_json)
+        formation_report(target, inference_device(device, threads), png, as_json)
         return
     n_exact = _exact_count(exact)
-    from minigpt.inspect.heads import heads_for_run
+    from minigpt.infer.loading import load_model
+    from minigpt.inspect.heads import heads_of
 
-    report = heads_for_run(target, _device(device, threads), data, ablation, n_exact)
+    report = heads_of(load_model(target, inference_device(device, threads)), data, ablation, n_exact)
     if html is not None:
         from minigpt.inspect.heads_page import heads_page
 
-        page = heads_page(report)
+        page = heads_page(report, labels=report.meta.get("labels"))
         print(f"wrote {page.save(html)}: {page.summary}", file=sys.stderr)
     if as_json:
         for h in report.heads:

@@ -15,6 +15,7 @@ import typer
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.help import UnknownChars
+from minigpt.cli.options import inference_device
 from minigpt.errors import UserError
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def lens_cmd(
     text, what = text_input(text, file)
     if html is not None:
         check_output(html)
-    loaded = load_model(target, _device(device, threads))
+    loaded = load_model(target, inference_device(device, threads))
     lens = lens_of(loaded, text, what, unknown)
     positions = detail_positions(len(lens.chars), at)
     if lens.dropped:
@@ -77,16 +78,6 @@ def lens_cmd(
         colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
         width = shutil.get_terminal_size((100, 24)).columns
         print(lens_terminal(lens, colour, source_line(loaded), positions, width))
-
-
-def _device(name: str, threads: int):
-    """The device, with the CPU thread count set first (as app.py's commands do; not imported from
-    there, which registers this command)."""
-    from minigpt.runtime.cores import START_LOAD
-    from minigpt.runtime.device import configure_threads, resolve_device
-
-    configure_threads(threads, START_LOAD.others())
-    return resolve_device(name)
 
 
 def detail_positions(n: int, at: list[int] | None) -> list[int]:

@@ -288,14 +288,14 @@ def analyze_heads(
     return HeadsReport(heads, ceiling, tokens[0].tolist(), patterns, ablation, base, n_tok, info)
 
 
-def heads_for_run(target, device, data=None, ablation: str = "mean", exact: int | str | None = "auto") -> HeadsReport:
-    """`minigpt heads`: load the run, measure every head on its validation split (or all of `data`).
-    exact "auto" measures every head exactly in models of up to AUTO_EXACT heads, else the
-    AUTO_EXACT with the largest estimates."""
+def heads_of(loaded, data=None, ablation: str = "mean", exact: int | str | None = "auto") -> HeadsReport:
+    """`minigpt heads` on a loaded model: every head measured, ablations on the run's validation
+    split (or all of `data`). exact "auto" measures every head exactly in models of up to
+    AUTO_EXACT heads, else the AUTO_EXACT with the largest estimates; None measures all."""
     from minigpt.infer.evaluate import eval_ids_for
-    from minigpt.infer.loading import load_model, source_line
+    from minigpt.infer.loading import source_line
+    from minigpt.inspect.pages import token_label
 
-    loaded = load_model(target, device)
     model = loaded.model.float()
     ids = table = None
     what = ""
@@ -304,7 +304,9 @@ def heads_for_run(target, device, data=None, ablation: str = "mean", exact: int 
     if exact == "auto":
         exact = None if model.cfg.n_layer * model.cfg.n_head <= AUTO_EXACT else AUTO_EXACT
     meta = {"source": source_line(loaded), "ablation_text": what, "unit": loaded.tokenizer.unit}
-    return analyze_heads(model, loaded.tokenizer.kind == "byte", ids, table, ablation, exact, meta)
+    report = analyze_heads(model, loaded.tokenizer.kind == "byte", ids, table, ablation, exact, meta)
+    report.meta["labels"] = [token_label(loaded.tokenizer, i) for i in report.tokens]  # how the page shows them
+    return report
 
 
 def draw_loss_by_position(curve: np.ndarray, late: int, early: int, path, title: str) -> None:

@@ -1,0 +1,43 @@
+"""Options several commands share, and the device an inference command runs on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from minigpt.cli import help as cli_help
+from minigpt.cli.help import UnknownChars
+
+
+def device_option(help: str):
+    return typer.Option("--device", metavar=cli_help.DEVICE_METAVAR, autocompletion=cli_help.complete_device, help=help)
+
+
+DeviceOpt = Annotated[str, device_option("The device: auto is cuda, else mps, else cpu.")]
+ThreadsOpt = Annotated[
+    int,
+    typer.Option(
+        "--threads",
+        min=0,
+        show_default=False,
+        help="CPU threads (0 = the cores this process may use, less those busy).",
+    ),
+]
+TargetArg = Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.",
+                                            autocompletion=cli_help.complete_run_or_checkpoint)]  # fmt: skip
+
+
+HtmlOpt = Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), "
+                                             "e.g. page.html.", show_default=False)]  # fmt: skip
+UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
+
+
+def inference_device(name: str, threads: int):
+    """The device an inference command runs on, with the CPU thread count set first."""
+    from minigpt.runtime.cores import START_LOAD
+    from minigpt.runtime.device import configure_threads, resolve_device
+
+    configure_threads(threads, START_LOAD.others())  # cores a training beside us keeps busy are left to it
+    return resolve_device(name)
