@@ -1,0 +1,149 @@
+"""A trained minigpt model inside TransformerLens (`minigpt.load(run).hooked()`), for its hooks,
+activation cache and tools: the same weights in a `TransformerBridge` of TransformerLens' own
+native architecture, with the same logits.
+
+TransformerLens 4 builds a local model with `TransformerBridge.boot_native(config)` and takes its
+weights with `load_state_dict(..., strict=True)`, which copies them as they are (folding and
+centring happen only in `process_weights()` / `enable_compatibility_mode()`). Its native blocks are
+pre-LayerNorm and sequential, with biases on every LayerNorm and Linear (zeros where minigpt has
+none), a learned position table (minigpt's sinusoidal table loads into it exactly) or rotary
+positions over adjacent channel pairs (minigpt pairs channel i with i + head_size/2: each head's
+query and key rows are permuted, which leaves every attention score the same). What it cannot
+express exactly is refused with one line naming the config key (docs/transformer_lens.md)."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from minigpt.config.schema import ModelConfig
+from minigpt.errors import UserError
+from minigpt.model import GPT
+
+if TYPE_CHECKING:
+    from minigpt.infer.loading import Loaded
+
+INSTALL = "pip install 'minigpt[interp]' (in a checkout: uv sync --extra interp)"
+MIN_VERSION = (4, 3)
+
+
+def refusal(cfg: ModelConfig) -> str | None:
+    """Why TransformerLens' native blocks cannot compute this model exactly, or None when they can."""
+    if cfg.norm == "post":
+        return "model.norm=post: TransformerLens has no post-LayerNorm block (its native blocks are pre-LN)"
+    if cfg.mlp_act == "relu2":
+        return "model.mlp_act=relu2: TransformerLens has no relu(x)^2 activation (its MLPs: gelu, relu, silu, solu)"
+    if cfg.qk_norm:
+        return "model.qk_norm=true: TransformerLens' native attention has no RMS norm of queries and keys"
+    if cfg.value_embeds:
+        return "model.value_embeds=true: TransformerLens' attention has no per-block value embeddings"
+    return None
+
+
+def bridge_config(cfg: ModelConfig, vocab_size: int, eps: float) -> dict[str, Any]:
+    """The `TransformerBridgeConfig` fields of a minigpt model (boot_native takes them as a dict)."""
+    return {
+        "d_model": cfg.n_embd,
+        "d_head": cfg.n_embd // cfg.n_head,
+        "n_heads": cfg.n_head,
+        "n_layers": cfg.n_layer,
+        "n_ctx": cfg.block_size,
+        "d_vocab": vocab_size,
+        "d_mlp": 4 * cfg.n_embd,
+        "act_fn": "gelu",  # F.gelu, exact, as minigpt's MLP
+        "normalization_type": "LN",
+        "eps": eps,
+        "positional_embedding_type": "rotary" if cfg.pos_emb == "rope" else "standard",
+        "rotary_base": 10000,  # minigpt.model.rope_tables' base
+        "attn_only": bool(getattr(cfg, "attn_only", False)),
+        # cap * tanh(logits / cap) after the head, as GPT.softcap; TransformerLens reads <= 0 as off
+        "output_logits_soft_cap": cfg.logit_softcap if cfg.logit_softcap > 0 else -1.0,
+        "init_weights": False,  # every weight is loaded next
+        "model_name": "minigpt",
+    }
+
+
+def rope_order(head_size: int) -> torch.Tensor:
+    """Which minigpt channel each TransformerLens query/key channel of a head takes: TransformerLens
+    rotates the adjacent pairs (2i, 2i+1) by frequency i, minigpt the pairs (i, i + hs/2)."""
+    half = torch.arange(head_size // 2)
+    return torch.stack((half, half + head_size // 2), dim=1).flatten()  # [0, h, 1, h+1, ...]
+
+
+def converted_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+    """minigpt's weights under TransformerLens' native keys (blocks.{l}.attn.q.weight, ...)."""
+    cfg = model.cfg
+    C, nh = cfg.n_embd, cfg.n_head
+    hs = C // nh
+    order = rope_order(hs) if cfg.pos_emb == "rope" else None
+
+    def bias(linear: torch.nn.Module, size: int) -> torch.Tensor:
+        b = getattr(linear, "bias", None)
+        return b.detach() if b is not None else torch.zeros(size, device=model.device, dtype=model.dtype)
+
+    def norm(prefix: str, ln: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return {f"{prefix}.weight": ln.weight.detach(), f"{prefix}.bias": bias(ln, C)}
+
+    def per_head_rows(t: torch.Tensor) -> torch.Tensor:  # (C, ...) with rows grouped by head
+        if order is None:
+            return t
+        return t.view(nh, hs, *t.shape[1:])[:, order].reshape(t.shape)
+
+    wte = model.wte.weight.detach()
+    out = {"embed.weight": wte, "unembed.weight": wte, "unembed.bias": torch.zeros_like(wte[:, 0])}
+    if cfg.pos_emb == "learned":
+        out["pos_embed.weight"] = model.wpe.weight.detach()
+    elif cfg.pos_emb == "sinusoidal":
+        out["pos_embed.weight"] = model.pos_table.to(model.dtype)
+    for i, block in enumerate(model.blocks):
+        p = f"blocks.{i}"
+        out.update(norm(f"{p}.ln1", block.ln_1))
+        weights = block.attn.c_attn.weight.detach().split(C, dim=0)  # q, k, v: (C, C) each
+        biases = bias(block.attn.c_attn, 3 * C).split(C)
+        for name, w, b in zip("qkv", weights, biases):
+            rotated = name in "qk"
+            out[f"{p}.attn.{name}.weight"] = per_head_rows(w) if rotated else w
+            out[f"{p}.attn.{name}.bias"] = per_head_rows(b) if rotated else b
+        out[f"{p}.attn.o.weight"] = block.attn.c_proj.weight.detach()
+        out[f"{p}.attn.o.bias"] = bias(block.attn.c_proj, C)
+        if not getattr(cfg, "attn_only", False):
+            out.update(norm(f"{p}.ln2", block.ln_2))
+            out[f"{p}.mlp.in.weight"] = block.mlp.c_fc.weight.detach()
+            out[f"{p}.mlp.in.bias"] = bias(block.mlp.c_fc, 4 * C)
+            out[f"{p}.mlp.out.weight"] = block.mlp.c_proj.weight.detach()
+            out[f"{p}.mlp.out.bias"] = bias(block.mlp.c_proj, C)
+    out.update(norm("ln_final", model.ln_f))
+    return out
+
+
+def transformer_bridge() -> Any:
+    """TransformerLens' TransformerBridge class, or one line on how to install a version that has it."""
+    try:
+        version = metadata.version("transformer-lens")
+    except metadata.PackageNotFoundError:
+        raise UserError(f"TransformerLens is not installed: {INSTALL}") from None
+    found = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    if found < MIN_VERSION:
+        need = ".".join(map(str, MIN_VERSION))
+        raise UserError(f"TransformerLens {version} is installed; hooked() needs {need} or newer: {INSTALL}")
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return TransformerBridge
+
+
+def hooked_model(loaded: Loaded) -> Any:
+    """The loaded model as a TransformerLens `TransformerBridge` in eval mode, on the model's device
+    and in its dtype: its logits on token ids (B, T) are minigpt's. It has no tokenizer (minigpt's
+    characters are not a Hugging Face tokenizer): pass ids from `loaded.tokenizer.encode`."""
+    model = loaded.model
+    reason = refusal(model.cfg)
+    if reason is not None:
+        raise UserError(reason)
+    bridge_cls = transformer_bridge()
+    config = bridge_config(model.cfg, model.vocab_size, model.ln_f.eps)
+    with torch.random.fork_rng(devices=[]):  # building nn.Linear layers draws from the global generator
+        bridge = bridge_cls.boot_native(config, device=model.device, dtype=model.dtype)
+    bridge.load_state_dict(converted_state_dict(model), strict=True)
+    return bridge.eval()
