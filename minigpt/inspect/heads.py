@@ -183,28 +183,74 @@ def ablate_heads(
     """The rise in loss when each head's output is replaced by its mean over the sample (mode
     "mean") or by zeros ("zero"), on an evenly spread sample of whole windows of `ids`.
 
-    One forward and backward pass gives every head's attribution-patching estimate: the
-    first-order change (m - z) . dL/dz summed over positions. Exact ablation then reruns the
-    blocks from the head's layer up, starting from the kept residual stream, for the `exact`
-    heads with the largest estimates (all heads when None). Returns per layer and head
-    {loss_delta, stderr, exact}, the unablated loss, and the predictions scored."""
+    One forward and backward pass estimates every head's rise (`_estimate`). Exact ablation then
+    reruns the blocks from the head's layer up, starting from the kept residual stream, for the
+    `exact` heads with the largest estimates (all heads when None). Returns per layer and head
+    {loss_delta, stderr, exact} (stderr over the sampled windows; None for an estimate), the
+    unablated loss, and the predictions scored."""
     cfg = model.cfg
-    L, nh, hs = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
     n_pred = len(ids) - 1
     if n_pred < cfg.block_size:
         raise UserError(
             f"the ablation text has {n_pred + 1:,} tokens; it needs one whole window of "
             f"block_size + 1 = {cfg.block_size + 1:,}"
         )
-    starts = spread_starts(n_pred, cfg.block_size, max_tokens) or list(
-        range(0, n_pred - cfg.block_size + 1, cfg.block_size)
-    )
-    kept: list[tuple[torch.Tensor, torch.Tensor, list[torch.Tensor], torch.Tensor]] = []  # idx, y, streams, base
-    z_sum = torch.zeros(L, nh, hs, dtype=torch.float64)
-    g_win: list[torch.Tensor] = []  # per window (L, nh, hs): the gradient summed over its positions
-    zg_win: list[torch.Tensor] = []  # per window (L, nh): z . gradient summed over its positions
+    block = cfg.block_size
+    starts = spread_starts(n_pred, block, max_tokens) or list(range(0, n_pred - block + 1, block))
+    batches = list(text_windows(ids, block, table, starts, batch_windows, model.device))
+    estimate, mean, kept = _estimate(model, batches, mode)
+    results = [
+        [{"loss_delta": float(estimate[la, h]), "stderr": None, "exact": False} for h in range(cfg.n_head)]
+        for la in range(cfg.n_layer)
+    ]
+    base = torch.cat([losses for _, losses in kept])  # (W,) each window's mean loss
+    order = sorted(np.ndindex(cfg.n_layer, cfg.n_head), key=lambda lh: -float(estimate[lh]))
+    with torch.no_grad(), evaluating(model):
+        for layer, head in order if exact is None else order[:exact]:
+            fill = mean[layer, head].to(model.dtype).to(model.device)
+
+            def replace(out: torch.Tensor, head: int = head, fill: torch.Tensor = fill) -> torch.Tensor:
+                out = out.clone()
+                out[:, head] = fill
+                return out
+
+            rises = []
+            with _heads_edited(model, {layer: replace}):
+                for (idx, y), (streams, _) in zip(batches, kept):
+                    _, rope = model.embed(idx)
+                    x = model.run_blocks(streams[layer], idx, rope, layer)
+                    rises.append(_window_losses(model, x, y).mean(1).cpu())
+            deltas = torch.cat(rises).double() - base.double()
+            stderr = float(deltas.std() / math.sqrt(len(deltas))) if len(deltas) > 1 else 0.0
+            results[layer][head] = {"loss_delta": float(deltas.mean()), "stderr": stderr, "exact": True}
+    return results, float(base.mean()), len(starts) * block
+
+
+def _estimate(
+    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], mode: str
+) -> tuple[torch.Tensor, torch.Tensor, list[tuple[list[torch.Tensor], torch.Tensor]]]:
+    """Every head's estimated loss rise (L, nh) from one forward and backward pass, the fill each
+    head's output is replaced by (L, nh, hs), and per batch the residual stream entering each
+    layer and each window's loss.
+
+    With d_t = (m - z_t) . dL/dz_t at each position t (z the head's output, m its fill, L the
+    summed loss), the estimate is the mean of d_t + d_t^2 / 2: attribution patching's first-order
+    term, which nearly vanishes in a trained model, plus a Gauss-Newton-like second-order one
+    (docs/heads.md measures how well it ranks heads against exact ablation). Expanding the square
+    keeps only sums of hs-sized terms, so the fill m may be the sample's mean, known at the end."""
+    cfg = model.cfg
+    L, nh, hs = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
+    sums = {
+        "z": torch.zeros(L, nh, hs, dtype=torch.float64),  # sum of z
+        "g": torch.zeros(L, nh, hs, dtype=torch.float64),  # sum of g
+        "zg": torch.zeros(L, nh, dtype=torch.float64),  # sum of z.g
+        "zg2": torch.zeros(L, nh, dtype=torch.float64),  # sum of (z.g)^2
+        "gzg": torch.zeros(L, nh, hs, dtype=torch.float64),  # sum of g (z.g)
+        "gg": torch.zeros(L, nh, hs, hs, dtype=torch.float64),  # sum of g g^T
+    }
+    kept = []
     with evaluating(model):
-        for idx, y in text_windows(ids, cfg.block_size, table, starts, batch_windows, model.device):
+        for idx, y in batches:
             outs: list[torch.Tensor] = []
 
             def keep(z: torch.Tensor, outs: list[torch.Tensor] = outs) -> torch.Tensor:
@@ -220,46 +266,21 @@ def ablate_heads(
                     x = model.run_blocks(x, idx, rope, layer, layer + 1)
                 losses = _window_losses(model, x, y)  # (B, T)
                 grads = torch.autograd.grad(losses.sum(), outs)
-            z = torch.stack([o.detach() for o in outs], 1).double()  # (B, L, nh, T, hs)
-            g = torch.stack(grads, 1).double()
-            z_sum += z.sum((0, 3)).cpu()
-            g_win.append(g.sum(3).cpu())
-            zg_win.append((z * g).sum((3, 4)).cpu())
-            kept.append((idx, y, streams, losses.detach().mean(1).cpu()))
-    n_tok = len(starts) * cfg.block_size
-    mean = (z_sum / n_tok) if mode == "mean" else torch.zeros_like(z_sum)  # (L, nh, hs)
-    g_all, zg_all = torch.cat(g_win), torch.cat(zg_win)  # (W, L, nh, hs), (W, L, nh)
-    per_window = ((g_all * mean).sum(-1) - zg_all) / cfg.block_size  # (W, L, nh): estimated loss rise
-    results = [[_summary(per_window[:, la, h], exact=False) for h in range(nh)] for la in range(L)]
-    base = torch.cat([b for *_, b in kept])
-    order = sorted(
-        ((la, h) for la in range(L) for h in range(nh)), key=lambda lh: -float(per_window[:, lh[0], lh[1]].mean())
-    )
-    chosen = order if exact is None else order[:exact]
-    with torch.no_grad(), evaluating(model):
-        for layer, head in chosen:
-            fill = mean[layer, head].to(model.dtype).to(model.device)
-
-            def replace(out: torch.Tensor, head: int = head, fill: torch.Tensor = fill) -> torch.Tensor:
-                out = out.clone()
-                out[:, head] = fill
-                return out
-
-            rises = []
-            with _heads_edited(model, {layer: replace}):
-                for idx, y, streams, _ in kept:
-                    _, rope = model.embed(idx)
-                    x = model.run_blocks(streams[layer], idx, rope, layer)
-                    rises.append(_window_losses(model, x, y).mean(1).cpu())
-            results[layer][head] = _summary(torch.cat(rises).double() - base.double(), exact=True)
-    return results, float(base.mean()), n_tok
-
-
-def _summary(deltas: torch.Tensor, exact: bool) -> dict[str, float | bool]:
-    """The mean of per-window loss rises and its standard error."""
-    n = deltas.numel()
-    stderr = float(deltas.std() / math.sqrt(n)) if n > 1 else 0.0
-    return {"loss_delta": float(deltas.mean()), "stderr": stderr, "exact": exact}
+            z = torch.stack([o.detach() for o in outs], 1).double().cpu()  # (B, L, nh, T, hs)
+            g = torch.stack(grads, 1).double().cpu()
+            zg = (z * g).sum(-1)  # (B, L, nh, T)
+            sums["z"] += z.sum((0, 3))
+            sums["g"] += g.sum((0, 3))
+            sums["zg"] += zg.sum((0, 3))
+            sums["zg2"] += zg.square().sum((0, 3))
+            sums["gzg"] += (g * zg[..., None]).sum((0, 3))
+            sums["gg"] += torch.einsum("blnti,blntj->lnij", g, g)
+            kept.append((streams, losses.detach().mean(1).cpu()))
+    n = sum(y.numel() for _, y in batches)
+    fill = sums["z"] / n if mode == "mean" else torch.zeros_like(sums["z"])  # (L, nh, hs)
+    first = (fill * sums["g"]).sum(-1) - sums["zg"]  # sum of d_t
+    second = torch.einsum("lni,lnij,lnj->ln", fill, sums["gg"], fill) - 2 * (fill * sums["gzg"]).sum(-1) + sums["zg2"]
+    return ((first + second / 2) / n).float(), fill.float(), kept
 
 
 def analyze_heads(

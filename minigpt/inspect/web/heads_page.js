@@ -165,9 +165,9 @@ function detailHtml(x) {
   const facts = [`<div><b>${esc(x.role)}</b>: ${why}.</div>`, `<div>Mean distance back: <b>${x.scores.distance.toFixed(2)}</b> positions.</div>`];
   const a = x.ablation;
   if (a) {
-    const value = `${sign(a.loss_delta)} ± ${a.stderr.toFixed(4)} nats`;
+    const value = `${sign(a.loss_delta)}${a.stderr == null ? "" : ` ± ${a.stderr.toFixed(4)}`} nats`;
     facts.push(a.exact ? `<div>Without it (${DATA.ablation} ablation): loss <b>${value}</b>, measured.</div>`
-      : `<div>Without it (${DATA.ablation} ablation): loss <b>${value}</b> <span class="est">estimate</span> (first-order attribution, not rerun).</div>`);
+      : `<div>Without it (${DATA.ablation} ablation): loss <b>${value}</b> <span class="est">estimate</span> (from one forward and backward pass, not rerun).</div>`);
   }
   return table + `<div class="facts">${facts.join("")}</div>`;
 }
@@ -229,8 +229,8 @@ function drawBars() {
   if (!measured.length) return;
   const width = Math.max(480, svg.parentElement.clientWidth - 20), ROW = 17, GAP = order === "layer" ? 10 : 0;
   const LEFT = order === "layer" ? 86 : 60, RIGHT = 170, TOP = 6;
-  const lo = Math.min(0, ...measured.map((x) => x.ablation.loss_delta - x.ablation.stderr));
-  const hi = Math.max(1e-4, ...measured.map((x) => x.ablation.loss_delta + x.ablation.stderr));
+  const lo = Math.min(0, ...measured.map((x) => x.ablation.loss_delta - (x.ablation.stderr || 0)));
+  const hi = Math.max(1e-4, ...measured.map((x) => x.ablation.loss_delta + (x.ablation.stderr || 0)));
   const tk = ticks(lo, hi), x0 = Math.min(lo, tk.out[0]), x1 = Math.max(hi, tk.out[tk.out.length - 1]);
   const X = (v) => LEFT + ((v - x0) / (x1 - x0)) * (width - LEFT - RIGHT);
   const rows = order === "layer" ? HEADS.slice() : HEADS.slice().sort((a, b) => (b.ablation ? b.ablation.loss_delta : -Infinity) - (a.ablation ? a.ablation.loss_delta : -Infinity));
@@ -263,12 +263,12 @@ function drawBars() {
     const colour = ROLE_COLOURS[x.role] || "#8b94a3", bx = Math.min(X(0), X(a.loss_delta)), bw = Math.max(1, Math.abs(X(a.loss_delta) - X(0)));
     const top = y - ROW;
     const bar = svgEl("rect", { class: "abl-bar", "data-layer": x.layer, "data-head": x.head, "data-exact": a.exact, x: bx, y: top + 3, width: bw, height: ROW - 6, fill: colour, "fill-opacity": a.exact ? 1 : 0.55, rx: 1.5 }, g);
-    svgEl("title", {}, bar).textContent = `${name(x)} (${x.role}): ${sign(a.loss_delta)} \u00b1 ${a.stderr.toFixed(4)} nats${a.exact ? "" : ", an estimate"}`;
+    svgEl("title", {}, bar).textContent = `${name(x)} (${x.role}): ${sign(a.loss_delta)}${a.stderr == null ? "" : ` \u00b1 ${a.stderr.toFixed(4)}`} nats${a.exact ? "" : ", an estimate"}`;
     if (!a.exact) svgEl("rect", { x: bx, y: top + 3, width: bw, height: ROW - 6, fill: "url(#hatch)", "pointer-events": "none" }, g);
-    const e0 = X(a.loss_delta - a.stderr), e1 = X(a.loss_delta + a.stderr), cy = top + ROW / 2;
-    svgEl("path", { d: `M${e0},${cy}H${e1}M${e0},${cy - 4}V${cy + 4}M${e1},${cy - 4}V${cy + 4}`, stroke: "#1d2330", "stroke-width": 1.1, fill: "none", "pointer-events": "none" }, g);
+    const err = a.stderr || 0, e0 = X(a.loss_delta - err), e1 = X(a.loss_delta + err), cy = top + ROW / 2;
+    if (err) svgEl("path", { d: `M${e0},${cy}H${e1}M${e0},${cy - 4}V${cy + 4}M${e1},${cy - 4}V${cy + 4}`, stroke: "#1d2330", "stroke-width": 1.1, fill: "none", "pointer-events": "none" }, g);
     const v = svgEl("text", { x: width - RIGHT + 8, y: cy + 4 }, g);
-    v.textContent = `${sign(a.loss_delta)} \u00b1 ${a.stderr.toFixed(4)}`;
+    v.textContent = `${sign(a.loss_delta)}${a.stderr == null ? "" : ` \u00b1 ${a.stderr.toFixed(4)}`}`;
     if (!a.exact) { const est = svgEl("tspan", { class: "est", dx: 5 }, v); est.textContent = "estimate"; }
     g.addEventListener("click", () => select(x.layer, x.head));
   });
