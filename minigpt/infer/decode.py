@@ -86,6 +86,7 @@ def generate_batch(
     top_p: float | None = None,
     generators: Sequence[torch.Generator | None] | None = None,
     on_token: Callable[[int, int], bool | None] | None = None,
+    use_cache: bool = True,
 ) -> list[list[int]]:
     """Generate after B prompts of the same length at once, through one KV cache: each step is one
     (B, 1) forward instead of B. Row i draws from generators[i], so it gives the tokens batch 1
@@ -93,6 +94,8 @@ def generate_batch(
     docs/benchmarks.md for how often that changes a draw). `on_token(row, id)` sees each new id
     as it is chosen and returns True when that row is finished (a stop string): the row's later
     ids are dropped, and generation ends once every row is finished. Returns the new ids per row.
+    use_cache=False recomputes the last block_size ids at every step instead: the reference the
+    KV cache is tested against.
     """
     if not prompts or not prompts[0] or len({len(p) for p in prompts}) != 1:
         raise ValueError("generate_batch needs prompts of one length, at least one token each")
@@ -105,9 +108,9 @@ def generate_batch(
     live = [True] * B
     # float32 keys and values on the CPU, where attention runs in float32 (model.causal_attention)
     dtype = torch.float32 if device.type == "cpu" else model.dtype
-    cache = KVCache(model.cfg, B, block, device, dtype)
+    cache = KVCache(model.cfg, B, block, device, dtype) if use_cache else None
     with evaluating(model):
-        logits, _ = model(torch.tensor([s[-block:] for s in seqs], device=device), cache=cache)
+        logits, _ = model(torch.tensor([s[-block:] for s in seqs], device=device), cache=cache if use_cache else None)
         for step in range(max_new_tokens):
             tokens = _sample_rows(logits[:, -1, :], temperature, top_k, top_p, generators)
             for i, tid in enumerate(tokens):
@@ -118,7 +121,9 @@ def generate_batch(
                         live[i] = False
             if not any(live) or step == max_new_tokens - 1:
                 break
-            if cache.length >= block:  # full: slide to the last half window
+            if not use_cache:
+                logits, _ = model(torch.tensor([s[-block:] for s in seqs], device=device))
+            elif cache.length >= block:  # full: slide to the last half window
                 cache.reset()
                 logits, _ = model(torch.tensor([s[-half_window(block) :] for s in seqs], device=device), cache=cache)
             else:
@@ -140,25 +145,10 @@ def generate(
 ) -> list[int]:
     """Generate `max_new_tokens` ids after `prompt` (batch 1); returns only the new ids.
 
-    `on_token` is called with each id as soon as it is chosen (for streaming output). The cached
-    path is generate_batch with one row; the uncached one recomputes the window at every step
-    (the reference the KV cache is tested against).
+    `on_token` is called with each id as soon as it is chosen (for streaming output): generate_batch
+    with one row.
     """
     if not prompt:
         raise ValueError("generation needs a prompt of at least one token")
-    if use_cache:
-        hook = (lambda _row, tid: on_token(tid)) if on_token is not None else None
-        return generate_batch(model, [prompt], max_new_tokens, temperature, top_k, top_p, [generator], hook)[0]
-    device = model.device
-    block = model.cfg.block_size
-    seq = list(prompt)
-    new: list[int] = []
-    with evaluating(model):
-        for _ in range(max_new_tokens):
-            logits, _ = model(torch.tensor([seq[-block:]], device=device))
-            tid = int(sample_next_token(logits[:, -1, :], temperature, top_k, top_p, generator).item())
-            seq.append(tid)
-            new.append(tid)
-            if on_token is not None:
-                on_token(tid)
-    return new
+    hook = (lambda _row, tid: on_token(tid)) if on_token is not None else None
+    return generate_batch(model, [prompt], max_new_tokens, temperature, top_k, top_p, [generator], hook, use_cache)[0]
