@@ -48,8 +48,8 @@ def evaluating(model: nn.Module) -> Iterator[nn.Module]:
 
 
 def linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """module(x) without nn.Module's call machinery: the same operation, a few microseconds less a
-    call, which adds up over the ~40 calls a forward makes inside the blocks (hooks on these layers are not used)."""
+    """module(x) without nn.Module's call machinery: the same operation, faster over the many calls a
+    forward makes inside the blocks (docs/benchmarks.md); hooks on these layers are not used."""
     return F.linear(x, module.weight, module.bias)
 
 
@@ -108,10 +108,9 @@ def causal_attention(
     every key (a KV-cache decoding step); the KV-cache path passes its own mask otherwise.
 
     On the CPU, bf16 queries (bf16 autocast, or a bf16 model sampling) are attended in float32: the
-    CPU's bf16 flash-attention kernels are several times slower than its float32 ones (backward 3 ms
-    against 0.5 ms a layer on the reference recipe; one decoding query over 256 cached keys 68 us
-    against 12 us; torch 2.15), while the matrix multiplies around them gain 4x from bf16. float32
-    is also the more accurate softmax. The result has the queries' dtype."""
+    CPU's bf16 flash-attention kernels are slower than its float32 ones, while the matrix multiplies
+    around them gain from bf16 (docs/benchmarks.md). float32 is also the more accurate softmax. The
+    result has the queries' dtype."""
     if mask is None and q.size(2) not in (1, k.size(2)):
         raise ValueError(f"{q.size(2)} queries over {k.size(2)} keys need an explicit attention mask")
     causal = mask is None and k.size(2) == q.size(2)
@@ -234,8 +233,7 @@ class GPT(nn.Module):
         if cfg.pos_emb == "sinusoidal":
             # scaled to the token embeddings' size at init (std 0.02 a channel; sin/cos have rms 1/sqrt 2),
             # as the original Transformer's sqrt(d) embedding scale makes the two comparable there;
-            # unscaled, the positions drown the characters (measured at the default budget: 2.53 nats
-            # unscaled, 1.98 scaled; docs/attention.md)
+            # unscaled, the positions drown the characters (docs/attention.md, docs/benchmarks.md)
             table = sinusoidal_table(cfg.block_size, cfg.n_embd) * (0.02 * math.sqrt(2))
             self.register_buffer("pos_table", table, persistent=False)
         if cfg.pos_emb == "rope":

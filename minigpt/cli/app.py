@@ -61,7 +61,7 @@ def _options(
 
 class _TrainCommand(TyperCommand):
     """`train`, whose help also lists the config keys that take fixed values, read from config.py
-    only when the help is shown: importing it costs ~12 ms that no other command should pay."""
+    only when the help is shown: no other command should pay for importing it (docs/benchmarks.md)."""
 
     @property
     def epilog(self) -> str:

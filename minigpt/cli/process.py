@@ -25,8 +25,8 @@ def honour_named_shell(args: list[str]) -> None:
 def exit_fast(code: int) -> NoReturn:
     """End the process with `code`, without the interpreter's slow teardown.
 
-    The teardown walks every object torch's import created (~0.3 s of the 0.45 s exit on a 2-core
-    machine, a few percent of a short `sample`): gc.freeze() leaves them to the OS; files are closed
+    The teardown walks every object torch's import created (most of the exit's time:
+    docs/benchmarks.md): gc.freeze() leaves them to the OS; files are closed
     by then and atexit handlers still run.
 
     That is not enough once triton is loaded (a compiled training run). nanobind, its bindings
@@ -35,8 +35,8 @@ def exit_fast(code: int) -> NoReturn:
     reference cycles (each refers to itself through its __mro__), which only the teardown's last
     collection frees, and that collection skips frozen objects: after gc.freeze() every nanobind
     type is reported, though none leaked. Without the freeze the report goes away, but the
-    collection then walks the compiler's objects too (1.6 s instead of 0.25 s after a compiled run
-    here), so such a process ends with os._exit after the shutdown steps that matter.
+    collection then walks the compiler's objects too (seconds after a compiled run:
+    docs/benchmarks.md), so such a process ends with os._exit after the shutdown steps that matter.
     """
     if nanobind_loaded():
         _exit_without_teardown(code)
@@ -46,7 +46,7 @@ def exit_fast(code: int) -> NoReturn:
 
 def nanobind_loaded() -> bool:
     """Whether an extension built with nanobind is loaded (triton's is, once torch.compile has run).
-    nanobind gives its types metaclasses of its own, direct subclasses of `type`: ~40 us to look."""
+    nanobind gives its types metaclasses of its own, direct subclasses of `type`: a quick look."""
     return any(meta.__module__ == "nanobind" for meta in type.__subclasses__(type))
 
 

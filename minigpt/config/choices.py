@@ -1,6 +1,6 @@
 """The closed sets of values that both the config and the command line name: devices and the
 sampling flags' choices. Standard library only and tiny, because `minigpt --help` and every Tab
-press import it (the config schema itself costs ~12 ms more)."""
+press import it (the config schema itself costs more: docs/benchmarks.md)."""
 
 from __future__ import annotations
 

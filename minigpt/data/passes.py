@@ -58,7 +58,7 @@ def _utf8_error(e: UnicodeDecodeError, offset: int, raw: bytes) -> str:
 
 BATCH = 1 << 20  # small files are read whole and handled this many bytes at a time: a real source
 # tree has tens of thousands of files of a few KB, and per-file numpy and decoder calls cost more
-# than the bytes (39 MB/s on such a tree, where one large file encodes at 200)
+# than the bytes (docs/benchmarks.md)
 NON_ASCII = bytes(range(128, 256))
 CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8's bytes after a character's first
 FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII ids, numbered first, are lower)
@@ -66,7 +66,7 @@ FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII id
 
 def _read_whole(f: SourceFile) -> bytes:
     """A small file's bytes: one open, one read of its size and a byte more, one close (os calls,
-    not a file object: a third less time per file on a tree of 80,000)."""
+    not a file object: less time per file, docs/benchmarks.md)."""
     try:
         fd = os.open(f.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
@@ -107,9 +107,9 @@ def _batches(files: Sequence[SourceFile], tick: Callable[[int], None], sep: byte
 class _Beside:
     """Jobs run in order on a second thread while the caller goes on, at most `depth` of them
     waiting; a job's error is raised in the caller. The write system call and hashing a large
-    chunk let go of Python's lock, so on two cores they run beside the encoder's own work: writing
-    a tree's 2.8 GB of ids took up to half of the second pass. (Reading and hashing a tree's small
-    files there gained nothing: each file's system calls wait for the lock again.)"""
+    chunk let go of Python's lock, so on two cores they run beside the encoder's own work (a large
+    share of the ids pass: docs/benchmarks.md). Reading and hashing a tree's small files there gains
+    nothing: each file's system calls wait for the lock again."""
 
     def __init__(self, depth: int) -> None:
         self.depth, self.pending = depth, deque[Future]()
@@ -140,7 +140,7 @@ class _Vocabulary:
         self.bad: dict[int, str] = {}
 
     def _ascii(self, data: bytes) -> None:
-        # deleting the bytes already met leaves only new ones: ~2 GB/s, nothing new is the usual case
+        # deleting the bytes already met leaves only new ones (memory speed); nothing new is the usual case
         new = data.translate(None, self.seen + NON_ASCII)
         if new:
             self.seen = bytes(sorted(set(self.seen) | set(new)))
@@ -297,7 +297,7 @@ class _CharWriter:
         chars = np.frombuffer(text.translate(self.firsts, CONTINUATION), np.uint8)
         at = np.flatnonzero(chars == FIRST)
         raw = np.frombuffer(text, np.uint8)
-        rest = raw[raw >= 0x80].tobytes()  # the non-ASCII bytes: numpy picks them 1.6x faster than a deleting translate
+        rest = raw[raw >= 0x80].tobytes()  # the non-ASCII bytes: numpy picks them faster than a deleting translate
         points = np.frombuffer(rest.decode("utf-8").encode("utf-32-le"), np.uint32)
         if len(points) != len(at):  # not what the vocabulary pass read
             raise UserError("a data file changed while it was being encoded; run again once nothing is writing to it")
@@ -329,7 +329,7 @@ def write_ids(out: IO[bytes], files: Sequence[SourceFile], tok: Tokenizer, separ
 
     def put(data: bytes | bytearray | np.ndarray) -> None:
         nonlocal written
-        beside.submit(out.write, data)  # an array as it is: its buffer, not a copy (.tobytes() cost ~10% of the pass)
+        beside.submit(out.write, data)  # an array as it is: its buffer, not a copy (docs/benchmarks.md)
         written += (data.nbytes if isinstance(data, np.ndarray) else len(data)) // dtype.itemsize
 
     def put_text(text: bytes | bytearray) -> None:

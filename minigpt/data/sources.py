@@ -23,7 +23,7 @@ class SourceFile:
     """One document of the corpus."""
 
     path: str  # absolute, as found (symlinks not resolved: the name a user recognises); a str, not a
-    # Path: building 50,000 Path objects took a second of a cached start
+    # Path: building a Path for each of tens of thousands of files slowed a cached start (docs/benchmarks.md)
     name: str  # relative name, stable when the folder moves: the manifest's key and the val choice's input
     size: int
     mtime_ns: int

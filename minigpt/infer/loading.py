@@ -54,10 +54,10 @@ def column_major_for_decoding(model: GPT) -> None:
     """Store a float32 CPU model's Linear weights column-major (the same values, transposed storage).
 
     Decoding one character multiplies one row by every weight matrix, and that matrix-vector product
-    is bound by reading the weights. From column-major storage the CPU BLAS streams them about 1.7x
-    faster (6 layers x 384: 18 against 11 GB/s, one thread or two, torch 2.15 on a 2-core AVX2 host),
-    while a whole window's matrix products take the same time. Only float32 on the CPU, where it was
-    measured; the results differ from row-major storage in the last bits of each sum."""
+    is bound by reading the weights. From column-major storage the CPU BLAS streams them faster
+    (docs/benchmarks.md), while a whole window's matrix products take the same time. Only float32 on
+    the CPU, where it was measured; the results differ from row-major storage in the last bits of each
+    sum."""
     for module in model.blocks.modules():  # not the head: it is the token embedding, read by rows
         w = getattr(module, "weight", None)
         if isinstance(module, torch.nn.Linear) and w.device.type == "cpu" and w.dtype == torch.float32:

@@ -17,8 +17,8 @@ from minigpt.model import parameter_count
 
 PATTERN = re.compile(r"^step_(\d{7,})\.pt$")
 # what a snapshot holds beside the weights: the zip's headers (~1 KB a tensor), the config and
-# the pickled dicts; measured at 5-15 KB for tiny to default models, so 32 KB plus a generous share
-# per tensor and per vocabulary entry is an upper bound
+# the pickled dicts; 32 KB plus a generous share per tensor and per vocabulary entry is an upper
+# bound on what tiny to default models measured (docs/benchmarks.md)
 OVERHEAD_BYTES = 32 << 10
 PER_TENSOR_BYTES = 1536
 PER_VOCAB_ENTRY_BYTES = 16

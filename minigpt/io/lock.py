@@ -2,12 +2,12 @@
 training at a time: a second is refused at once and told the holder's pid) and an encoding cache
 entry (a second process starting on the same new corpus waits while the first encodes it).
 
-It is the `filelock` package's native lock: `flock` on POSIX, `LockFileEx` on Windows (where the
-fcntl locks this replaces did nothing). Both belong to an open file, so the kernel drops the lock
-when its holder ends in any way, kill -9 included: no stale lock outlives a crash. filelock's soft
-lock (a marker file, which a killed holder leaves behind) is refused: on a filesystem without
-native locks (ENOSYS, ENOLCK) the lock is not taken and the caller goes on unlocked, as before on
-a system without locks. The lock file is never truncated by a waiter nor deleted on release.
+It is the `filelock` package's native lock: `flock` on POSIX, `LockFileEx` on Windows (where fcntl
+locks would do nothing). Both belong to an open file, so the kernel drops the lock when its holder
+ends in any way, kill -9 included: no stale lock outlives a crash. filelock's soft lock (a marker
+file, which a killed holder leaves behind) is refused: on a filesystem without native locks
+(ENOSYS, ENOLCK) the lock is not taken and the caller goes on unlocked. The lock file is never
+truncated by a waiter nor deleted on release.
 
 The holder writes its pid into the file after a newline: on Windows the lock covers byte 0 and
 keeps other processes from reading it, so the pid starts at byte 1."""
@@ -48,7 +48,7 @@ class FileLock:
     def acquire(self) -> bool:
         """Take the lock: True once held, False on a filesystem that has none (see above). LockHeld
         when non-blocking and held elsewhere; OSError when the file cannot be opened or made."""
-        import filelock  # here, not at the top: its import (~60 ms) is paid only by those who lock
+        import filelock  # here, not at the top: its import (docs/benchmarks.md) is paid only by those who lock
 
         lock = filelock.FileLock(
             self.path,

@@ -41,7 +41,7 @@ def cores_left(cores: int, busy: float) -> int:
 
 class CoreLoad:
     """How many of this process's cores other processes keep busy, measured over the time between
-    the start of the command (before torch loads: ~2-3 s on 2 cores) and `others()`, less this
+    the start of the command (before torch loads: seconds on a small CPU) and `others()`, less this
     process's own CPU time. Zero added latency: the interval is time the command spends anyway."""
 
     def __init__(self) -> None:
@@ -66,10 +66,10 @@ def _monotonic() -> float:
 class CoreShare:
     """A CPU training's thread count, kept to the cores other processes leave it.
 
-    libgomp's idle threads spin before they sleep. Alone, that is what a training wants: this
-    machine's small operations ran 15-45% slower with OMP_WAIT_POLICY=PASSIVE (sleeping threads
-    wake late). Beside another busy process, two spinning thread teams take each other's cores and
-    both collapse (two trainings ran at 0.27 of one alone each). So a training keeps the default
+    libgomp's idle threads spin before they sleep. Alone, that is what a training wants: small
+    operations ran slower with OMP_WAIT_POLICY=PASSIVE (sleeping threads wake late). Beside another
+    busy process, two spinning thread teams take each other's cores and both collapse (the figures:
+    docs/benchmarks.md). So a training keeps the default
     and, every `every` seconds, measures how many of its cores other processes keep busy: with
     one thread per core left to it, no thread waits on a core that someone else holds."""
 

@@ -86,8 +86,8 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
     `busy` (measured by the caller; inference only). Returns the count.
 
     Why the inference commands leave busy cores alone: decoding is many tiny operations whose
-    threads spin-wait for each other; with a training on the other core, two threads got 178
-    characters/s against 773 alone, one thread 770 (scripts/bench_contention.py)."""
+    threads spin-wait for each other, so beside a training one thread decodes several times faster
+    than two (scripts/bench_contention.py, docs/benchmarks.md)."""
     if requested > 0:
         count = requested
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
@@ -123,8 +123,8 @@ def follow_core_load(share: CoreShare | None) -> None:
 
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). There, bf16
-    matrix multiplies run about 4x faster than float32 ones (750 against 190 GFLOP/s on 2 cores
-    of an AVX512-BF16 EPYC); without it bf16 is emulated and slower than float32."""
+    matrix multiplies run several times faster than float32 ones (docs/benchmarks.md); without it
+    bf16 is emulated and slower than float32."""
     cpu = getattr(torch, "cpu", None)
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
@@ -166,8 +166,8 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 def sampling_dtype(name: str, device: torch.device) -> torch.dtype:
     """The weights' dtype for generation: `auto` is bfloat16 where bf16 is native (a CUDA GPU that
     supports it, a CPU with AVX512-BF16 or AMX), where it halves the weights streamed per character
-    (generation at batch 1 is bound by reading them) and its matrix-vector products run about 4x
-    faster on the CPU; float32 elsewhere. Attention and the KV cache stay float32 on the CPU."""
+    (generation at batch 1 is bound by reading them) and its matrix-vector products run faster on
+    the CPU (docs/benchmarks.md); float32 elsewhere. Attention and the KV cache stay float32 on the CPU."""
     if name == "auto":  # the training choice, except that fp16 (an older GPU) samples in float32
         return torch.bfloat16 if resolve_dtype("auto", device) == torch.bfloat16 else torch.float32
     return DTYPES[name]

@@ -3,8 +3,8 @@ so that a run that cannot save is refused in one line instead of failing at its 
 
 A checkpoint holds the float32 weights and the optimizer's state: AdamW keeps two moments a
 parameter (Muon one, for its matrices), so 12 bytes a parameter bound both, plus the position
-table, random-number states, config and vocabulary (`_FIXED`). Measured: a 26,016-parameter model
-writes 342 KB, estimated 380 KB (`payload_bytes` gives the size of an actual write).
+table, random-number states, config and vocabulary (`_FIXED`): an upper bound on an actual write
+(`payload_bytes` gives its size; docs/benchmarks.md).
 
 The run directory's filesystem must hold `last.pt`, `best.pt` and one temporary copy (a checkpoint
 is written beside the old one and renamed over it). Files already there count as room they will

@@ -4,18 +4,14 @@ Both implement the part of torch.optim.Optimizer the trainer uses (`Optimizer`: 
 zero_grad, step, state_dict, load_state_dict), with torch.optim's state-dict layout, so checkpoints
 move between them and torch's own optimizers.
 
-AdamW, for CPU (and MPS) training.
-
-The update is torch.optim.AdamW's, op for op (decoupled weight decay, bias-corrected moments), and
-a test holds the two to the same numbers. It exists for start-up time: the first use of any
-torch.optim optimizer imports torch._dynamo, which costs about 6 s on a 2-core machine before the
-first step, a tenth of a one-minute CPU run. The update itself is torch's fused AdamW kernel
-(`torch._fused_adamw_`, the one behind `torch.optim.AdamW(fused=True)`, which has a CPU
-implementation): one vectorised pass over each parameter, its gradient and both moments, where the
-foreach formulation makes eight passes. On the reference recipe that is 0.75 ms a step instead of
-3.7 ms. Where the fused kernel is missing (an older torch, another device) the same update runs as
-foreach operations. On CUDA the trainer uses torch.optim.AdamW(fused=True) instead. The state dict has
-torch.optim.AdamW's layout, so checkpoints move between the two.
+AdamW, for CPU (and MPS) training: torch.optim.AdamW's update, op for op (decoupled weight decay,
+bias-corrected moments; a test holds the two to the same numbers), without the torch._dynamo import
+that the first use of any torch.optim optimizer costs (seconds of a CPU run's start:
+docs/benchmarks.md). It runs torch's fused AdamW kernel (`torch._fused_adamw_`, the one behind
+`torch.optim.AdamW(fused=True)`, which has a CPU implementation): one pass over each parameter, its
+gradient and both moments, where the foreach formulation makes eight (docs/benchmarks.md); the same
+update as foreach operations where the kernel is missing (an older torch, another device). On CUDA
+the trainer uses torch.optim.AdamW(fused=True) instead.
 
 Muon (Keller Jordan, 2024; the optimizer of the speed-record GPT trainers) keeps a Nesterov
 momentum of each matrix's gradient and replaces the update by its nearest semi-orthogonal matrix,
@@ -30,13 +26,13 @@ trainer sets every group's lr to schedule x the group's `lr_scale`). A matrix wi
 columns gets a sqrt(rows / cols) larger step, so that its update's RMS per entry matches a square one's.
 
 Newton-Schulz runs in bfloat16 where the hardware multiplies it (a CUDA GPU from Ampere on, a CPU
-with AVX512-BF16 or AMX) and in float32 elsewhere: emulated bfloat16 products made a step of the
-four-minute recipe 15x slower on an AVX2-only CPU. In float32 the MLP's 4:1 matrices iterate on their
-small Gram matrices instead (`gram_newton_schulz`): the same iterations in 40% fewer FLOPs.
+with AVX512-BF16 or AMX) and in float32 elsewhere: emulated bfloat16 products are far slower
+(docs/benchmarks.md). In float32 the MLP's 4:1 matrices iterate on their small Gram matrices
+instead (`gram_newton_schulz`): the same iterations in fewer FLOPs.
 
-torch.optim.Muon (torch 2.9 on) was measured against this one (scripts/bench_muon.py): it takes each
-2-D parameter as one matrix (the fused q/k/v weight as one (3C, C) matrix), loops over them one by
-one, always orthogonalizes in bfloat16, and imports torch._dynamo at its first step.
+Not torch.optim.Muon (scripts/bench_muon.py, docs/benchmarks.md): it takes each 2-D parameter as
+one matrix (the fused q/k/v weight as one (3C, C) matrix), loops over them one by one, always
+orthogonalizes in bfloat16, and imports torch._dynamo at its first step.
 """
 
 from __future__ import annotations
@@ -195,9 +191,8 @@ class AdamW(Optimizer):
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 # One (a, b, c) per iteration: Polar Express (Amsel, Persson, Musco, Gower 2025), a different
 # polynomial for each step, as the speed-record trainers publish them for five steps, less the
-# second (four products of three matrix multiplies instead of five). On the four-minute recipe,
-# 1000 steps, seeds 1337-1339: whole-split loss 1.5699 / 1.5667 / 1.5752 against Jordan's five
-# steps' 1.5725 / 1.5687 / 1.5741, and Muon's step 13.9 ms against 17.2 ms (float32, 2 cores).
+# second (four products of three matrix multiplies instead of five): the same loss as Jordan's
+# five steps in a faster Muon step (docs/benchmarks.md).
 NS_SCHEDULE: tuple[tuple[float, float, float], ...] = (
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
@@ -212,7 +207,7 @@ def orthogonalize(g: torch.Tensor, steps: int | None = None, dtype: torch.dtype 
     vectors, for each matrix of a (batch, rows, cols) stack, computed in `dtype`; returned in
     float32. One iteration per (a, b, c) of `schedule` (NS_SCHEDULE; `steps` repeats Jordan's
     coefficients instead). Each is three batched matrix products with the scalings folded in
-    (baddbmm): on a 2-core CPU the separate bfloat16 multiplies and adds took longer than the products.
+    (baddbmm): separate bfloat16 multiplies and adds took longer than the products (docs/benchmarks.md).
     A float32 matrix more than 1.5 times as long as it is short takes the Gram route (gram_newton_schulz):
     the same iterations for fewer products."""
     if schedule is None:
@@ -242,11 +237,9 @@ def gram_newton_schulz(x: torch.Tensor, schedule: tuple[tuple[float, float, floa
     x_k = P_k x_0, where P_k is a product of polynomials in A_0 = x_0 x_0^T. Everything commutes, so
     A_{k+1} = Q A_k Q with Q = q(A_k), and P_{k+1} = P_k Q: four (m, m) products an iteration (two in
     the first and the last), one (m, m) by (m, n) product for the Gram matrix and one to apply P at the
-    end. Against three products an iteration on the (m, n) matrix, that is fewer FLOPs once n > 1.5 m;
-    for the 4:1 MLP matrices of four iterations, 88 against 151 MFLOP each at m = 128 (3.5 against
-    6.8 ms for the four-minute recipe's six, float32, 2 cores). The same numbers as the direct
-    iterations up to rounding (~1e-6 here); in bfloat16 the products of products lose too much, so
-    only float32 takes this route."""
+    end. Against three products an iteration on the (m, n) matrix, that is fewer FLOPs once n > 1.5 m
+    (docs/benchmarks.md). The same numbers as the direct iterations up to float32 rounding; in bfloat16
+    the products of products lose too much, so only float32 takes this route."""
     a_mat = torch.bmm(x, x.mT)  # (B, m, m)
     p_mat: torch.Tensor | None = None
     last = len(schedule) - 1
@@ -302,7 +295,7 @@ class MuonAdamW(Optimizer):
             grads = [p.grad for _, p in live]
             states = [self.state.setdefault(p, {"momentum_buffer": torch.zeros_like(p)}) for _, p in live]
             bufs = [state["momentum_buffer"] for state in states]
-            # one foreach operation each over every matrix, not two per matrix (~0.5 ms a step on 2 cores)
+            # one foreach operation each over every matrix, not two per matrix (docs/benchmarks.md)
             torch._foreach_lerp_(bufs, grads, 1 - momentum)
             updates = torch._foreach_lerp(grads, bufs, momentum)  # Nesterov: the gradient pushed on along the momentum
             by_shape: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
@@ -374,7 +367,7 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -
     if device.type == "cuda":
         adam: torch.optim.AdamW | AdamW = torch.optim.AdamW(groups, lr=o.lr, betas=betas, fused=True)
     else:
-        adam = AdamW(groups, lr=o.lr, betas=betas)  # same update, ~6 s less start-up (see above)
+        adam = AdamW(groups, lr=o.lr, betas=betas)  # same update, less start-up (see above)
     if o.optimizer != "muon":
         return adam
     ns_dtype = torch.bfloat16 if multiplies_bf16(device) else torch.float32
