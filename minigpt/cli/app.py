@@ -60,7 +60,7 @@ def _options(
 
 
 class _TrainCommand(TyperCommand):
-    """`train`, whose help also lists the config keys that take fixed values, read from config.py
+    """`train`, whose help also lists the config keys that take fixed values, read from config/schema.py
     only when the help is shown: no other command should pay for importing it (docs/benchmarks.md)."""
 
     @property

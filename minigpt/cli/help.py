@@ -73,7 +73,7 @@ def epilog(command: str) -> str:
 
 
 def train_epilog() -> str:
-    """train's examples and the config keys that take fixed values, read from config.py (so only
+    """train's examples and the config keys that take fixed values, read from config/schema.py (so only
     when the help is shown)."""
     from minigpt.config.schema import all_keys
 

@@ -180,7 +180,7 @@ class Batcher:
     With several ranks, every rank draws the same `batch_size` window starts and keeps its own
     contiguous share of them: the ranks see different data, and together exactly the batches a
     single process with the same seed would see. (That the batch splits evenly over the ranks is
-    config.batch_split_error's rule, checked before training starts.)
+    config.schema.batch_split_error's rule, checked before training starts.)
     """
 
     def __init__(

@@ -40,7 +40,7 @@ def load_model(target: Path, device: torch.device) -> Loaded:
 
 
 def cast_for_sampling(loaded: Loaded, dtype: str, device_name: str) -> None:
-    """Put the weights in the sampling dtype (`runtime.sampling_dtype`: auto is bf16 where native)."""
+    """Put the weights in the sampling dtype (`runtime.device.sampling_dtype`: auto is bf16 where native)."""
     device = loaded.model.device
     try:
         loaded.model.to(sampling_dtype(dtype, device))

@@ -1,7 +1,7 @@
 """Multi-process training through torchrun (DistributedDataParallel).
 
 `torchrun --nproc_per_node=N -m minigpt train ...` sets RANK / WORLD_SIZE / LOCAL_RANK; `launched`
-reads them, `runtime.resolve_device` picks this rank's device and `init` starts the process group
+reads them, `runtime.device.resolve_device` picks this rank's device and `init` starts the process group
 (nccl on CUDA, gloo on CPU).
 Without them everything here is a no-op and training runs in one process.
 
