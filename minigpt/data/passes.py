@@ -104,7 +104,7 @@ def _batches(files: Sequence[SourceFile], tick: Callable[[int], None], sep: byte
         yield blob, members, None
 
 
-class _Beside:
+class _BackgroundJobs:
     """Jobs run in order on a second thread while the caller goes on, at most `depth` of them
     waiting; a job's error is raised in the caller. The write system call and hashing a large
     chunk let go of Python's lock, so on two cores they run beside the encoder's own work (a large
@@ -120,7 +120,7 @@ class _Beside:
         while len(self.pending) > self.depth:
             self.pending.popleft().result()
 
-    def __enter__(self) -> _Beside:
+    def __enter__(self) -> _BackgroundJobs:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -257,8 +257,8 @@ def hashes_and_vocabulary(files: Sequence[SourceFile], tick: Callable[[int], Non
             vocab.add_whole(blob, members)
         else:  # a large file's 16 MB chunks are hashed on a second thread while the next is read
             h = hashlib.sha256()
-            with _Beside(depth=1) as beside:
-                vocab.add_streamed(members[0][0], large, tick, partial(beside.submit, h.update))
+            with _BackgroundJobs(depth=1) as background:
+                vocab.add_streamed(members[0][0], large, tick, partial(background.submit, h.update))
             hashes[members[0][0]] = h.hexdigest()
     return hashes, vocab.chars(), vocab.bad
 
@@ -325,17 +325,17 @@ def write_ids(out: IO[bytes], files: Sequence[SourceFile], tok: Tokenizer, separ
     sep = separator.encode("utf-8") if len(files) > 1 else b""
     char = _CharWriter(tok, dtype) if isinstance(tok, CharTokenizer) else None
     written, split = 0, None
-    beside = _Beside(depth=1)  # one write runs while the next batch's ids are made
+    background = _BackgroundJobs(depth=1)  # one write runs while the next batch's ids are made
 
     def put(data: bytes | bytearray | np.ndarray) -> None:
         nonlocal written
-        beside.submit(out.write, data)  # an array as it is: its buffer, not a copy (docs/benchmarks.md)
+        background.submit(out.write, data)  # an array as it is: its buffer, not a copy (docs/benchmarks.md)
         written += (data.nbytes if isinstance(data, np.ndarray) else len(data)) // dtype.itemsize
 
     def put_text(text: bytes | bytearray) -> None:
         put(text if char is None else char.encode_whole(text))
 
-    with beside:
+    with background:
         for blob, members, large in _batches(files, tick, sep):
             if large is not None:
                 i = members[0][0]
