@@ -13,7 +13,7 @@ SEED_LIMIT = 2**63  # seeds are in [0, 2**63): what torch.Generator.manual_seed 
 INT_LIMIT = 2**63  # every integer key fits a signed 64-bit int: train.max_steps=1e30 is a typo, not a plan
 
 
-def _f(
+def config_field(
     default: Any,
     help: str,
     choices: tuple[str, ...] | None = None,

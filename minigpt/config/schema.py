@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minigpt.config.choices import DEVICE_NAMES, SAMPLE_DTYPES, UNKNOWN_CHARS, is_device_name
-from minigpt.config.fields import SEED_LIMIT, _f, field_error, whole_number, whole_number_error
+from minigpt.config.fields import SEED_LIMIT, config_field, field_error, whole_number, whole_number_error
 from minigpt.errors import UserError
 
 DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
@@ -29,60 +29,70 @@ DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
 
 @dataclass(frozen=True)
 class ModelConfig:
-    n_layer: int = _f(3, "number of transformer blocks", ge=1)
-    n_head: int = _f(4, "attention heads per block (must divide n_embd)", ge=1)
-    n_embd: int = _f(128, "width of the residual stream (embedding size)", ge=1)
-    block_size: int = _f(64, "context length in characters", ge=1)
-    dropout: float = _f(0.0, "dropout probability in [0, 1); 0 for small data or short runs", ge=0, lt=1)
-    bias: bool = _f(False, "use biases in Linear and LayerNorm layers")
-    pos_emb: str = _f(
+    n_layer: int = config_field(3, "number of transformer blocks", ge=1)
+    n_head: int = config_field(4, "attention heads per block (must divide n_embd)", ge=1)
+    n_embd: int = config_field(128, "width of the residual stream (embedding size)", ge=1)
+    block_size: int = config_field(64, "context length in characters", ge=1)
+    dropout: float = config_field(0.0, "dropout probability in [0, 1); 0 for small data or short runs", ge=0, lt=1)
+    bias: bool = config_field(False, "use biases in Linear and LayerNorm layers")
+    pos_emb: str = config_field(
         "rope",
         "positions: learned (a trained table, GPT-2), sinusoidal (the original Transformer's fixed "
         "encoding) or rope (rotary, applied to queries and keys)",
         ("learned", "sinusoidal", "rope"),
     )
-    norm: str = _f(
+    norm: str = config_field(
         "pre",
         "LayerNorm placement: pre (before attention/MLP, GPT-2) or post (after each residual add, "
         "the original Transformer)",
         ("pre", "post"),
     )
-    attn_only: bool = _f(False, "drop the MLPs: blocks of attention only (the induction-head papers' toy models)")
+    attn_only: bool = config_field(
+        False, "drop the MLPs: blocks of attention only (the induction-head papers' toy models)"
+    )
     # options the speed-record trainers use; each off by default (docs/model_options.md)
-    qk_norm: bool = _f(False, "RMS-normalise each head's queries and keys before attention (no learned scale)")
-    mlp_act: str = _f("gelu", "the MLP's activation: gelu (exact, GPT-2) or relu2 (relu(x) squared)", ("gelu", "relu2"))
-    zero_init_proj: bool = _f(False, "attention and MLP output projections start at zero (blocks start as identity)")
-    value_embeds: bool = _f(False, "a second token embedding per block, added to its attention values (a learned mix)")
-    logit_softcap: float = _f(0.0, "bound the logits smoothly: cap * tanh(logits / cap) (0 = off)", ge=0)
+    qk_norm: bool = config_field(
+        False, "RMS-normalise each head's queries and keys before attention (no learned scale)"
+    )
+    mlp_act: str = config_field(
+        "gelu", "the MLP's activation: gelu (exact, GPT-2) or relu2 (relu(x) squared)", ("gelu", "relu2")
+    )
+    zero_init_proj: bool = config_field(
+        False, "attention and MLP output projections start at zero (blocks start as identity)"
+    )
+    value_embeds: bool = config_field(
+        False, "a second token embedding per block, added to its attention values (a learned mix)"
+    )
+    logit_softcap: float = config_field(0.0, "bound the logits smoothly: cap * tanh(logits / cap) (0 = off)", ge=0)
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str | list[str] = _f(
+    path: str | list[str] = config_field(
         DEFAULT_DATA_PATH,
         "what to train on: a text file, a folder (every file under it; hidden ones skipped), a glob pattern, or a "
         "list of these (tiny Shakespeare is fetched if it is the default and missing)",
         paths=True,
     )
-    val_fraction: float = _f(
+    val_fraction: float = config_field(
         0.1,
         "share held out for validation: the end of a single text, or whole files of several (chosen by a hash "
         "of their names)",
         gt=0,
         lt=1,
     )
-    val_path: str | list[str] | None = _f(
+    val_path: str | list[str] | None = config_field(
         None, "validation text instead of a share of data.path: a file, folder, glob or list", paths=True
     )
-    doc_separator: str = _f("\n", "text put between two files (documents), so no window glues them mid-line")
-    tokenizer: str = _f(
+    doc_separator: str = config_field("\n", "text put between two files (documents), so no window glues them mid-line")
+    tokenizer: str = config_field(
         "char",
         "char (one id per distinct character) or byte (the 256 byte values: any file, any language, a fixed "
         "vocabulary; losses in bits per byte)",
         ("char", "byte"),
     )
-    cache_dir: str | None = _f(None, "where encoded text is cached (default: the user's cache directory)")
-    new_chars: str = _f(
+    cache_dir: str | None = config_field(None, "where encoded text is cached (default: the user's cache directory)")
+    new_chars: str = config_field(
         "error",
         "fine-tuning (train.init_from) on text with characters the model never saw: error (name them) or add "
         "(new embedding rows, initialised like the others)",
@@ -92,84 +102,90 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = _f(32, "sequences per optimizer step (split over grad_accum_steps micro-batches)", ge=1)
-    max_steps: int = _f(480, "optimizer steps to train for", ge=1)
-    grad_accum_steps: int = _f(1, "micro-batches per optimizer step (must divide batch_size)", ge=1)
-    eval_interval: int = _f(240, "steps between evaluations (val loss, checkpoints, text sample)", ge=1)
-    eval_steps: int = _f(10, "validation batches per evaluation (fixed for the whole run)", ge=1)
-    ckpt_interval: int = _f(0, "steps between extra last.pt saves, independent of eval (0 = only at eval)", ge=0)
-    seed: int = _f(1337, "one seed for weights, batches and dropout", ge=0, lt=SEED_LIMIT)
-    device: str = _f("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
-    dtype: str = _f(
+    batch_size: int = config_field(32, "sequences per optimizer step (split over grad_accum_steps micro-batches)", ge=1)
+    max_steps: int = config_field(480, "optimizer steps to train for", ge=1)
+    grad_accum_steps: int = config_field(1, "micro-batches per optimizer step (must divide batch_size)", ge=1)
+    eval_interval: int = config_field(240, "steps between evaluations (val loss, checkpoints, text sample)", ge=1)
+    eval_steps: int = config_field(10, "validation batches per evaluation (fixed for the whole run)", ge=1)
+    ckpt_interval: int = config_field(
+        0, "steps between extra last.pt saves, independent of eval (0 = only at eval)", ge=0
+    )
+    seed: int = config_field(1337, "one seed for weights, batches and dropout", ge=0, lt=SEED_LIMIT)
+    device: str = config_field("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
+    dtype: str = config_field(
         "auto",
         "compute precision: auto (bf16 autocast on CUDA where supported, else fp16; on a CPU with native "
         "bf16 (AVX512-BF16 or AMX) bf16 autocast, else fp32), "
         "float32, bfloat16, float16",
         ("auto", "float32", "bfloat16", "float16"),
     )
-    compile: bool = _f(False, "torch.compile the model (falls back to eager if compilation fails)")
-    threads: int = _f(0, "CPU threads for training (0 = the cores this process may use)", ge=0)
-    init_from: str | None = _f(
+    compile: bool = config_field(False, "torch.compile the model (falls back to eager if compilation fails)")
+    threads: int = config_field(0, "CPU threads for training (0 = the cores this process may use)", ge=0)
+    init_from: str | None = config_field(
         None, "a run directory or checkpoint whose weights this new run starts from (fine-tuning; --init-from)"
     )
-    patience: int = _f(0, "stop after this many evaluations without a new best val loss (0 = never)", ge=0)
-    min_delta: float = _f(0.0, "the least val-loss improvement that resets the patience count", ge=0)
-    max_time: str | None = _f(
+    patience: int = config_field(0, "stop after this many evaluations without a new best val loss (0 = never)", ge=0)
+    min_delta: float = config_field(0.0, "the least val-loss improvement that resets the patience count", ge=0)
+    max_time: str | None = config_field(
         None, "stop cleanly at the first step past this wall time, e.g. 90s, 10m, 1h (null = no limit)", duration=True
     )
-    final_eval: bool = _f(True, "score the best checkpoint on the whole validation split at the end (results.json)")
-    final_eval_tokens: int = _f(
+    final_eval: bool = config_field(
+        True, "score the best checkpoint on the whole validation split at the end (results.json)"
+    )
+    final_eval_tokens: int = config_field(
         1_000_000,
         "the final evaluation's bound: a validation split longer than this many tokens is scored on an evenly "
         "spread sample of whole windows of about this many tokens (0 = always the whole split)",
         ge=0,
     )
-    keep_every: int = _f(
+    keep_every: int = config_field(
         0, "keep a weights-only snapshot step_NNNNNNN.pt every N steps (sample, eval, attention take it; 0 = off)", ge=0
     )
 
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = _f(3e-3, "peak learning rate, reached at the end of warm-up", ge=0)
-    min_lr: float = _f(3e-4, "learning rate at the end of the decay (<= lr)", ge=0)
-    warmup_steps: int = _f(50, "linear warm-up steps from ~0 to lr", ge=0)
-    schedule: str = _f("cosine", "decay after warm-up: cosine, linear or constant", ("cosine", "linear", "constant"))
-    schedule_by: str = _f(
+    lr: float = config_field(3e-3, "peak learning rate, reached at the end of warm-up", ge=0)
+    min_lr: float = config_field(3e-4, "learning rate at the end of the decay (<= lr)", ge=0)
+    warmup_steps: int = config_field(50, "linear warm-up steps from ~0 to lr", ge=0)
+    schedule: str = config_field(
+        "cosine", "decay after warm-up: cosine, linear or constant", ("cosine", "linear", "constant")
+    )
+    schedule_by: str = config_field(
         "steps",
         "what the decay runs over: steps (to train.max_steps), or time (to train.max_time of wall clock, so a "
         "fixed time budget always ends its decay; one process only)",
         ("steps", "time"),
     )
-    weight_decay: float = _f(0.1, "AdamW weight decay, applied to weight matrices only", ge=0)
-    beta1: float = _f(0.9, "AdamW beta1", ge=0, lt=1)
-    beta2: float = _f(0.99, "AdamW beta2", ge=0, lt=1)
-    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)", ge=0)
-    optimizer: str = _f(
+    weight_decay: float = config_field(0.1, "AdamW weight decay, applied to weight matrices only", ge=0)
+    beta1: float = config_field(0.9, "AdamW beta1", ge=0, lt=1)
+    beta2: float = config_field(0.99, "AdamW beta2", ge=0, lt=1)
+    grad_clip: float = config_field(1.0, "clip the global gradient norm to this (0 = no clipping)", ge=0)
+    optimizer: str = config_field(
         "adamw", "adamw, or muon for the blocks' weight matrices (AdamW for the rest)", ("adamw", "muon")
     )
-    muon_lr: float = _f(0.02, "Muon's peak learning rate (on the same schedule as lr)", ge=0)
-    muon_momentum: float = _f(0.95, "Muon's Nesterov momentum", ge=0, lt=1)
+    muon_lr: float = config_field(0.02, "Muon's peak learning rate (on the same schedule as lr)", ge=0)
+    muon_momentum: float = config_field(0.95, "Muon's Nesterov momentum", ge=0, lt=1)
 
 
 @dataclass(frozen=True)
 class LogConfig:
-    tensorboard: bool = _f(True, "write TensorBoard event files into the run directory")
-    progress: str = _f(
+    tensorboard: bool = config_field(True, "write TensorBoard event files into the run directory")
+    progress: str = config_field(
         "auto",
         "progress display: bar (a live bar), lines (a plain line every progress_seconds, for log files), off, "
         "or auto (bar on a terminal, lines when stderr is a file or pipe)",
         ("auto", "bar", "lines", "off"),
     )
-    progress_seconds: float = _f(10.0, "seconds between progress lines in lines mode", gt=0)
-    interval: int = _f(10, "steps between train-loss / lr / throughput logs", ge=1)
-    sample_length: int = _f(200, "characters of sample text logged at each eval (0 = none)", ge=0)
-    sample_prompt: str = _f("\n", "prompt for the text sample logged at each eval")
-    attention_probe: str = _f(
+    progress_seconds: float = config_field(10.0, "seconds between progress lines in lines mode", gt=0)
+    interval: int = config_field(10, "steps between train-loss / lr / throughput logs", ge=1)
+    sample_length: int = config_field(200, "characters of sample text logged at each eval (0 = none)", ge=0)
+    sample_prompt: str = config_field("\n", "prompt for the text sample logged at each eval")
+    attention_probe: str = config_field(
         "ROMEO:\nBut, soft! what light",
         "text whose attention maps are logged to TensorBoard as images at each eval (empty = off)",
     )
-    peak_tflops: float = _f(
+    peak_tflops: float = config_field(
         0.0,
         "peak TFLOPS of one device, for the MFU figure (0 = look the GPU up in minigpt's table; "
         "no MFU on a CPU unless set)",
@@ -356,14 +372,14 @@ class SampleOptions:
     """How to sample, built once from `minigpt sample`'s flags (or the Python API's arguments) and
     checked by its constructor; each field's error names its flag."""
 
-    num_samples: int = _f(1, "how many samples", ge=1)
-    max_new_tokens: int = _f(500, "characters to generate", ge=0)
-    temperature: float = _f(0.8, "softmax temperature; 0 is greedy", ge=0)
-    top_k: int | None = _f(None, "keep the k most likely characters", ge=1)
-    top_p: float | None = _f(None, "nucleus: keep the most likely p of the probability mass", gt=0, le=1)
-    seed: int = _f(1337, "random seed; the same seed gives the same text", ge=0, lt=SEED_LIMIT)
-    unknown: str = _f("error", "prompt characters the model never saw: an error, or skipped", UNKNOWN_CHARS)
-    dtype: str = _f("auto", "the weights' precision while sampling", SAMPLE_DTYPES)
+    num_samples: int = config_field(1, "how many samples", ge=1)
+    max_new_tokens: int = config_field(500, "characters to generate", ge=0)
+    temperature: float = config_field(0.8, "softmax temperature; 0 is greedy", ge=0)
+    top_k: int | None = config_field(None, "keep the k most likely characters", ge=1)
+    top_p: float | None = config_field(None, "nucleus: keep the most likely p of the probability mass", gt=0, le=1)
+    seed: int = config_field(1337, "random seed; the same seed gives the same text", ge=0, lt=SEED_LIMIT)
+    unknown: str = config_field("error", "prompt characters the model never saw: an error, or skipped", UNKNOWN_CHARS)
+    dtype: str = config_field("auto", "the weights' precision while sampling", SAMPLE_DTYPES)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
