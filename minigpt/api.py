@@ -23,7 +23,7 @@ import torch
 from minigpt.config.schema import SampleOptions
 from minigpt.data.tokenizer import checked_text
 from minigpt.errors import UserError
-from minigpt.infer.loading import Loaded, column_major_for_decoding, load_model, source_line
+from minigpt.infer.loading import LoadedModel, column_major_for_decoding, load_model, source_line
 from minigpt.infer.sample import sample as sample_text
 from minigpt.infer.score import Scores, score_text
 from minigpt.inspect.attention import attention_maps_for, attention_page
@@ -36,7 +36,7 @@ from minigpt.runtime.device import resolve_device
 class Model:
     """A trained minigpt model, loaded from a run directory or checkpoint (see `load`)."""
 
-    def __init__(self, loaded: Loaded):
+    def __init__(self, loaded: LoadedModel):
         self.loaded = loaded
 
     @property

@@ -32,14 +32,14 @@ MODELS = {  # name: model overrides of the default config
 
 
 def random_model(overrides: dict, name: str):
-    """A Loaded model with the default config (and `overrides`), random weights, tiny Shakespeare's 65 characters."""
+    """A LoadedModel with the default config (and `overrides`), random weights, tiny Shakespeare's 65 characters."""
     import dataclasses
 
     import torch
 
     from minigpt.config.schema import config_from_dict
     from minigpt.data.tokenizer import CharTokenizer
-    from minigpt.infer.loading import Loaded
+    from minigpt.infer.loading import LoadedModel
     from minigpt.model import GPT
 
     cfg = config_from_dict({}, "defaults")
@@ -49,7 +49,7 @@ def random_model(overrides: dict, name: str):
     torch.manual_seed(0)
     model = GPT(cfg.model, tok.vocab_size).eval()
     ckpt = SimpleNamespace(step=0, val_loss=None)
-    return Loaded(model, tok, cfg, Path(f"random-{name.split()[0]}.pt"), ckpt)
+    return LoadedModel(model, tok, cfg, Path(f"random-{name.split()[0]}.pt"), ckpt)
 
 
 def measure(browser, page_path: Path, chars: int, repeats: int) -> tuple[float, float]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from minigpt.data.tokenizer import checked_text
 from minigpt.errors import UserError
-from minigpt.infer.loading import Loaded, source_line
+from minigpt.infer.loading import LoadedModel, source_line
 from minigpt.infer.score import Scores
 from minigpt.inspect.attention import attention_page, write_attention_png
 from minigpt.inspect.pages import check_output
@@ -24,7 +24,7 @@ def text_input(text: str | None, file: Path | None) -> tuple[str, str]:
 
 
 def write_attention_files(
-    loaded: Loaded, text: str, what: str, out: Path | None, html: Path | None,
+    loaded: LoadedModel, text: str, what: str, out: Path | None, html: Path | None,
     layer: int | None = None, head: int | None = None, unknown: str = "error",
 ) -> list[str]:  # fmt: skip
     """`minigpt attention`: the heat-map picture (`out`, the first block_size characters) and/or the

@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from minigpt.cli.interactive import repl
 from minigpt.config.schema import SampleOptions
 from minigpt.errors import UserError
-from minigpt.infer.loading import Loaded
+from minigpt.infer.loading import LoadedModel
 from minigpt.infer.sample import check_stops, requests_for, sample_records
 
 
-def sample_command(loaded: Loaded, prompts: list[str], what: str, opts: SampleOptions, stops: Sequence[str],
+def sample_command(loaded: LoadedModel, prompts: list[str], what: str, opts: SampleOptions, stops: Sequence[str],
                    as_json: bool, interactive: bool, write: Callable[[str], None]) -> int:  # fmt: skip
     """`minigpt sample` after its flags are read: the interactive loop, JSON records, or the samples
     as text. Every prompt and stop string is checked before anything is generated."""

@@ -10,11 +10,11 @@ from typing import Any
 
 from minigpt.data.sources import resolve_sources
 from minigpt.errors import UserError
-from minigpt.infer.loading import Loaded
+from minigpt.infer.loading import LoadedModel
 from minigpt.model import parameter_count
 
 
-def training_data(loaded: Loaded) -> dict[str, Any]:
+def training_data(loaded: LoadedModel) -> dict[str, Any]:
     """How many files and bytes the model was trained on (training and validation text), counted
     from the files where they are now; None when they have moved."""
     data = loaded.config.data
@@ -30,7 +30,7 @@ def training_data(loaded: Loaded) -> dict[str, Any]:
             "tokenizer": loaded.tokenizer.kind}  # fmt: skip
 
 
-def validation_loss(loaded: Loaded) -> dict[str, Any]:
+def validation_loss(loaded: LoadedModel) -> dict[str, Any]:
     """The exported checkpoint's validation loss: the whole-split number from the run's
     results.json when it scored this checkpoint (same step), else the checkpoint's fixed-batch estimate."""
     ckpt, unit = loaded.checkpoint, loaded.tokenizer.unit
@@ -48,7 +48,7 @@ def validation_loss(loaded: Loaded) -> dict[str, Any]:
     return {"nats": round(loss, 4), f"bits_per_{unit}": round(loss / math.log(2), 4), "measured_on": how}
 
 
-def model_facts(loaded: Loaded) -> dict[str, Any]:
+def model_facts(loaded: LoadedModel) -> dict[str, Any]:
     """What the card and minigpt.json say about the model, as plain data."""
     cfg = loaded.config.model
     return {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from minigpt.config.choices import EXPORT_DTYPES, EXPORT_FORMATS
 from minigpt.errors import UserError, first_line
-from minigpt.infer.loading import Loaded
+from minigpt.infer.loading import LoadedModel
 
 FORMATS, DTYPES = EXPORT_FORMATS, EXPORT_DTYPES
 ONNX_DTYPES = ("float32", "float16")  # onnxruntime's CPU kernels have no bfloat16 matrix multiply
@@ -49,7 +49,7 @@ def check_request(out: Path, fmt: str, dtype: str, force: bool) -> None:
         raise UserError(f"--format {fmt} needs {', '.join(missing)} (the export extra): {INSTALL}")
 
 
-def check_not_inside(out: Path, loaded: Loaded) -> None:
+def check_not_inside(out: Path, loaded: LoadedModel) -> None:
     """Refuse an OUT that holds the checkpoint being exported: --force would delete the run."""
     ckpt, target = loaded.path.resolve(), out.resolve()
     if ckpt == target or target in ckpt.parents:
@@ -106,7 +106,7 @@ def _swap_in(stage: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def export_loaded(loaded: Loaded, out: Path, fmt: str = "hf", dtype: str = "float32", force: bool = False) -> str:
+def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = "float32", force: bool = False) -> str:
     """Export a loaded model to `out` in `fmt` ('hf' or 'onnx'); returns the line that says what was written."""
     check_request(out, fmt, dtype, force)
     check_not_inside(out, loaded)

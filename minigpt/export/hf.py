@@ -14,7 +14,7 @@ from minigpt.config.schema import SampleOptions
 from minigpt.export.architectures import ARCHITECTURES, architecture_for, hf_config, hf_weights
 from minigpt.export.card import model_card, model_facts
 from minigpt.export.tokenizer_json import UNKNOWN_RULE, build_tokenizer, tokenizer_config
-from minigpt.infer.loading import Loaded
+from minigpt.infer.loading import LoadedModel
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -40,7 +40,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def write_hf(loaded: Loaded, folder: Path, dtype: str) -> list[str]:
+def write_hf(loaded: LoadedModel, folder: Path, dtype: str) -> list[str]:
     """Write the Hugging Face files into `folder` (a fresh staging folder); returns their names."""
     from safetensors.torch import save_file
 

@@ -20,7 +20,7 @@ from minigpt.export.card import model_facts
 from minigpt.export.hf import sampling_defaults
 from minigpt.export.tokenizer_json import UNKNOWN_RULE, build_tokenizer, vocabulary
 from minigpt.infer.decode import half_window
-from minigpt.infer.loading import Loaded
+from minigpt.infer.loading import LoadedModel
 from minigpt.model import GPT
 
 FORMAT = "minigpt-onnx"
@@ -65,7 +65,7 @@ def export_onnx_graph(model: GPT, path: Path, dtype: torch.dtype) -> None:
     program.save(str(path), external_data=False)
 
 
-def minigpt_json(loaded: Loaded, dtype: str) -> dict[str, Any]:
+def minigpt_json(loaded: LoadedModel, dtype: str) -> dict[str, Any]:
     """What a sampler needs besides the graph: the vocabulary, the context, the sampling rule."""
     tok, block = loaded.tokenizer, loaded.config.model.block_size
     return {
@@ -85,7 +85,7 @@ def minigpt_json(loaded: Loaded, dtype: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def write_onnx(loaded: Loaded, folder: Path, dtype: str) -> list[str]:
+def write_onnx(loaded: LoadedModel, folder: Path, dtype: str) -> list[str]:
     """Write model.onnx, tokenizer.json and minigpt.json into `folder`; returns their names."""
     from minigpt.export.hf import TORCH_DTYPES
 

@@ -22,7 +22,7 @@ from minigpt.inspect.pages import HtmlPage, render, token_label
 from minigpt.io.atomic import atomic_open
 
 if TYPE_CHECKING:
-    from minigpt.infer.loading import Loaded
+    from minigpt.infer.loading import LoadedModel
 
 MAX_PAGE_BYTES = 100_000_000  # browsers parse a page this big in seconds; beyond it, use float16 or a smaller model
 ASSETS_BYTES = 200_000  # the page less its weights, an upper bound for the estimate made before encoding
@@ -75,7 +75,7 @@ def check_size(n_bytes: int, dtype: str) -> None:
     raise UserError(f"the playground page would be {size}, over the {limit} a page may hold; {hint}")
 
 
-def weight_blob(loaded: Loaded, dtype: str) -> tuple[bytes, dict[str, list]]:
+def weight_blob(loaded: LoadedModel, dtype: str) -> tuple[bytes, dict[str, list]]:
     """The weights as one little-endian buffer and the manifest {name: [offset, shape]} (offsets in numbers)."""
     import numpy as np
 
@@ -91,13 +91,13 @@ def weight_blob(loaded: Loaded, dtype: str) -> tuple[bytes, dict[str, list]]:
     return b"".join(parts), manifest
 
 
-def estimated_bytes(loaded: Loaded, dtype: str) -> int:
+def estimated_bytes(loaded: LoadedModel, dtype: str) -> int:
     """The page's size from the parameter count alone (base64: 4 characters per 3 bytes), before encoding."""
     n = sum(t.numel() for name, t in loaded.model.state_dict().items() if name != TIED)
     return (n * (4 if dtype == "float32" else 2) * 4 + 2) // 3 + ASSETS_BYTES
 
 
-def page_data(loaded: Loaded, dtype: str) -> dict:
+def page_data(loaded: LoadedModel, dtype: str) -> dict:
     """Everything the page needs, as plain data: the model's shape, the vocabulary, the weights and
     what the header says about the run."""
     from minigpt.infer.decode import half_window
@@ -127,7 +127,7 @@ def page_data(loaded: Loaded, dtype: str) -> dict:
     }
 
 
-def playground_page(loaded: Loaded, dtype: str = "float32") -> PlaygroundPage:
+def playground_page(loaded: LoadedModel, dtype: str = "float32") -> PlaygroundPage:
     """The page of `loaded`, refused with one line when it would pass MAX_PAGE_BYTES."""
     check_dtype(dtype)
     check_size(estimated_bytes(loaded, dtype), dtype)
@@ -151,7 +151,7 @@ def write_page(page: str, out: Path) -> Path:
     return out
 
 
-def write_playground(loaded: Loaded, out: Path, dtype: str = "float32") -> str:
+def write_playground(loaded: LoadedModel, out: Path, dtype: str = "float32") -> str:
     """Build and write the page; returns the line that says what was written and how big it is."""
     check_out(out)
     page = playground_page(loaded, dtype)

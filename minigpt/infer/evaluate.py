@@ -15,7 +15,7 @@ from minigpt.config.schema import DataConfig
 from minigpt.data.corpus import encode_corpus, load_corpus
 from minigpt.data.tokenizer import name_chars
 from minigpt.errors import UserError
-from minigpt.infer.loading import Loaded
+from minigpt.infer.loading import LoadedModel
 from minigpt.infer.windows import spread_starts, text_windows, token_losses
 from minigpt.model import GPT, evaluating
 
@@ -92,7 +92,7 @@ def icl_score(by_position: np.ndarray) -> tuple[float, int, int]:
     return float(by_position[late] - by_position[early]), late, early
 
 
-def eval_ids_for(loaded: Loaded, data: str | None) -> tuple[np.ndarray, np.ndarray | None, str]:
+def eval_ids_for(loaded: LoadedModel, data: str | None) -> tuple[np.ndarray, np.ndarray | None, str]:
     """The ids to evaluate (a memory map), the table into the model's vocabulary, and what they
     are: the run's validation split, or all of `data` (a file, folder or glob, joined as in
     training)."""
@@ -121,7 +121,7 @@ def eval_ids_for(loaded: Loaded, data: str | None) -> tuple[np.ndarray, np.ndarr
     return corpus.val, table, f"validation split of {corpus.description}"
 
 
-def evaluate(loaded: Loaded, data: str | Path | None, max_tokens: int = 0) -> tuple[EvalResult, str]:
+def evaluate(loaded: LoadedModel, data: str | Path | None, max_tokens: int = 0) -> tuple[EvalResult, str]:
     """`minigpt eval`: every position of the validation split (or of `data`), or with `max_tokens`
     a spread sample of whole windows when there are more predictions than that."""
     ids, table, what = eval_ids_for(loaded, str(data) if data is not None else None)

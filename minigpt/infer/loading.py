@@ -16,7 +16,9 @@ from minigpt.runtime.device import sampling_dtype
 
 
 @dataclass
-class Loaded:
+class LoadedModel:
+    """A model loaded for use, with its tokenizer, its config and the checkpoint (and its path) it came from."""
+
     model: GPT
     tokenizer: Tokenizer
     config: Config
@@ -24,7 +26,7 @@ class Loaded:
     checkpoint: Checkpoint
 
 
-def load_model(target: Path, device: torch.device) -> Loaded:
+def load_model(target: Path, device: torch.device) -> LoadedModel:
     """The model of a run directory (its best.pt, else last.pt) or of a checkpoint file, in eval mode."""
     path = resolve_checkpoint(target, prefer=BEST)
     ckpt = Checkpoint.load(path)
@@ -36,10 +38,10 @@ def load_model(target: Path, device: torch.device) -> Loaded:
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{path} is a damaged minigpt checkpoint: {first_line(e)}") from None
     model.to(device).eval()
-    return Loaded(model, tok, cfg, path, ckpt)
+    return LoadedModel(model, tok, cfg, path, ckpt)
 
 
-def cast_for_sampling(loaded: Loaded, dtype: str, device_name: str) -> None:
+def cast_for_sampling(loaded: LoadedModel, dtype: str, device_name: str) -> None:
     """Put the weights in the sampling dtype (`runtime.device.sampling_dtype`: auto is bf16 where native)."""
     device = loaded.model.device
     try:
@@ -65,7 +67,7 @@ def column_major_for_decoding(model: GPT) -> None:
                 module.weight.data = w.data.t().contiguous().t()
 
 
-def source_line(loaded: Loaded) -> str:
+def source_line(loaded: LoadedModel) -> str:
     """Which model this is, for pages and reprs: its checkpoint, step and validation loss, and shape."""
     ckpt = loaded.checkpoint
     val = f", val loss {ckpt.val_loss:.4f}" if isinstance(ckpt.val_loss, float) else ""

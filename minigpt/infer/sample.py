@@ -23,7 +23,7 @@ from minigpt.config.schema import SampleOptions
 from minigpt.data.tokenizer import Tokenizer, name_chars
 from minigpt.errors import UserError
 from minigpt.infer.decode import generate_batch
-from minigpt.infer.loading import Loaded
+from minigpt.infer.loading import LoadedModel
 from minigpt.io.textfiles import read_text
 from minigpt.model import GPT
 from minigpt.runtime import memory
@@ -222,7 +222,7 @@ class OrderedOutput:
             self.next += 1
 
 
-def sample_records(loaded: Loaded, prompts: str | Sequence[str], opts: SampleOptions,
+def sample_records(loaded: LoadedModel, prompts: str | Sequence[str], opts: SampleOptions,
                    write: Callable[[str], None] | None = None, stops: Sequence[str] = (),
                    what: str = "--prompt") -> list[Sample]:  # fmt: skip
     """`opts.num_samples` samples for each prompt, generated in batches (generate_samples), seeds
@@ -241,6 +241,6 @@ def sample_records(loaded: Loaded, prompts: str | Sequence[str], opts: SampleOpt
     return samples
 
 
-def sample(loaded: Loaded, prompt: str, opts: SampleOptions, write: Callable[[str], None]) -> list[str]:
+def sample(loaded: LoadedModel, prompt: str, opts: SampleOptions, write: Callable[[str], None]) -> list[str]:
     """`sample_records` for one prompt, written through `write`: the samples' texts."""
     return [s.text for s in sample_records(loaded, prompt, opts, write)]

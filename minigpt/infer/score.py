@@ -11,7 +11,7 @@ import torch
 
 from minigpt.errors import UserError
 from minigpt.infer.decode import half_window
-from minigpt.infer.loading import Loaded
+from minigpt.infer.loading import LoadedModel
 from minigpt.infer.windows import token_losses
 
 
@@ -54,7 +54,7 @@ class Scores:
 
 
 @torch.no_grad()
-def score_text(loaded: Loaded, text: str, top: int = 0) -> Scores:
+def score_text(loaded: LoadedModel, text: str, top: int = 0) -> Scores:
     """Surprise per character. Text longer than the context is scored in windows of block_size that
     advance by half a window, each character scored once, with at least half a window of context
     (all of it before the first window is full). `top` > 0 also keeps the model's `top` likeliest

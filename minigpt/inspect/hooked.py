@@ -23,7 +23,7 @@ from minigpt.errors import UserError
 from minigpt.model import GPT
 
 if TYPE_CHECKING:
-    from minigpt.infer.loading import Loaded
+    from minigpt.infer.loading import LoadedModel
 
 INSTALL = "pip install 'minigpt[interp]' (in a checkout: uv sync --extra interp)"
 MIN_VERSION = (4, 3)
@@ -133,7 +133,7 @@ def transformer_bridge() -> Any:
     return TransformerBridge
 
 
-def hooked_model(loaded: Loaded) -> Any:
+def hooked_model(loaded: LoadedModel) -> Any:
     """The loaded model as a TransformerLens `TransformerBridge` in eval mode, on the model's device
     and in its dtype: its logits on token ids (B, T) are minigpt's. It has no tokenizer (minigpt's
     characters are not a Hugging Face tokenizer): pass ids from `loaded.tokenizer.encode`."""

@@ -20,7 +20,7 @@ import torch
 
 from minigpt.data.tokenizer import Tokenizer, checked_text
 from minigpt.errors import UserError
-from minigpt.infer.loading import Loaded, source_line
+from minigpt.infer.loading import LoadedModel, source_line
 from minigpt.inspect.pages import TOP_GUESSES, HtmlPage, _snippet, render, token_label
 from minigpt.model import GPT, evaluating
 
@@ -120,7 +120,7 @@ def logit_lens(model: GPT, tok: Tokenizer, text: str, top: int = TOP_GUESSES) ->
                 model.cfg.norm, dropped)  # fmt: skip
 
 
-def lens_of(loaded: Loaded, text: str, what: str = "the text", unknown: str = "error") -> Lens:
+def lens_of(loaded: LoadedModel, text: str, what: str = "the text", unknown: str = "error") -> Lens:
     """The lens over `text` as `minigpt lens` reads it: unknown characters refused (or, with
     unknown='skip', dropped), then its first block_size tokens."""
     return logit_lens(loaded.model, loaded.tokenizer, checked_text(loaded.tokenizer, text, what, unknown))
@@ -151,6 +151,6 @@ def lens_html(lens: Lens, tok: Tokenizer, source: str) -> HtmlPage:
     return HtmlPage(render("lens", f"logit lens: {_snippet(lens.chars)}", data), "lens", summary, height=640)
 
 
-def lens_page(loaded: Loaded, text: str, what: str = "the text", unknown: str = "error") -> HtmlPage:
+def lens_page(loaded: LoadedModel, text: str, what: str = "the text", unknown: str = "error") -> HtmlPage:
     """The lens page of `text` (`minigpt lens --html`)."""
     return lens_html(lens_of(loaded, text, what, unknown), loaded.tokenizer, source_line(loaded))

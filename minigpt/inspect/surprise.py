@@ -4,12 +4,12 @@ score --html`, `Model.show_score`)."""
 from __future__ import annotations
 
 from minigpt.data.tokenizer import checked_text
-from minigpt.infer.loading import Loaded, source_line
+from minigpt.infer.loading import LoadedModel, source_line
 from minigpt.infer.score import score_text
 from minigpt.inspect.pages import MAX_PAGE_CHARS, TOP_GUESSES, HtmlPage, check_length, score_html
 
 
-def score_page(loaded: Loaded, text: str, what: str = "--text", unknown: str = "error") -> HtmlPage:
+def score_page(loaded: LoadedModel, text: str, what: str = "--text", unknown: str = "error") -> HtmlPage:
     """The surprise page of `text`: `score_text` with the top guesses, as `minigpt score` computes it."""
     text = checked_text(loaded.tokenizer, text, what, unknown)
     check_length(len(text), MAX_PAGE_CHARS, what)
