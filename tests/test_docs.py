@@ -3,8 +3,8 @@ README's length, and the relative links between the README and the pages under d
 
 from __future__ import annotations
 
+import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +16,10 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def test_readme_config_table_is_current() -> None:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        from config_table import config_table
-    finally:
-        sys.path.pop(0)
+    spec = importlib.util.spec_from_file_location("config_table", ROOT / "scripts" / "config_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    config_table = script.config_table
     page = CONFIG_PAGE.read_text(encoding="utf-8")
     block = page.split("<!-- config-table:start -->")[1].split("<!-- config-table:end -->")[0]
     assert block.strip() == config_table(), (
