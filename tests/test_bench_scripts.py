@@ -11,7 +11,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import bench  # noqa: E402
 import bench_budget  # noqa: E402
-import bench_options  # noqa: E402
 
 sys.path.pop(0)
 
@@ -50,15 +49,3 @@ def test_the_budget_point_is_the_whole_split_score_and_earlier_points_the_curves
 def test_only_and_skip_pick_the_parts(args: list[str], parts: set[str]) -> None:
     assert bench.parse_args(args).parts == parts
 
-
-def test_the_options_bench_compares_each_option_with_the_baseline_on_the_same_seeds() -> None:
-    runs = [{"option": "baseline", "seed": 1, "val_loss": 1.60, "ms_per_step": 100.0},
-            {"option": "baseline", "seed": 2, "val_loss": 1.62, "ms_per_step": 104.0},
-            {"option": "qk_norm", "seed": 1, "val_loss": 1.57, "ms_per_step": 110.0},
-            {"option": "qk_norm", "seed": 2, "val_loss": 1.58, "ms_per_step": 112.0}]  # fmt: skip
-    s = bench_options.summarize(runs)
-    assert s["qk_norm"]["loss_change"] == pytest.approx(1.575 - 1.61)
-    assert s["qk_norm"]["step_ratio"] == pytest.approx(111.0 / 102.0)
-    assert s["baseline"]["spread"] == pytest.approx(0.02) and s["baseline"]["seeds"] == 2
-    assert "| qk_norm | 1.5750 | -0.0350 | 0.0100 | 111.0 | 1.09x |" in bench_options.table(s, 1000)
-    assert set(bench_options.OPTIONS["all"]) == {o for k, v in bench_options.OPTIONS.items() if k != "all" for o in v}
