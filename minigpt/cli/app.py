@@ -186,10 +186,10 @@ def sample(
     from minigpt.infer.sample import prompts_from
 
     opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
-    prompts, what = prompts_from(prompt, prompt_file, prompts_file)
+    prompts, label = prompts_from(prompt, prompt_file, prompts_file)
     loaded = load_model(target, inference_device(device, threads))
     cast_for_sampling(loaded, dtype, device)
-    return sample_command(loaded, prompts, what, opts, stop or [], as_json, interactive, _write_stdout)
+    return sample_command(loaded, prompts, label, opts, stop or [], as_json, interactive, _write_stdout)
 
 
 @app.command(name="eval", epilog=epilog("eval"))
@@ -220,14 +220,14 @@ def eval_(
         by_position_command(load_model(target, inference_device(device, threads)), data, max_tokens, as_json, png)
         return
     loaded = load_model(target, inference_device(device, threads))
-    result, what = evaluate(loaded, data, max_tokens)
-    what = f"a spread sample of {result.of_tokens:,}, {what}" if result.sampled else what
+    result, label = evaluate(loaded, data, max_tokens)
+    label = f"a spread sample of {result.of_tokens:,}, {label}" if result.sampled else label
     if as_json:
         print(json.dumps(result.to_dict()))
     else:
         print(
             f"loss {result.loss:.4f} nats | {result.bpc:.4f} bits/{result.unit} | perplexity {result.perplexity:.3f} | "
-            f"{result.tokens:,} {'characters' if result.unit == 'char' else 'bytes'} ({what}, {loaded.path})"
+            f"{result.tokens:,} {'characters' if result.unit == 'char' else 'bytes'} ({label}, {loaded.path})"
         )
 
 
@@ -254,15 +254,15 @@ def score(
     from minigpt.inspect.pages import check_output
     from minigpt.inspect.surprise import score_page
 
-    text, what = text_input(text, file)
+    text, label = text_input(text, file)
     if html is not None:
         check_output(html)
     loaded = load_model(target, inference_device(device, threads))
     if html is not None:
-        page = score_page(loaded, text, what, unknown)
+        page = score_page(loaded, text, label, unknown)
         print(f"wrote {page.save(html)}: {page.summary} (from {loaded.path})", file=sys.stderr)
         return
-    result = score_text(loaded, checked_text(loaded.tokenizer, text, what, unknown))
+    result = score_text(loaded, checked_text(loaded.tokenizer, text, label, unknown))
     if as_json:
         print(json.dumps(result.to_dict()))
         return
@@ -293,9 +293,9 @@ def attention(
     from minigpt.cli.pages import text_input, write_attention_files
     from minigpt.infer.loading import load_model
 
-    text, what = text_input(text, file)
+    text, label = text_input(text, file)
     loaded = load_model(target, inference_device(device, threads))
-    for line in write_attention_files(loaded, text, what, out, html, layer, head, unknown):
+    for line in write_attention_files(loaded, text, label, out, html, layer, head, unknown):
         print(f"{line} (from {loaded.path})" if line.startswith("wrote") else line, file=sys.stderr)
 
 

@@ -160,13 +160,13 @@ def by_position_command(loaded, data: Path | None, max_tokens: int, as_json: boo
         from minigpt.inspect.pages import check_output
 
         check_output(png, "--png")
-    ids, table, what = eval_ids_for(loaded, str(data) if data is not None else None)
+    ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
     curve = loss_by_position(loaded.model, ids, table, max_tokens)
     score, late, early = icl_score(curve)
     if png is not None:
         from minigpt.inspect.heads import draw_loss_by_position
 
-        draw_loss_by_position(curve, late, early, png, f"{loaded.path}: {what}")
+        draw_loss_by_position(curve, late, early, png, f"{loaded.path}: {label}")
         print(f"wrote {png}", file=sys.stderr)
     if as_json:
         print(json.dumps({"by_position": [round(float(v), 6) for v in curve], "icl_score": score,
@@ -174,7 +174,7 @@ def by_position_command(loaded, data: Path | None, max_tokens: int, as_json: boo
         return
     block = len(curve)
     marks = sorted({0, early, block // 4, block // 2, late, block - 1})
-    print(f"loss by position over {what} ({loaded.path}), nats:")
+    print(f"loss by position over {label} ({loaded.path}), nats:")
     print("  " + "  ".join(f"{t + 1:>5}" for t in marks) + "   (position: characters of context)")
     print("  " + "  ".join(f"{curve[t]:>5.3f}" for t in marks))
     print(f"in-context-learning score {score:+.4f} nats: the loss at position {late + 1} minus at {early + 1} "

@@ -60,11 +60,11 @@ def lens_cmd(
     from minigpt.inspect.lens import lens_html, lens_of
     from minigpt.inspect.pages import check_output
 
-    text, what = text_input(text, file)
+    text, label = text_input(text, file)
     if html is not None:
         check_output(html)
     loaded = load_model(target, inference_device(device, threads))
-    lens = lens_of(loaded, text, what, unknown)
+    lens = lens_of(loaded, text, label, unknown)
     positions = detail_positions(len(lens.chars), at)
     if lens.dropped:
         print(f"note: the lens reads the first {len(lens.chars)} {_units(lens)} (block_size); "

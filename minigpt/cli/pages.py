@@ -24,7 +24,7 @@ def text_input(text: str | None, file: Path | None) -> tuple[str, str]:
 
 
 def write_attention_files(
-    loaded: LoadedModel, text: str, what: str, out: Path | None, html: Path | None,
+    loaded: LoadedModel, text: str, label: str, out: Path | None, html: Path | None,
     layer: int | None = None, head: int | None = None, unknown: str = "error",
 ) -> list[str]:  # fmt: skip
     """`minigpt attention`: the heat-map picture (`out`, the first block_size characters) and/or the
@@ -35,10 +35,10 @@ def write_attention_files(
     for path, flag in ((out, "--out"), (html, "--html")):
         if path is not None:
             check_output(path, flag)
-    text = checked_text(loaded.tokenizer, text, what, unknown)
+    text = checked_text(loaded.tokenizer, text, label, unknown)
     done = []
     if html is not None:
-        page = attention_page(loaded.model, loaded.tokenizer, text, source_line(loaded), layer, head, what)
+        page = attention_page(loaded.model, loaded.tokenizer, text, source_line(loaded), layer, head, label)
         done.append(f"wrote {page.save(html)}: {page.summary}")
     if out is not None:
         block = loaded.config.model.block_size

@@ -329,12 +329,14 @@ def config_from_dict(raw: Any, source: str, check: bool = True) -> Config:
     return cfg
 
 
-def batch_split_error(t: TrainConfig, processes: int = 1, what: str = "the number of processes") -> str | None:
+def batch_split_error(
+    t: TrainConfig, processes: int = 1, processes_label: str = "the number of processes"
+) -> str | None:
     """train.batch_size must split evenly into grad_accum_steps micro-steps on every process."""
     if t.batch_size % (t.grad_accum_steps * processes) == 0:
         return None
     msg = f"train.batch_size ({t.batch_size}) must be divisible by train.grad_accum_steps ({t.grad_accum_steps})"
-    return msg if processes == 1 else f"{msg} x {what} ({processes}); change one of them"
+    return msg if processes == 1 else f"{msg} x {processes_label} ({processes}); change one of them"
 
 
 def validate(cfg: Config, source: str) -> None:

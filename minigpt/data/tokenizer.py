@@ -45,17 +45,17 @@ class CharTokenizer:
         """Characters of `text` that are not in the vocabulary, in order of first appearance."""
         return list(dict.fromkeys(c for c in text if c not in self.stoi))
 
-    def encode_checked(self, text: str, what: str, unknown: str = "error", skip_hint: bool = True) -> np.ndarray:
+    def encode_checked(self, text: str, label: str, unknown: str = "error", skip_hint: bool = True) -> np.ndarray:
         """Ids of `text` (int64). Characters outside the vocabulary are an error naming them
-        (`what` says which input it was) or, with unknown='skip', dropped."""
+        (`label` says which input it was) or, with unknown='skip', dropped."""
         missing = self.unknown(text)
         if not missing:
             return self.encode_array(text)
         if unknown != "skip":
             names = name_chars(missing)
-            skip = "--unknown skip" if what.startswith("--") else 'unknown="skip"'  # a flag, or the API's argument
+            skip = "--unknown skip" if label.startswith("--") else 'unknown="skip"'  # a flag, or the API's argument
             hint = f"; remove them or pass {skip} to drop them" if skip_hint else ""
-            raise UserError(f"{what} has characters the model never saw in training: {names}{hint}")
+            raise UserError(f"{label} has characters the model never saw in training: {names}{hint}")
         return np.array([self.stoi[c] for c in text if c in self.stoi], dtype=np.int64)
 
     def encode(self, text: str) -> list[int]:
@@ -126,7 +126,7 @@ class ByteTokenizer:
     def unknown(self, text: str) -> list[str]:
         return []
 
-    def encode_checked(self, text: str, what: str, unknown: str = "error", skip_hint: bool = True) -> np.ndarray:
+    def encode_checked(self, text: str, label: str, unknown: str = "error", skip_hint: bool = True) -> np.ndarray:
         return self.encode_array(text)
 
     def encode(self, text: str) -> list[int]:
@@ -177,14 +177,14 @@ def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
     return CharTokenizer(d["chars"])
 
 
-def checked_text(tok: Tokenizer, text: str, what: str, unknown: str = "error") -> str:
+def checked_text(tok: Tokenizer, text: str, label: str, unknown: str = "error") -> str:
     """`text` when the model can read it: not empty, and every character one it saw in training;
     with unknown='skip' the others are dropped (the tokenizer's rule, as for `minigpt sample`)."""
     if not text:
-        raise UserError(f"{what} is empty; give some text to look at")
-    kept = tok.decode(tok.encode_checked(text, what, unknown))
+        raise UserError(f"{label} is empty; give some text to look at")
+    kept = tok.decode(tok.encode_checked(text, label, unknown))
     if not kept:
-        raise UserError(f"{what} has no character the model saw in training")
+        raise UserError(f"{label} has no character the model saw in training")
     return kept
 
 

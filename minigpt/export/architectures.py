@@ -45,12 +45,12 @@ UNMAPPED = {
 
 def architecture_for(cfg: ModelConfig) -> str:
     """The transformers model_type that computes exactly this model, or a UserError naming the option."""
-    for key, what in UNMAPPED.items():
+    for key, feature in UNMAPPED.items():
         if value := getattr(cfg, key):
             shown = "true" if value is True else value
             raise UserError(
                 f"model.{key} is {shown}, and no transformers architecture minigpt exports to "
-                f"(GPT-NeoX, GPT-2, OPT) computes {what}; --format onnx exports this model exactly"
+                f"(GPT-NeoX, GPT-2, OPT) computes {feature}; --format onnx exports this model exactly"
             )
     if cfg.norm == "pre":
         return "gpt_neox" if cfg.pos_emb == "rope" else "gpt2"

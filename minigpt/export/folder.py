@@ -114,17 +114,17 @@ def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = 
         from minigpt.export.architectures import ARCHITECTURES, architecture_for
         from minigpt.export.hf import write_hf as write
 
-        what = ARCHITECTURES[architecture_for(loaded.config.model)]  # refuses a model with no exact mapping
+        format_name = ARCHITECTURES[architecture_for(loaded.config.model)]  # refuses a model with no exact mapping
     else:
         from minigpt.export.onnx_file import write_onnx as write
 
-        what = "ONNX"
+        format_name = "ONNX"
     try:
         with staging_folder(out) as stage:
             names = write(loaded, stage, dtype)
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or first_line(e)}; nothing was written") from None
-    return f"wrote {out}: {', '.join(names)} ({what}, {dtype}, from {loaded.path})"
+    return f"wrote {out}: {', '.join(names)} ({format_name}, {dtype}, from {loaded.path})"
 
 
 def export_run(target: Path, out: Path, fmt: str = "hf", dtype: str = "float32", force: bool = False) -> str:

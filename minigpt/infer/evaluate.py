@@ -124,7 +124,7 @@ def eval_ids_for(loaded: LoadedModel, data: str | None) -> tuple[np.ndarray, np.
 def evaluate(loaded: LoadedModel, data: str | Path | None, max_tokens: int = 0) -> tuple[EvalResult, str]:
     """`minigpt eval`: every position of the validation split (or of `data`), or with `max_tokens`
     a spread sample of whole windows when there are more predictions than that."""
-    ids, table, what = eval_ids_for(loaded, str(data) if data is not None else None)
+    ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
     result = evaluate_ids(loaded.model, ids, table, max_tokens)
     result.unit = loaded.tokenizer.unit
-    return result, what
+    return result, label

@@ -53,11 +53,11 @@ class Sample:
 
 
 def requests_for(tok: Tokenizer, prompts: Sequence[str], num_samples: int, seed: int, unknown: str,
-                 what: str = "--prompt") -> list[Request]:  # fmt: skip
+                 label: str = "--prompt") -> list[Request]:  # fmt: skip
     """num_samples requests per prompt, seeds seed, seed + 1, ... in order."""
     out = []
     for prompt in prompts:
-        ids = tok.encode_checked(prompt, what, unknown).tolist()
+        ids = tok.encode_checked(prompt, label, unknown).tolist()
         shown = tok.decode(ids)
         if not ids:
             ids, shown = [tok.start_id], ""
@@ -224,7 +224,7 @@ class OrderedOutput:
 
 def sample_records(loaded: LoadedModel, prompts: str | Sequence[str], opts: SampleOptions,
                    write: Callable[[str], None] | None = None, stops: Sequence[str] = (),
-                   what: str = "--prompt") -> list[Sample]:  # fmt: skip
+                   label: str = "--prompt") -> list[Sample]:  # fmt: skip
     """`opts.num_samples` samples for each prompt, generated in batches (generate_samples), seeds
     opts.seed, opts.seed + 1, ... in order. With `write`, stdout's form: prompt + continuation
     per sample, a single sample streamed, several separated by a blank line and '---', each
@@ -232,7 +232,7 @@ def sample_records(loaded: LoadedModel, prompts: str | Sequence[str], opts: Samp
     tok = loaded.tokenizer
     check_stops(tok, stops)
     requests = requests_for(tok, [prompts] if isinstance(prompts, str) else prompts, opts.num_samples, opts.seed,
-                            opts.unknown, what)  # fmt: skip
+                            opts.unknown, label)  # fmt: skip
     output = OrderedOutput(len(requests), write) if write is not None else None
     samples = generate_samples(loaded.model, tok, requests, opts.max_new_tokens, opts.temperature, opts.top_k,
                                opts.top_p, stops, output)  # fmt: skip

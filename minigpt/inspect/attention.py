@@ -195,17 +195,17 @@ def windowed_attention(model: GPT, pieces: list[str], ids: list[int], layers: li
 
 
 def attention_page(model: GPT, tok: Tokenizer, text: str, source: str = "", layer: int | None = None,
-                   head: int | None = None, what: str = "--text", unknown: str = "error") -> HtmlPage:  # fmt: skip
+                   head: int | None = None, label: str = "--text", unknown: str = "error") -> HtmlPage:  # fmt: skip
     """The interactive attention explorer over `text` (any length up to the page's limit, read
     window by window: WindowedAttention), for all layers and heads or the one `layer` / `head`."""
     layers, heads = chosen_layers_heads(model, layer, head)
-    text = checked_text(tok, text, what, unknown)
+    text = checked_text(tok, text, label, unknown)
     ids = tok.encode(text)
     block = model.cfg.block_size
     limit = min(MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS // (len(layers) * len(heads) * block))
     many = len(layers) * len(heads) > 1 and limit < MAX_PAGE_CHARS
     hint = f" with this model's {len(layers)} layers x {len(heads)} heads (one --layer or --head allows more)"
-    check_length(len(ids), limit, what, hint if many else "")
+    check_length(len(ids), limit, label, hint if many else "")
     att = windowed_attention(model, tok.pieces(ids), ids, layers, heads)
     return attention_html(att.pieces, att.weight_bytes(), att.block, att.stride, att.layers, att.heads,
                           model.cfg.n_layer, model.cfg.n_head, len(att.maps), source)  # fmt: skip

@@ -319,12 +319,12 @@ def heads_of(loaded, data=None, ablation: str = "mean", exact: int | str | None 
 
     model = loaded.model.float()
     ids = table = None
-    what = ""
+    label = ""
     if ablation != "none":
-        ids, table, what = eval_ids_for(loaded, str(data) if data is not None else None)
+        ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
     if exact == "auto":
         exact = None if model.cfg.n_layer * model.cfg.n_head <= AUTO_EXACT else AUTO_EXACT
-    meta = {"source": source_line(loaded), "ablation_text": what, "unit": loaded.tokenizer.unit}
+    meta = {"source": source_line(loaded), "ablation_text": label, "unit": loaded.tokenizer.unit}
     report = analyze_heads(model, loaded.tokenizer.kind == "byte", ids, table, ablation, exact, meta)
     report.meta["labels"] = [token_label(loaded.tokenizer, i) for i in report.tokens]  # how the page shows them
     return report

@@ -120,10 +120,10 @@ def logit_lens(model: GPT, tok: Tokenizer, text: str, top: int = TOP_GUESSES) ->
                 model.cfg.norm, dropped)  # fmt: skip
 
 
-def lens_of(loaded: LoadedModel, text: str, what: str = "the text", unknown: str = "error") -> Lens:
+def lens_of(loaded: LoadedModel, text: str, label: str = "the text", unknown: str = "error") -> Lens:
     """The lens over `text` as `minigpt lens` reads it: unknown characters refused (or, with
     unknown='skip', dropped), then its first block_size tokens."""
-    return logit_lens(loaded.model, loaded.tokenizer, checked_text(loaded.tokenizer, text, what, unknown))
+    return logit_lens(loaded.model, loaded.tokenizer, checked_text(loaded.tokenizer, text, label, unknown))
 
 
 def lens_html(lens: Lens, tok: Tokenizer, source: str) -> HtmlPage:
@@ -151,6 +151,6 @@ def lens_html(lens: Lens, tok: Tokenizer, source: str) -> HtmlPage:
     return HtmlPage(render("lens", f"logit lens: {_snippet(lens.chars)}", data), "lens", summary, height=640)
 
 
-def lens_page(loaded: LoadedModel, text: str, what: str = "the text", unknown: str = "error") -> HtmlPage:
+def lens_page(loaded: LoadedModel, text: str, label: str = "the text", unknown: str = "error") -> HtmlPage:
     """The lens page of `text` (`minigpt lens --html`)."""
-    return lens_html(lens_of(loaded, text, what, unknown), loaded.tokenizer, source_line(loaded))
+    return lens_html(lens_of(loaded, text, label, unknown), loaded.tokenizer, source_line(loaded))

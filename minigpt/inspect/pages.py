@@ -74,9 +74,9 @@ def write_html(page: str, out: Path) -> Path:
     return out
 
 
-def check_length(n: int, limit: int, what: str, hint: str = "") -> None:
+def check_length(n: int, limit: int, label: str, hint: str = "") -> None:
     if n > limit:
-        raise UserError(f"{what} is {n:,} characters; a page holds at most {limit:,}{hint}")
+        raise UserError(f"{label} is {n:,} characters; a page holds at most {limit:,}{hint}")
 
 
 def token_label(tok: Tokenizer, i: int) -> str:

@@ -9,9 +9,9 @@ from minigpt.infer.score import score_text
 from minigpt.inspect.pages import MAX_PAGE_CHARS, TOP_GUESSES, HtmlPage, check_length, score_html
 
 
-def score_page(loaded: LoadedModel, text: str, what: str = "--text", unknown: str = "error") -> HtmlPage:
+def score_page(loaded: LoadedModel, text: str, label: str = "--text", unknown: str = "error") -> HtmlPage:
     """The surprise page of `text`: `score_text` with the top guesses, as `minigpt score` computes it."""
-    text = checked_text(loaded.tokenizer, text, what, unknown)
-    check_length(len(text), MAX_PAGE_CHARS, what)
+    text = checked_text(loaded.tokenizer, text, label, unknown)
+    check_length(len(text), MAX_PAGE_CHARS, label)
     scores = score_text(loaded, text, top=TOP_GUESSES)
     return score_html(scores, loaded.tokenizer, source_line(loaded))

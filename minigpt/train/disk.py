@@ -32,7 +32,7 @@ class Need:
     """Room one kind of file needs: `count` files of `each` bytes, `names` the ones whose current
     copies in the run directory will be replaced (their size is room already taken)."""
 
-    what: str
+    label: str
     each: int
     count: int = 1
     names: tuple[str, ...] = ()
@@ -66,7 +66,7 @@ def disk_error(out_dir: Path, needs: Sequence[Need]) -> WriteError | None:
     if free + there >= total:
         return None
     fewer = ", or keep fewer snapshots (a larger train.keep_every, or 0)" if len(needs) > 2 else ""
-    parts = ", ".join(f"{n.what} {n.count} x {size_text(n.each)}" if n.count > 1 else f"{n.what} {size_text(n.each)}"
+    parts = ", ".join(f"{n.label} {n.count} x {size_text(n.each)}" if n.count > 1 else f"{n.label} {size_text(n.each)}"
                       for n in needs)  # fmt: skip
     return WriteError(
         f"not enough disk space for {out_dir}: the run needs about {size_text(total - there)} more ({parts}) "

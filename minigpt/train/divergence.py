@@ -49,11 +49,11 @@ def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:
     return " ".join(["minigpt", "train", "--out", shlex.quote(str(out_dir)), "--resume", *kept, *lowered])
 
 
-def diverged_error(out_dir: Path, cfg: Config, step: int, what: str, value: float) -> UserError:
+def diverged_error(out_dir: Path, cfg: Config, step: int, quantity: str, value: float) -> UserError:
     """The error a non-finite loss or gradient ends a run with: where the last good checkpoint is,
     and the command that continues from it at half the rate."""
     good = find_checkpoint(out_dir, prefer=LAST)
-    o, where = cfg.optim, f"training diverged: the {what} became {value} at step {step}"
+    o, where = cfg.optim, f"training diverged: the {quantity} became {value} at step {step}"
     if good is None:
         return UserError(f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
                          "keep optim.grad_clip on, or check the data")  # fmt: skip
