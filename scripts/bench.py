@@ -1,99 +1,285 @@
 #!/usr/bin/env python3
-"""Benchmark minigpt against the reference baseline script, side by side, on this machine.
+"""minigpt's benchmarks, one subcommand each. Every figure docs/performance.md and docs/benchmarks.md
+quote as current comes from one of them, so each can be measured again:
 
-Every measurement runs as its own subprocess, one after another (never in parallel), with the
-same Python interpreter, so both programs see the same machine, the same threads and the same
-start-up costs. Three comparisons, all on the CPU:
+    uv run python scripts/bench.py speed --repeats 3        # against ../shared/bench/reference_gpt.py
+    uv run python scripts/bench.py speed --only budget big  # some parts: see `speed --help`
+    uv run python scripts/bench.py peak         # this machine's matrix-multiply peak: print it beside any speed
+    uv run python scripts/bench.py data         # large corpora: peak RSS, encoding MB/s, time to the first step
+    uv run python scripts/bench.py memory       # the memory preflight's estimate against the measured peak
+    uv run python scripts/bench.py share        # two trainings, or a sampler and a training, on one machine
+    uv run python scripts/bench.py playground   # the playground page's speed in headless Chromium
+    uv run python scripts/bench.py startup      # whole-process start-up: this tree against a git ref
 
-1. Time to quality. The reference with its defaults (4 layers, 128 channels, context 64,
-   batch 12, 2000 steps) against `minigpt train` with the built-in default config, each timed as
-   a whole process. minigpt's loss comes from `minigpt eval RUN --json` (the whole val split,
-   every position scored, like the reference's val_loss). Targets: minigpt's loss <= the
-   reference's, and minigpt_wall / reference_wall <= 0.5.
-2. Training throughput on the reference recipe (configs/reference_cpu.yaml, or the equivalent
-   overrides while that file does not exist), 300 steps each. minigpt's tokens/s is the median
-   of its TensorBoard `tokens_per_sec` scalars after the first few (steady state); the
-   reference's is its own tokens_per_s. Target: minigpt / reference >= 1.5.
-3. Sampling. The reference's `--generate 1000` (6 layers, 6 heads, 384 channels, context 256;
-   it times only its generation loop) against the whole `minigpt sample RUN
-   --max-new-tokens 3000` process, start-up included, on a checkpoint of the same size made by
-   a 1-step training run. Target: minigpt chars/s / reference chars/s >= 10.
-4. Four minutes (`budget`, scripts/bench_budget.py): configs/cpu_4min.yaml against the reference
-   recipe run for as many steps as fit in the same 240 s; loss against wall time at 30, 60, 120
-   and 240 s, and a PNG of both curves (docs/img/budget_curve.png). Targets: minigpt at or below
-   the reference at every point, whole process <= 240 s, whole-split loss <= 1.50.
-5. The GPU recipe's model on the CPU (`big`, scripts/bench_big.py): 6x384, context 256, batch 16
-   training tokens/s against the reference's, and the fraction of this machine's measured bf16
-   matrix-multiply peak in the precision it trains in (scripts/bench_peak.py; bf16 where the CPU has
-   it, else float32). Targets: >= 60% of that peak (about 3x the reference on a bf16 host).
-The batched-sampling comparison (`batch-sampling`) runs first. `--only PART ...` runs some parts:
-    uv run python scripts/bench.py --only budget big
-
-Run it from the repository root:
-
-    uv run python scripts/bench.py --data data/tinyshakespeare.txt
-    uv run python scripts/bench.py --quick        # smoke test of this script (~1-2 min)
-
-It prints a table (metric | minigpt | reference | ratio | target | met?) and then one line of
-JSON with every number (per-repeat raw values and their medians) and the machine. With the
-defaults and --repeats 1 it takes about 20 minutes on 2 cores (budget 9, big 3). Child processes get a
-temporary MINIGPT_CACHE_DIR and PYTHONPATH=<repo root>; all run directories are temporary.
+Every measurement is a child process, run one after another (never in parallel) with this Python,
+children get PYTHONPATH=<repo root> and a temporary MINIGPT_CACHE_DIR, and every run directory is
+temporary. Each subcommand prints its table or lines and then one JSON line with every number and
+the machine. Run it with nothing else on the machine: two processes on two cores distort every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
 import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_big  # noqa: E402
-import bench_budget  # noqa: E402
-from bench_common import (  # noqa: E402
-    REPO,
-    BenchError,
-    Proc,
-    add_pair_args,
-    child_env,
-    last_json,
-    minigpt,
-    minigpt_train,
-    pair_args_problem,
-    progress,
-    read_tokens_per_sec,
-    run_reference,
-    run_timed,
-    scratch,
-    steady_state,
-    yes_no,
-)
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_REFERENCE = REPO.parent / "shared" / "bench" / "reference_gpt.py"
+DEFAULT_DATA = REPO / "data" / "tinyshakespeare.txt"
+# overrides for a run measured for itself: no final whole-split evaluation, no sample after
+# training, no attention probe, no TensorBoard events
+BARE_RUN = ["train.final_eval=false", "log.sample_length=0", "log.attention_probe=", "log.tensorboard=false"]
+STEADY_SKIP = 3  # tokens_per_sec logs dropped as warm-up (each covers log.interval steps)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 
+
+# ======================================================================================== shared
+
+
+class BenchError(Exception):
+    """A child process failed or printed something unexpected."""
+
+
+@dataclass
+class Proc:
+    """A finished child process: its output and its wall time measured from the outside."""
+
+    stdout: str
+    stderr: str
+    wall_s: float
+    returncode: int = 0
+
+
+def progress(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def child_env(cache_dir: Path | None = None, *, drop: Iterable[str] = (), **extra: str) -> dict[str, str]:
+    """The environment of a child: this one less the names in `drop`, the repo first on PYTHONPATH,
+    its own encoding cache where `cache_dir` is given (made here), then `extra` on top."""
+    dropped = set(drop)
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    if cache_dir is not None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        env["MINIGPT_CACHE_DIR"] = str(cache_dir)
+    env.update(extra)
+    return env
+
+
+def run_timed(args: list[str], env: dict[str, str], *, cwd: Path = REPO, check: bool = True) -> Proc:
+    """Run `python ARGS` in `cwd` (the repo root); unless check is off, raise BenchError (with its
+    stderr tail) if it fails."""
+    cmd = [sys.executable, *args]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, encoding="utf-8", errors="replace")
+    wall = time.perf_counter() - t0
+    if check and done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise BenchError(f"{' '.join(cmd)} exited with {done.returncode}:\n{tail}")
+    return Proc(done.stdout, done.stderr, wall, done.returncode)
+
+
+def last_json(proc: Proc, what: str) -> dict[str, Any]:
+    """The last line of stdout that parses as a JSON object."""
+    for line in reversed(proc.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                break
+    raise BenchError(f"{what} printed no JSON line; stdout ends with: {proc.stdout[-300:]!r}")
+
+
+def minigpt(*args: str) -> list[str]:
+    """`python -m minigpt ARGS`, less the interpreter (run_timed adds it)."""
+    return ["-m", "minigpt", *args]
+
+
+def minigpt_train(data: Path, out: Path, *overrides: str, config: Path | None = None,
+                  device: str | None = "cpu") -> list[str]:  # fmt: skip
+    """`minigpt train [CONFIG] --data DATA --out OUT [--device DEVICE] OVERRIDES...` (device None: minigpt's own)."""
+    return minigpt("train", *([str(config)] if config else []), "--data", str(data), "--out", str(out),
+                   *(["--device", device] if device else []), *overrides)  # fmt: skip
+
+
+def run_reference(
+    ref: Path, data: Path, env: dict[str, str], *args: str, what: str = "reference"
+) -> tuple[Proc, dict[str, Any]]:
+    """The reference script on the CPU with ARGS: the process and the JSON line it printed."""
+    proc = run_timed([str(ref), "--data", str(data), "--device", "cpu", *args], env)
+    return proc, last_json(proc, what)
+
+
+def missing_file(*checks: tuple[str, Path]) -> str | None:
+    """A one-line problem for the first (what, path) that is not a file, or None."""
+    for what, path in checks:
+        if not path.is_file():
+            return f"{what} not found: {path}"
+    return None
+
+
+@contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A temporary folder for the children's runs and caches. A BenchError inside ends the script:
+    its message on stderr and exit status 1."""
+    try:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            yield Path(tmp)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def read_scalars(run_dir: Path, tag: str) -> list[Any]:
+    """A run's TensorBoard scalar events of `tag` (each with .step, .wall_time and .value), in step order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    if tag not in acc.Tags().get("scalars", []):
+        raise BenchError(f"no {tag} scalars in {run_dir}")
+    return sorted(acc.Scalars(tag), key=lambda e: e.step)
+
+
+def steady_tokens_per_s(run_dir: Path) -> float:
+    """The median of a run's `tokens_per_sec` scalars after the first few (warm-up; at least half kept)."""
+    values = [e.value for e in read_scalars(run_dir, "tokens_per_sec")]
+    skip = STEADY_SKIP if len(values) > 2 * STEADY_SKIP else len(values) // 2
+    return statistics.median(values[skip:])
+
+
+def medians(runs: list[dict[str, Any]], keys: Iterable[str] | None = None) -> dict[str, float]:
+    """Each key's median over the repeats (by default every key of the first run)."""
+    return {k: statistics.median(r[k] for r in runs) for k in (runs[0] if keys is None else keys)}
+
+
+def yes_no(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def cpu_model() -> str:
+    """The CPU's name as /proc/cpuinfo gives it (elsewhere: what platform knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures were measured on, for every JSON line."""
+    import torch
+
+    return {
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def add_data_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="text file to train on")
+
+
+def add_repeats_arg(ap: argparse.ArgumentParser, default: int = 1) -> None:
+    ap.add_argument("--repeats", type=int, default=default, help="repeat each measurement N times; report medians")
+
+
+# ======================================================================================== peak
+
+
+PEAK_SIZES = (1024, 2048, 3072)
+PEAK_EMULATED_SIZES = (512,)  # bfloat16 on a CPU without bf16 instructions: bigger products take minutes
+
+
+def gflops(n: int, dtype_name: str, seconds: float = 1.5) -> float:
+    """The best of several timed products of two n x n matrices, in GFLOP/s (2 n^3 FLOPs each)."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    for _ in range(2):
+        a @ b  # warm-up: thread pool, packing buffers
+    best = float("inf")
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def measure_peak(threads: int = 0) -> dict[str, Any]:
+    """The best GFLOP/s of square products (n = 1024, 2048, 3072) in bfloat16 and float32."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    from minigpt.runtime.device import cpu_has_native_bf16
+
+    result: dict[str, Any] = {"threads": torch.get_num_threads(), "native_bf16": cpu_has_native_bf16()}
+    for dtype in ("bfloat16", "float32"):
+        sizes = PEAK_SIZES if dtype == "float32" or result["native_bf16"] else PEAK_EMULATED_SIZES
+        per_size = {n: round(gflops(n, dtype), 1) for n in sizes}
+        result[dtype] = {"peak_gflops": max(per_size.values()), "by_size": per_size}
+    return result
+
+
+def cmd_peak(a: argparse.Namespace) -> int:
+    """This machine's matrix-multiply peak, measured: the denominator of a CPU's MFU.
+
+    Square products (n = 1024, 2048, 3072) in bfloat16 and float32 on the threads torch uses (all
+    allowed cores unless OMP_NUM_THREADS or --threads says otherwise); the best GFLOP/s of each. On
+    a CPU with native bf16 (AVX512-BF16 or AMX) bfloat16 runs about 4x float32; elsewhere it is
+    emulated and measured at 512 only. `speed --only big` measures it for its MFU figure."""
+    result = measure_peak(a.threads)
+    if not a.json_only:
+        for dtype in ("bfloat16", "float32"):
+            r = result[dtype]
+            emulated = dtype == "bfloat16" and not result["native_bf16"]
+            note = " (emulated: this CPU has no bf16 instructions)" if emulated else ""
+            print(f"{dtype}: {r['peak_gflops']:.0f} GFLOP/s peak on {result['threads']} threads ({r['by_size']}){note}")
+    print(json.dumps({**result, "machine": machine_info()}))
+    return 0
+
+
+def add_peak_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--json-only", action="store_true", help="print only the JSON line")
+
+
+# ======================================================================================== speed
+
+SPEED_PARTS = ("batch-sampling", "quality", "throughput", "budget", "big", "sampling")  # in the order they run
 REFERENCE_CONFIG = REPO / "configs" / "reference_cpu.yaml"
-# the reference's default recipe as minigpt overrides (used while configs/reference_cpu.yaml is missing)
-REFERENCE_OVERRIDES = [
-    "model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.block_size=64", "model.dropout=0.0",
-    "train.batch_size=12", "optim.lr=1e-3", "optim.min_lr=1e-4", "optim.warmup_steps=100",
-    "train.eval_interval=1000", "train.eval_steps=5", "log.sample_length=0",
-]  # fmt: skip
 SAMPLE_MODEL = ["model.n_layer=6", "model.n_head=6", "model.n_embd=384", "model.block_size=256"]
 SAMPLE_REFERENCE_MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--ctx", "256"]
 # a checkpoint made by 1 training step (decoding speed does not depend on the weights)
 ONE_STEP = ["train.max_steps=1", "train.eval_steps=1", "log.sample_length=0", "log.tensorboard=false"]
-
 TARGET_WALL_RATIO = 0.5
 TARGET_TRAIN_RATIO = 1.5
 TARGET_SAMPLE_RATIO = 10.0
-# every comparison, in the order the bench runs them (--only picks some)
-PARTS = ("batch-sampling", "quality", "throughput", "budget", "big", "sampling")
 
 
 @dataclass(frozen=True)
@@ -139,7 +325,8 @@ class Row:
     met: str
 
 
-# ---------------------------------------------------------------------------------------- readers
+def collect(runs: list[dict[str, float]]) -> dict[str, Series]:
+    return {key: Series([r[key] for r in runs]) for key in runs[0]}
 
 
 def compile_seconds(train: Proc) -> float:
@@ -154,21 +341,20 @@ def train_dtype(train: Proc) -> str:
     return found.group(1) if found else "?"
 
 
-def read_run_config_int(run_dir: Path, section: str, key: str) -> int:
-    """An integer from the run's resolved config.yaml (flat two-level YAML; no YAML library needed)."""
-    current = None
-    for line in (run_dir / "config.yaml").read_text(encoding="utf-8").splitlines():
-        if line and not line[0].isspace() and line.rstrip().endswith(":"):
-            current = line.strip()[:-1]
-        elif current == section and line.strip().startswith(f"{key}:"):
-            return int(line.split(":", 1)[1].split("#")[0].strip())
-    raise BenchError(f"{section}.{key} not found in {run_dir / 'config.yaml'}")
+def tokens_per_step(run_dir: Path) -> int:
+    """train.batch_size x model.block_size from the run's resolved config.yaml."""
+    import yaml
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    return int(cfg["train"]["batch_size"]) * int(cfg["model"]["block_size"])
 
 
-# ---------------------------------------------------------------------------------------- comparisons
+# ---------------------------------------------------------------------------------------- speed: quality, throughput
 
 
-def quality_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Path, rep: int) -> dict[str, float]:
+def quality_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Path, rep: int) -> dict[str, Any]:
+    """Time to quality: the reference's default run (2000 steps) against `minigpt train` with the
+    default config, each a whole process; minigpt's loss from `minigpt eval --json` (whole val split)."""
     steps = [] if plan.quality_ref_steps is None else ["--steps", str(plan.quality_ref_steps)]
     progress(f"time to quality [{rep}]: reference ({plan.quality_ref_steps or 'default'} steps)")
     ref_proc, ref_out = run_reference(ref, data, env, *steps)
@@ -192,31 +378,22 @@ def quality_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Pa
     }
 
 
-def reference_recipe() -> tuple[str, Path | None, list[str]]:
-    """(what it is, the config file, the overrides) of minigpt's reference recipe."""
-    if REFERENCE_CONFIG.is_file():
-        return "configs/reference_cpu.yaml", REFERENCE_CONFIG, []
-    return "overrides (configs/reference_cpu.yaml is missing)", None, REFERENCE_OVERRIDES
-
-
-def throughput_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Path, rep: int) -> dict[str, float]:
+def throughput_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp: Path, rep: int) -> dict[str, Any]:
+    """Training throughput on the reference's recipe (configs/reference_cpu.yaml), 300 steps each:
+    minigpt's steady-state tokens/s from its TensorBoard scalars against the reference's own."""
     steps = plan.throughput_steps
     progress(f"train throughput [{rep}]: reference ({steps} steps)")
     ref_proc, ref_out = run_reference(ref, data, env, "--steps", str(steps))
 
     run_dir = tmp / f"throughput-{rep}"
-    name, config, overrides = reference_recipe()
-    progress(f"train throughput [{rep}]: minigpt train ({name})")
-    train = run_timed(minigpt_train(data, run_dir, *overrides, f"train.max_steps={steps}", config=config), env)
-    values = read_tokens_per_sec(run_dir)
-    tps = statistics.median(steady_state(values))
-    tokens_per_step = read_run_config_int(run_dir, "train", "batch_size") * read_run_config_int(
-        run_dir, "model", "block_size"
-    )
+    progress(f"train throughput [{rep}]: minigpt train (configs/reference_cpu.yaml)")
+    train = run_timed(minigpt_train(data, run_dir, f"train.max_steps={steps}", config=REFERENCE_CONFIG), env)
+    tps = steady_tokens_per_s(run_dir)
+    per_step = tokens_per_step(run_dir)
     return {
         "minigpt_tokens_per_s": tps,
-        "minigpt_ms_per_step": tokens_per_step / tps * 1000,
-        "minigpt_tokens_per_step": tokens_per_step,
+        "minigpt_ms_per_step": per_step / tps * 1000,
+        "minigpt_tokens_per_step": per_step,
         "minigpt_wall_s": train.wall_s,
         "minigpt_compile_s": compile_seconds(train),
         "minigpt_dtype": train_dtype(train),
@@ -224,6 +401,9 @@ def throughput_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], tmp:
         "reference_ms_per_step": float(ref_out["ms_per_step_median"]),
         "reference_wall_s": ref_proc.wall_s,
     }
+
+
+# ---------------------------------------------------------------------------------------- speed: sampling
 
 
 def make_checkpoint(data: Path, env: dict[str, str], run_dir: Path, *overrides: str) -> Path:
@@ -238,11 +418,12 @@ def make_sample_checkpoint(data: Path, env: dict[str, str], tmp: Path) -> Path:
     return make_checkpoint(data, env, tmp / "sample-model", *SAMPLE_MODEL, "train.batch_size=2")
 
 
-def sampling_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], run_dir: Path, rep: int) -> dict[str, float]:
+def sampling_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], run_dir: Path, rep: int) -> dict[str, Any]:
+    """The reference's `--generate 1000` (6x384, ctx 256; it times only its generation loop) against
+    the whole `minigpt sample --max-new-tokens 3000` process, start-up included."""
     progress(f"sampling [{rep}]: reference --generate {plan.ref_gen_chars}")
     ref_proc, ref_out = run_reference(ref, data, env, "--generate", str(plan.ref_gen_chars), *SAMPLE_REFERENCE_MODEL,
                                       what="reference --generate")  # fmt: skip
-
     n = plan.minigpt_gen_chars
     progress(f"sampling [{rep}]: minigpt sample --max-new-tokens {n}")
     proc = run_timed(minigpt("sample", str(run_dir), "--max-new-tokens", str(n), "--device", "cpu"), env)
@@ -274,7 +455,8 @@ print(sum(len(t) for t in out))
 
 
 def batch_sampling_once(models: dict[str, Path], plan: Plan, env: dict[str, str], rep: int) -> dict[str, float]:
-    """N samples as one batch (`minigpt sample -n N`) against the batch-1 path, whole processes."""
+    """32 samples of 500 characters as one batch (`minigpt sample -n 32`) against the batch-1 path,
+    whole processes, for the default model and the 6x384 one."""
     n, chars = (4, 50) if plan.throughput_steps < 100 else (BATCH_SAMPLES, BATCH_CHARS)
     out: dict[str, float] = {}
     for name, run_dir in models.items():
@@ -288,16 +470,172 @@ def batch_sampling_once(models: dict[str, Path], plan: Plan, env: dict[str, str]
     return out
 
 
-def summarize_batch_sampling(s: dict[str, Series]) -> dict[str, Any]:
-    ratio = s["default_ratio"].median
-    return {**{k: v.to_dict() for k, v in s.items()}, "target": TARGET_BATCH_RATIO, "met": ratio >= TARGET_BATCH_RATIO}
+# ---------------------------------------------------------------------------------------- speed: budget
+
+BUDGET_RECIPE = REPO / "configs" / "cpu_4min.yaml"
+BUDGET_S = 240.0
+CHECKPOINTS_S = (30, 60, 120, 240)
+CALIBRATION_STEPS = 500
+BUDGET_PLOT = REPO / "docs" / "img" / "budget_curve.png"
 
 
-def collect(runs: list[dict[str, float]]) -> dict[str, Series]:
-    return {key: Series([r[key] for r in runs]) for key in runs[0]}
+def loss_at(curve: list[list[float]], seconds: float) -> float | None:
+    """The latest evaluation at or before `seconds` of a [[step, wall_s, loss], ...] curve."""
+    before = [loss for _, t, loss in curve if t <= seconds]
+    return before[-1] if before else None
 
 
-# ---------------------------------------------------------------------------------------- report
+def reference_steps(ref: Path, data: Path, env: dict[str, str], budget: float) -> tuple[int, dict[str, Any]]:
+    """How many reference steps fit in `budget` seconds of whole-process time, from a calibration run."""
+    progress(f"budget: reference calibration ({CALIBRATION_STEPS} steps)")
+    _, out = run_reference(ref, data, env, "--steps", str(CALIBRATION_STEPS))
+    startup = out["curve"][0][1]  # process start to the end of the step-0 evaluation
+    per_step = (out["wall_s"] - startup) / CALIBRATION_STEPS  # evaluations every 250 steps included
+    return int((budget - startup) / per_step), out
+
+
+def budget_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, seed: int,
+                budget: float = BUDGET_S) -> dict[str, Any]:  # fmt: skip
+    """The four-minute recipe (configs/cpu_4min.yaml) against the reference's recipe run for as many
+    steps as fit in the same 240 s: both loss curves against wall time since launch. minigpt's points
+    are its run's fixed-batch estimates, its last the whole split; the reference's are whole-split."""
+    run_dir = tmp / f"budget-{rep}"
+    # a shorter budget (a smoke test) keeps the recipe's 8 s for start-up, final evaluation and exit
+    shorter = [] if budget == BUDGET_S else [f"train.max_time={budget - 8:g}s"]
+    progress(f"budget [{rep}]: minigpt train configs/cpu_4min.yaml (train.seed={seed} {' '.join(shorter)})")
+    launched = time.time()
+    train = run_timed(minigpt_train(data, run_dir, f"train.seed={seed}", *shorter, config=BUDGET_RECIPE), env)
+    results = json.loads((run_dir / "results.json").read_text())
+    curve = [[e.step, round(e.wall_time - launched, 2), round(e.value, 4)] for e in read_scalars(run_dir, "val/loss")]
+    curve.append([results["steps"], round(train.wall_s, 2), round(results["val_loss_full"], 4)])
+    steps, calibration = reference_steps(ref, data, env, budget)
+    progress(f"budget [{rep}]: reference, {steps} steps (about {budget:.0f} s)")
+    ref_proc, ref_out = run_reference(ref, data, env, "--steps", str(steps), "--seed", str(seed))
+    # the reference times its curve from after its imports; shift it to time since launch, as minigpt's
+    offset = ref_proc.wall_s - ref_out["wall_s"]
+    ref_curve = [[step, round(t + offset, 2), loss] for step, t, loss in ref_out["curve"]]
+    return {
+        "minigpt_wall_s": train.wall_s, "minigpt_steps": results["steps"], "minigpt_val_loss": results["val_loss_full"],
+        "minigpt_tokens_per_s": results["tokens_per_s"], "minigpt_curve": curve,
+        "reference_wall_s": ref_proc.wall_s, "reference_steps": steps, "reference_val_loss": ref_out["val_loss"],
+        "reference_curve": ref_curve, "reference_calibration_ms_per_step": calibration["ms_per_step_median"],
+    }  # fmt: skip
+
+
+def summarize_budget(runs: list[dict[str, Any]], budget: float = BUDGET_S) -> dict[str, Any]:
+    """Medians over the repeats, and each curve read at 30, 60, 120 and 240 s."""
+    med = medians(runs, ("minigpt_wall_s", "minigpt_val_loss", "minigpt_steps",
+                         "reference_wall_s", "reference_val_loss", "reference_steps"))  # fmt: skip
+    at: dict[str, dict[str, float | None]] = {}
+    for s in [c for c in CHECKPOINTS_S if c < budget] + [int(budget)]:
+        row = {}
+        for who in ("minigpt", "reference"):
+            # the 240 s point is the final whole-split score, wherever the run ended near the budget
+            vals = [r[f"{who}_val_loss"] if s == int(budget) else loss_at(r[f"{who}_curve"], s) for r in runs]
+            row[who] = statistics.median(vals) if all(v is not None for v in vals) else None
+        at[str(s)] = row
+    return {
+        "repeats": len(runs), "minigpt_wall_s": med["minigpt_wall_s"], "minigpt_val_loss": med["minigpt_val_loss"],
+        "minigpt_val_losses": [r["minigpt_val_loss"] for r in runs], "minigpt_steps": med["minigpt_steps"],
+        "reference_wall_s": med["reference_wall_s"], "reference_val_loss": med["reference_val_loss"],
+        "reference_steps": med["reference_steps"], "gap": med["reference_val_loss"] - med["minigpt_val_loss"],
+        "at_seconds": at, "runs": runs,
+    }  # fmt: skip
+
+
+def budget_table(summary: dict[str, Any]) -> str:
+    """The curves at 30, 60, 120 and 240 s as the Markdown table docs/benchmarks.md shows."""
+    lines = ["| wall time | minigpt | reference | minigpt at or below? |", "| --- | --- | --- | --- |"]
+    for s, row in summary["at_seconds"].items():
+        m, r = row["minigpt"], row["reference"]
+        ok = "-" if m is None or r is None else yes_no(m <= r)
+        fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+        lines.append(f"| {s} s | {fmt(m)} | {fmt(r)} | {ok} |")
+    lines.append(f"\nwhole process: minigpt {summary['minigpt_wall_s']:.1f} s ({summary['minigpt_steps']:.0f} steps), "
+                 f"reference {summary['reference_wall_s']:.1f} s ({summary['reference_steps']:.0f} steps); "
+                 f"final whole-split losses {summary['minigpt_val_losses']}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot_budget(runs: list[dict[str, Any]], path: Path) -> None:
+    """Both curves of every repeat, loss against wall time, as a PNG (docs/img/budget_curve.png)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    names = {"minigpt": "minigpt, configs/cpu_4min.yaml (last point: whole split)",
+             "reference": "reference recipe (whole split at every point)"}  # fmt: skip
+    for i, r in enumerate(runs):
+        for who, colour in (("minigpt", "tab:blue"), ("reference", "tab:orange")):
+            curve = [(t, loss) for _, t, loss in r[f"{who}_curve"] if loss < 3.0]
+            label = names[who] if i == 0 else None
+            ax.plot(*zip(*curve), color=colour, alpha=0.9 if i == 0 else 0.5, marker=".", label=label)
+    for s in CHECKPOINTS_S:
+        ax.axvline(s, color="grey", lw=0.6, ls=":")
+    ax.axhline(1.4697, color="tab:green", lw=0.8, ls="--", label="GPU recipe, published (1.4697)")
+    ax.set(xlabel="wall time since the process started (s)", ylabel="validation loss (nats)",
+           title="Loss against wall time, 2 CPU cores, tiny Shakespeare", ylim=(1.4, 2.6), xlim=(0, 250))  # fmt: skip
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------- speed: big
+
+BIG_MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--ctx", "256", "--batch", "16"]
+BIG_RECIPE = REPO / "configs" / "shakespeare_char.yaml"
+BIG_OVERRIDES = ["model.dropout=0.0", "train.batch_size=16", "train.eval_interval=100000", "train.eval_steps=1",
+                 "train.final_eval=false", "log.sample_length=0", "log.attention_probe=", "log.interval=5"]  # fmt: skip
+BIG_TARGET_RATIO = 3.0
+BIG_STEPS = 60
+
+
+def big_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, steps: int,
+             compile_: bool) -> dict[str, Any]:  # fmt: skip
+    """The GPU recipe's model on the CPU (6x384, ctx 256, batch 16; dropout 0, as the reference has
+    none): minigpt's steady-state tokens/s against the reference's (its steps 20 on)."""
+    progress(f"6x384 [{rep}]: reference ({steps} steps)")
+    _, ref_out = run_reference(ref, data, env, "--steps", str(steps), *BIG_MODEL)
+    run_dir = tmp / f"big-{rep}"
+    progress(f"6x384 [{rep}]: minigpt train ({steps} steps, train.compile={str(compile_).lower()})")
+    args = [*BIG_OVERRIDES, f"train.max_steps={steps}", f"train.compile={str(compile_).lower()}"]
+    run_timed(minigpt_train(data, run_dir, *args, config=BIG_RECIPE), env)
+    tps = steady_tokens_per_s(run_dir)
+    return {"minigpt_tokens_per_s": tps, "reference_tokens_per_s": float(ref_out["tokens_per_s"]),
+            "ratio": tps / float(ref_out["tokens_per_s"])}  # fmt: skip
+
+
+def big(ref: Path, data: Path, env: dict[str, str], tmp: Path, repeats: int, steps: int,
+        compile_: bool) -> dict[str, Any]:  # fmt: skip
+    """big_once's medians, and MFU: FLOPs counted as minigpt/runtime/mfu.py does, over this machine's
+    peak (the `peak` subcommand, in a child) in the precision minigpt trains in: bf16 where the CPU
+    multiplies it natively, float32 elsewhere (dividing by emulated bf16's figure would give > 100%).
+    The reference, always float32, is given as a fraction of the float32 peak."""
+    from minigpt.config.schema import ModelConfig
+    from minigpt.runtime.mfu import flops_per_token
+
+    runs = [big_once(ref, data, env, tmp, i, steps, compile_) for i in range(repeats)]
+    progress("6x384: this machine's matrix-multiply peaks (bench.py peak)")
+    peaks = last_json(run_timed([__file__, "peak", "--json-only"], env), "bench.py peak")
+    peak_dtype = "bfloat16" if peaks["native_bf16"] else "float32"  # what minigpt's dtype auto trains in
+    peak, fp32_peak = float(peaks[peak_dtype]["peak_gflops"]), float(peaks["float32"]["peak_gflops"])
+    med = medians(runs)  # minigpt_tokens_per_s, reference_tokens_per_s, ratio
+    flops = flops_per_token(ModelConfig(n_layer=6, n_head=6, n_embd=384, block_size=256), 65)
+    return {
+        "repeats": repeats, "steps": steps, "compile": compile_, "runs": runs, **med, "target_ratio": BIG_TARGET_RATIO,
+        "flops_per_token": flops, "peak_dtype": peak_dtype, "peak_gflops": peak,
+        "bf16_peak_gflops": float(peaks["bfloat16"]["peak_gflops"]), "fp32_peak_gflops": fp32_peak,
+        "native_bf16": bool(peaks["native_bf16"]),
+        "fraction_of_peak": med["minigpt_tokens_per_s"] * flops / (peak * 1e9),
+        "reference_fraction_of_fp32_peak": med["reference_tokens_per_s"] * flops / (fp32_peak * 1e9),
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------- speed: report
 
 
 def summarize_quality(s: dict[str, Series]) -> dict[str, Any]:
@@ -317,6 +655,11 @@ def summarize_speedup(s: dict[str, Series], metric: str, target: float, **extra:
     """Every series, then minigpt's median `metric` over the reference's, met when it is >= target."""
     ratio = s[f"minigpt_{metric}"].median / s[f"reference_{metric}"].median
     return {**{k: v.to_dict() for k, v in s.items()}, **extra, "ratio": ratio, "target": target, "met": ratio >= target}
+
+
+def summarize_batch_sampling(s: dict[str, Series]) -> dict[str, Any]:
+    ratio = s["default_ratio"].median
+    return {**{k: v.to_dict() for k, v in s.items()}, "target": TARGET_BATCH_RATIO, "met": ratio >= TARGET_BATCH_RATIO}
 
 
 def compile_row(metric: str, part: dict[str, Any]) -> Row:
@@ -367,14 +710,14 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
                             yes_no(mg <= ref and (mg <= 1.50 or not final))))  # fmt: skip
         rows.append(Row("  whole process (s)", f"{g['minigpt_wall_s']:.1f}", f"{g['reference_wall_s']:.1f}", "",
                         "<= 240", yes_no(g["minigpt_wall_s"] <= 240)))  # fmt: skip
-    if big := results.get("big"):
-        rows.append(Row("train tokens/s (6x384, ctx 256, batch 16)", f"{big['minigpt_tokens_per_s']:,.0f}",
-                        f"{big['reference_tokens_per_s']:,.0f}", f"{big['ratio']:.2f}x", f">= {big['target_ratio']:g}x",
-                        yes_no(big["ratio"] >= big["target_ratio"])))  # fmt: skip
-        frac = big["fraction_of_peak"]
-        rows.append(Row(f"  fraction of the measured {big['peak_dtype']} peak", f"{100 * frac:.0f}%",
-                        f"{100 * big['reference_fraction_of_fp32_peak']:.0f}% of float32's",
-                        f"({big['peak_gflops']:.0f} GFLOP/s)", ">= 60%", yes_no(frac >= 0.6)))  # fmt: skip
+    if big_ := results.get("big"):
+        rows.append(Row("train tokens/s (6x384, ctx 256, batch 16)", f"{big_['minigpt_tokens_per_s']:,.0f}",
+                        f"{big_['reference_tokens_per_s']:,.0f}", f"{big_['ratio']:.2f}x",
+                        f">= {big_['target_ratio']:g}x", yes_no(big_["ratio"] >= big_["target_ratio"])))  # fmt: skip
+        frac = big_["fraction_of_peak"]
+        rows.append(Row(f"  fraction of the measured {big_['peak_dtype']} peak", f"{100 * frac:.0f}%",
+                        f"{100 * big_['reference_fraction_of_fp32_peak']:.0f}% of float32's",
+                        f"({big_['peak_gflops']:.0f} GFLOP/s)", ">= 60%", yes_no(frac >= 0.6)))  # fmt: skip
     return rows
 
 
@@ -390,49 +733,11 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join([line(cells[0]), sep, *(line(c) for c in cells[1:])])
 
 
-def machine_info() -> dict[str, Any]:
-    import torch
-
-    return {
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-    }
-
-
-# ---------------------------------------------------------------------------------------- main
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    add_pair_args(ap)
-    ap.add_argument("--quick", action="store_true", help="tiny step counts: a smoke test of this script")
-    ap.add_argument("--skip-train", action="store_true", help="skip the two training comparisons")
-    ap.add_argument("--skip-sample", action="store_true", help="skip the sampling comparison")
-    ap.add_argument("--json-only", action="store_true", help="print only the JSON line on stdout")
-    ap.add_argument("--only-batch-sampling", action="store_true", help="only the batched-sampling comparison")
-    ap.add_argument("--only", nargs="+", choices=PARTS, metavar="PART",
-                    help=f"run only these parts ({', '.join(PARTS)}); the default runs them all")  # fmt: skip
-    a = ap.parse_args(argv)
-    if a.only_batch_sampling:
-        a.only = ["batch-sampling"]
-    parts = set(a.only or PARTS)
-    if a.skip_train:
-        parts -= {"quality", "throughput", "budget", "big"}
-    if a.skip_sample:
-        parts -= {"sampling", "batch-sampling"}
-    a.parts = parts
-    return a
-
-
-def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
+def run_speed(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
     env = child_env(tmp / "cache")
     ref, data = a.reference.resolve(), a.data.resolve()
     results: dict[str, Any] = {}
-    parts = a.parts
+    parts = set(a.only)
     if "batch-sampling" in parts:
         models = {"default": make_checkpoint(data, env, tmp / "default-model"),
                   "6x384": make_sample_checkpoint(data, env, tmp)}  # fmt: skip
@@ -444,14 +749,15 @@ def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
     if "throughput" in parts:
         throughput = [throughput_once(ref, data, plan, env, tmp, i) for i in range(a.repeats)]
         results["train_throughput"] = summarize_speedup(collect(throughput), "tokens_per_s", TARGET_TRAIN_RATIO,
-                                                        recipe=reference_recipe()[0])  # fmt: skip
+                                                        recipe="configs/reference_cpu.yaml")  # fmt: skip
     if "budget" in parts:
-        results["budget"] = bench_budget.run(ref, data, tmp, a.repeats, 40.0 if a.quick else bench_budget.BUDGET_S)
-        plot = tmp / "budget_curve.png" if a.quick else bench_budget.PLOT
-        bench_budget.plot(results["budget"]["runs"], plot)
+        budget = 40.0 if a.quick else BUDGET_S
+        runs = [budget_once(ref, data, env, tmp, i, 1337 + i, budget) for i in range(a.repeats)]
+        results["budget"] = summarize_budget(runs, budget)
+        plot_budget(runs, tmp / "budget_curve.png" if a.quick else a.plot)
     if "big" in parts:
-        steps = 25 if a.quick else bench_big.STEPS  # the reference times its steps from the 20th on
-        results["big"] = bench_big.run(ref, data, tmp, a.repeats, steps, not a.quick)
+        steps = 25 if a.quick else BIG_STEPS  # the reference times its steps from the 20th on
+        results["big"] = big(ref, data, env, tmp, a.repeats, steps, not a.quick)
     if "sampling" in parts:
         run_dir = tmp / "sample-model"
         if not run_dir.exists():  # made by the batch-sampling part when that ran
@@ -461,33 +767,632 @@ def run_all(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    if problem := pair_args_problem(a):
+def cmd_speed(a: argparse.Namespace) -> int:
+    """minigpt against the reference baseline (../shared/bench/reference_gpt.py), side by side.
+
+    Parts (--only picks some; the default runs all six, about 20 minutes on 2 cores per repeat):
+      batch-sampling  32 samples of 500 characters as one batch against the batch-1 path (target 5x)
+      quality         time to the reference's loss: default config against its 2000 steps (target 0.5x)
+      throughput      tokens/s on the reference's recipe, configs/reference_cpu.yaml (target 1.5x)
+      budget          configs/cpu_4min.yaml against the reference in the same 240 s: loss at 30, 60,
+                      120 and 240 s (target: below it everywhere, <= 1.50, <= 240 s); writes --plot
+      big             the GPU recipe's 6x384 model, batch 16: tokens/s and the fraction of this
+                      machine's measured peak in the precision minigpt trains in (targets 3x, 60%)
+      sampling        `minigpt sample` of 3000 characters, whole process, against the reference's
+                      generation loop, 6x384 ctx 256 (target 10x)
+    Prints a table (metric | minigpt | reference | ratio | target | met?) and one JSON line."""
+    if problem := missing_file(("reference script", a.reference), ("data file", a.data)):
         print(f"error: {problem}", file=sys.stderr)
         return 2
     plan = QUICK_PLAN if a.quick else FULL_PLAN
     t0 = time.perf_counter()
     with scratch("minigpt-bench-") as tmp:
-        results = run_all(a, plan, tmp)
-    report = {
-        "machine": machine_info(),
-        "settings": {
-            "quick": a.quick,
-            "repeats": a.repeats,
-            "reference": str(a.reference.resolve()),
-            "data": str(a.data.resolve()),
-            "plan": asdict(plan),
-        },
-        **results,
-        "bench_wall_s": time.perf_counter() - t0,
-    }
+        results = run_speed(a, plan, tmp)
+    settings = {"quick": a.quick, "repeats": a.repeats, "reference": str(a.reference.resolve()),
+                "data": str(a.data.resolve()), "plan": asdict(plan)}  # fmt: skip
+    report = {"machine": machine_info(), "settings": settings, **results, "bench_wall_s": time.perf_counter() - t0}
     if not a.json_only:
         if a.quick:
             print("quick mode: tiny step counts, a smoke test of this script; the numbers mean nothing")
         print(format_table(table_rows(results)))
+        if "budget" in results:
+            print(budget_table(results["budget"]))
     print(json.dumps(report))
     return 0
+
+
+def add_speed_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE, help="reference_gpt.py to compare with")
+    add_data_arg(ap)
+    add_repeats_arg(ap)
+    ap.add_argument("--only", nargs="+", choices=SPEED_PARTS, default=list(SPEED_PARTS), metavar="PART",
+                    help=f"run only these parts ({', '.join(SPEED_PARTS)}); the default runs them all")  # fmt: skip
+    ap.add_argument("--quick", action="store_true", help="tiny step counts: a smoke test of this script")
+    ap.add_argument("--plot", type=Path, default=BUDGET_PLOT, help="the budget part's PNG (not written with --quick)")
+    ap.add_argument("--json-only", action="store_true", help="print only the JSON line on stdout")
+
+
+# ======================================================================================== data
+
+DATA_STEPS = 100  # enough random windows that pages left mapped would show in the peak
+DATA_TRAIN_ARGS = [
+    f"train.max_steps={DATA_STEPS}", f"train.eval_interval={DATA_STEPS}", "train.eval_steps=2", *BARE_RUN,
+    "log.interval=1", "log.progress=lines", "log.progress_seconds=0.001",
+]  # fmt: skip
+# code points a real tree's comments and strings hold: accents, Greek, Cyrillic, CJK, symbols, emoji
+FOREIGN = [
+    *range(0xC0, 0x180), *range(0x391, 0x3CA), *range(0x410, 0x450), *range(0x2010, 0x2030), *range(0x2190, 0x21A0),
+    *range(0x4E00, 0x4E00 + 2900), *range(0x1F600, 0x1F640),
+]  # fmt: skip
+
+
+def build_file(path: Path, mb: int) -> int:
+    """One file of `mb` MB: tiny Shakespeare rotated by a different amount each time it repeats."""
+    text = DEFAULT_DATA.read_text(encoding="utf-8")
+    target = mb * 1_000_000
+    with open(path, "w", encoding="utf-8") as f:
+        written, i = 0, 0
+        while written < target:
+            k = (i * 7919) % len(text)
+            chunk = (text[k:] + text[:k])[: target - written]
+            f.write(chunk)
+            written += len(chunk.encode("utf-8"))
+            i += 1
+    return path.stat().st_size
+
+
+def build_folder(root: Path, mb: int, files: int) -> int:
+    """`files` files of equal size, each a different slice of tiny Shakespeare, 1,000 to a folder."""
+    text = DEFAULT_DATA.read_text(encoding="utf-8")
+    each = mb * 1_000_000 // files
+    for i in range(files):
+        folder = root / f"{i // 1000:03d}"
+        if i % 1000 == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+        start = (i * 104_729) % (len(text) - each)
+        (folder / f"doc{i:06d}.txt").write_text(text[start : start + each], encoding="utf-8")
+    return sum(p.stat().st_size for p in root.rglob("*.txt"))
+
+
+def build_tree(root: Path, mb: int, files: int, seed: int = 0) -> int:
+    """A source tree as a user brings one: many small files of uneven size in nested folders, about
+    a third with non-ASCII comments (~3,500 distinct characters in all), and one file in 2,000 in
+    Latin-1 (not UTF-8: char mode skips it with a warning)."""
+    import random
+
+    rng = random.Random(seed)
+    text = DEFAULT_DATA.read_text(encoding="utf-8")
+    mean = mb * 1_000_000 / files
+    for i in range(files):
+        folder = root / f"pkg{i // 2000:02d}" / f"mod{i // 100 % 20:02d}"
+        if i % 100 == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+        size = max(64, min(int(rng.lognormvariate(0, 0.8) * mean * 0.73), len(text) // 2))
+        start = rng.randrange(len(text) - size)
+        body = text[start : start + size]
+        if i % 2000 == 1999:
+            (folder / f"legacy{i:06d}.txt").write_bytes(body.encode("ascii", "replace") + b"\n# caf\xe9\n")
+            continue
+        if i % 3 == 0:  # comments with foreign characters, every ~40 lines
+            lines = body.split("\n")
+            for k in range(0, len(lines), 40):
+                lines[k] += "  # " + "".join(chr(rng.choice(FOREIGN)) for _ in range(rng.randint(3, 20)))
+            body = "\n".join(lines)
+        (folder / f"file{i:06d}.py").write_text(body, encoding="utf-8")
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def read_once(root: Path) -> str:
+    """Read every file of a corpus (into the page cache): how long it took, as a line."""
+    start, size = time.perf_counter(), 0
+    for p in [root] if root.is_file() else sorted(root.rglob("*")):
+        if p.is_file():
+            with open(p, "rb", buffering=0) as f:
+                while chunk := f.read(16 << 20):
+                    size += len(chunk)
+    took = time.perf_counter() - start
+    return f"read once beforehand: {size / 1e6:,.0f} MB in {took:.2f} s ({size / 1e6 / max(took, 1e-9):,.0f} MB/s)"
+
+
+def torch_import_seconds() -> float:
+    code = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
+    runs = [float(subprocess.check_output([sys.executable, "-c", code], text=True)) for _ in range(3)]
+    return statistics.median(runs)
+
+
+def train_on_corpus(data: Path, out: Path, cache: Path) -> dict[str, Any]:
+    """One `minigpt train`: peak RSS (ru_maxrss from wait4), the hashing and encoding seconds it
+    reports, and the time from process start to its first step's progress line."""
+    env = child_env(cache, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, *minigpt_train(data, out, *DATA_TRAIN_ARGS, device=None)]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    first_step, lines, prep_s = None, [], 0.0
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        lines.append(line.rstrip())
+        if first_step is None and line.startswith("step 1/"):
+            first_step = time.perf_counter() - start
+        m = re.match(r"(hashing|encoding) .*: ([\d,]+) MB in ([\d.]+) s", line)
+        if m:
+            prep_s += float(m.group(3))
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0 or first_step is None:
+        print("\n".join(lines[-20:]), file=sys.stderr)
+        raise SystemExit(f"minigpt train failed on {data}")
+    return {"peak_rss_mb": usage.ru_maxrss / 1024, "first_step_s": first_step, "prep_s": prep_s, "wall_s": wall,
+            "log": [ln for ln in lines if ln.startswith(("data:", "hashing", "encoding", "warning"))]}  # fmt: skip
+
+
+def cmd_data(a: argparse.Namespace) -> int:
+    """Data at scale: peak memory, encoding throughput and time to the first step on large corpora.
+
+    Builds the corpora (from tiny Shakespeare, shifted so no two files are identical): by default a
+    2 GB file, a 1 GB folder of 50,000 files and a 1.4 GB source tree of 80,000 files. Then runs
+    `minigpt train` for 100 steps on each, twice: with an empty encoding cache, then cached. Each run:
+    the child's peak RSS, the encoding throughput (the corpus's bytes over the hashing and encoding
+    time train reports), and the time from process start to the first step less `import torch`'s.
+    Before a corpus's first run its files are read once, so that run finds them in the page cache,
+    as right after building or copying them (the read's rate is printed; --cold skips it)."""
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="minigpt-bench-data-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        t = time.perf_counter()
+        builders = {
+            "file": lambda: build_file(work / "big.txt", a.file_mb),
+            "folder": lambda: build_folder(work / "folder", a.folder_mb, a.files),
+            "tree": lambda: build_tree(work / "tree", a.tree_mb, a.tree_files),
+        }
+        corpora = {"file": work / "big.txt", "folder": work / "folder", "tree": work / "tree"}
+
+        def size_of(name: str) -> int:
+            path = corpora[name]
+            if not (a.reuse and path.exists()):
+                return builders[name]()
+            return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*.*"))
+
+        sizes = {name: size_of(name) for name in a.only}
+        progress(
+            f"built {', '.join(f'{n} {sizes[n] / 1e6:,.0f} MB' for n in a.only)} in {time.perf_counter() - t:.0f} s"
+        )
+        torch_s = torch_import_seconds()
+        print(f"import torch: {torch_s:.2f} s (median of 3; subtracted from the time to the first step)")
+        results: dict[str, Any] = {"torch_import_s": torch_s}
+        for name, size in sizes.items():
+            data, cache = corpora[name], work / f"cache-{name}"
+            shutil.rmtree(cache, ignore_errors=True)
+            if not a.cold:
+                print(f"{name:6s} {read_once(data)}")
+            for phase in ("first", "cached"):
+                out = work / f"run-{name}-{phase}"
+                shutil.rmtree(out, ignore_errors=True)
+                r = train_on_corpus(data, out, cache)
+                r["encode_mb_s"] = size / 1e6 / r["prep_s"] if phase == "first" and r["prep_s"] else None
+                r["first_step_less_torch_s"] = r["first_step_s"] - torch_s
+                r["corpus_mb"] = size / 1e6
+                results[f"{name}_{phase}"] = r
+                enc = f" | encode {r['encode_mb_s']:,.0f} MB/s" if r["encode_mb_s"] else ""
+                print(f"{name:6s} {phase:6s} | {size / 1e6:7,.0f} MB | peak RSS {r['peak_rss_mb']:7,.0f} MB{enc} | "
+                      f"first step at {r['first_step_s']:6.2f} s ({r['first_step_less_torch_s']:.2f} s without "
+                      f"torch's import) | wall {r['wall_s']:.1f} s")  # fmt: skip
+                for line in r.pop("log"):
+                    print(f"    {line}")
+        print(json.dumps({**results, "machine": machine_info()}))
+    finally:
+        if not a.keep and a.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def add_data_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--file-mb", type=int, default=2000, help="size of the single file (MB)")
+    ap.add_argument("--folder-mb", type=int, default=1000, help="size of the folder (MB)")
+    ap.add_argument("--files", type=int, default=50_000, help="files in the folder")
+    ap.add_argument("--tree-mb", type=int, default=1400, help="size of the source tree (MB)")
+    ap.add_argument("--tree-files", type=int, default=80_000, help="files in the source tree")
+    ap.add_argument("--only", nargs="+", choices=["file", "folder", "tree"], default=["file", "folder", "tree"])
+    ap.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temporary folder)")
+    ap.add_argument("--keep", action="store_true", help="keep the corpora and caches")
+    ap.add_argument("--reuse", action="store_true", help="with --workdir: use the corpora already built there")
+    ap.add_argument("--cold", action="store_true", help="do not read a corpus once before its first run")
+
+
+# ======================================================================================== memory
+
+MEMORY_CONFIGS = [
+    "train.batch_size=64",
+    "train.batch_size=256",
+    "model.n_layer=6 model.n_head=6 model.n_embd=384 model.block_size=256 train.batch_size=32",
+    "model.n_embd=512 model.n_head=8 model.block_size=256 train.batch_size=32 train.dtype=float32",
+    "model.n_layer=4 model.n_embd=256 model.block_size=512 train.batch_size=16 model.dropout=0.2",
+]
+MEMORY_CHILD = r"""
+import json, resource, sys, tempfile
+from pathlib import Path
+import torch
+from minigpt.config.files import load_config
+from minigpt.data.corpus import load_corpus
+from minigpt.model import parameter_count
+from minigpt.runtime.memory import process_rss
+from minigpt.train.preflight import estimate
+from minigpt.runtime.device import configure_threads, resolve_dtype
+from minigpt.train.trainer import Trainer
+
+cfg = load_config(None, [f"data.path={sys.argv[1]}", "train.device=cpu", "log.tensorboard=false", *sys.argv[2:]])
+configure_threads(cfg.train.threads)
+corpus = load_corpus(cfg.data, cfg.model.block_size)
+dtype = resolve_dtype(cfg.train.dtype, torch.device("cpu"))
+trainer = Trainer(cfg, corpus, corpus.tokenizer, torch.device("cpu"), dtype, Path(tempfile.mkdtemp()))
+before = process_rss()
+for _ in range(3):
+    trainer.train_step()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+n_params = parameter_count(cfg.model, corpus.tokenizer.vocab_size)
+micro = cfg.train.batch_size // cfg.train.grad_accum_steps
+est = estimate(cfg, corpus.tokenizer.vocab_size, n_params, dtype).total(micro) - 4 * n_params
+print(json.dumps({"measured": peak - before, "estimated": est}))
+"""
+
+
+def measure_memory(data: Path, overrides: list[str]) -> dict[str, float]:
+    """What three training steps add to a child's resident memory (its peak less what it held once
+    the trainer was built), beside `minigpt.train.preflight`'s estimate less the weights."""
+    result = last_json(run_timed(["-c", MEMORY_CHILD, str(data), *overrides], child_env()), "the measuring child")
+    result["ratio"] = result["estimated"] / result["measured"]
+    return result
+
+
+def cmd_memory(a: argparse.Namespace) -> int:
+    """The memory preflight's estimate beside the memory training really takes, on the CPU.
+
+    The estimate should be within 30% of the measured figure (tests/test_slow.py holds it there)."""
+    rows = []
+    for config in a.configs or MEMORY_CONFIGS:
+        try:
+            r = measure_memory(a.data, config.split())
+        except BenchError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        rows.append({"config": config, **r})
+        print(f"{r['measured'] / 2**20:8.0f} MB measured  {r['estimated'] / 2**20:8.0f} MB estimated  "
+              f"ratio {r['ratio']:.2f}  {config}", flush=True)  # fmt: skip
+    print(json.dumps({"configs": rows, "machine": machine_info()}))
+    return 0
+
+
+def add_memory_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("configs", nargs="*", metavar="CONFIG",
+                    help="space-separated overrides of one config, quoted (default: five built-in ones)")  # fmt: skip
+    add_data_arg(ap)
+
+
+# ======================================================================================== share
+
+SAMPLER = r"""
+import sys, time
+from minigpt.runtime.cores import START_LOAD  # as `minigpt sample` does: before torch loads
+import torch
+from pathlib import Path
+from minigpt.infer.loading import cast_for_sampling, load_model
+from minigpt.runtime.device import configure_threads
+from minigpt.infer.decode import generate
+
+configure_threads(0, START_LOAD.others())
+loaded = load_model(Path(sys.argv[1]), torch.device("cpu"))
+cast_for_sampling(loaded, "auto", "cpu")
+gen = torch.Generator().manual_seed(1)
+generate(loaded.model, [0], 100, 0.8, generator=gen)  # warm-up
+t0 = time.perf_counter()
+generate(loaded.model, [0], int(sys.argv[2]), 0.8, generator=gen)
+print(int(sys.argv[2]) / (time.perf_counter() - t0))
+"""
+
+
+def start_child(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def finish(proc: subprocess.Popen) -> tuple[str, str]:
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise BenchError(f"{proc.args} failed:\n{err[-2000:]}")
+    return out, err
+
+
+def train_tokens_per_s(proc: subprocess.Popen) -> float:
+    """The tokens/s of a finished `minigpt train`'s "done:" line."""
+    _, err = finish(proc)
+    found = re.search(r"done: \d+ steps in [0-9.]+s, ([0-9,]+) tokens/s", err)
+    if not found:
+        raise BenchError(f"no done line in:\n{err[-2000:]}")
+    return float(found.group(1).replace(",", ""))
+
+
+def share_once(data: Path, tmp: Path, steps: int, chars: int) -> dict[str, float]:
+    # what minigpt chooses by itself: a user's OpenMP settings would measure something else
+    env = child_env(tmp / "cache", drop=("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
+
+    def train(name: str, n: int = steps) -> subprocess.Popen:
+        return start_child(minigpt_train(data, tmp / name, f"train.max_steps={n}", "train.final_eval=false",
+                                         "log.progress=off"), env)  # fmt: skip
+
+    def sample() -> float:
+        """Characters/s of generation alone (timed inside the process: start-up does not count)."""
+        out, _ = finish(start_child(["-c", SAMPLER, str(tmp / "solo"), str(chars)], env))
+        return float(out.strip().splitlines()[-1])
+
+    solo = train_tokens_per_s(train("solo"))
+    a, b = train("pair-a"), train("pair-b")
+    pair = [train_tokens_per_s(a), train_tokens_per_s(b)]
+    sample_solo = sample()
+    beside = train("beside", steps * 4)
+    time.sleep(10)  # let the training get past its start-up
+    sample_busy = sample()
+    beside.kill()
+    beside.communicate()
+    return {"train_solo": solo, "train_pair_a": pair[0], "train_pair_b": pair[1],
+            "pair_fraction": min(pair) / solo, "sample_solo": sample_solo, "sample_beside_training": sample_busy,
+            "sample_fraction": sample_busy / sample_solo}  # fmt: skip
+
+
+def cmd_share(a: argparse.Namespace) -> int:
+    """Two minigpt processes on one machine: do they share it, or collapse?
+
+    With the thread counts minigpt chooses by itself: one default-config training alone (tokens/s
+    from its "done:" line); two such trainings started together, each one's tokens/s; the trained
+    default model decoding --chars characters alone (characters/s of generation, timed in the
+    process); and the same beside a training. Targets (issue 12): paired trainings each >= 40% of
+    solo; a sampler beside a training keeps >= 50% of its solo characters/s."""
+    runs = []
+    with scratch("minigpt-share-") as tmp:
+        for rep in range(a.repeats):
+            progress(f"[{rep + 1}/{a.repeats}] a training alone, two together, a sampler alone and beside one")
+            runs.append(share_once(a.data, tmp / f"r{rep}", a.steps, a.chars))
+    med = medians(runs)
+    for k, v in med.items():
+        print(f"{k:<24}{v:>12,.2f}")
+    print(json.dumps({"repeats": a.repeats, "steps": a.steps, "chars": a.chars, "runs": runs, "medians": med,
+                      "machine": machine_info()}))  # fmt: skip
+    return 0
+
+
+def add_share_args(ap: argparse.ArgumentParser) -> None:
+    add_data_arg(ap)
+    add_repeats_arg(ap)
+    ap.add_argument("--steps", type=int, default=480, help="steps of each training (the default config's)")
+    ap.add_argument("--chars", type=int, default=4000, help="characters the sampler generates")
+
+
+# ======================================================================================== playground
+
+PLAYGROUND_MODELS = {  # name: model overrides of the default config
+    "default (3x128, context 64)": {},
+    "6x384, context 256": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256},
+}
+
+
+def random_model(overrides: dict[str, int], name: str) -> Any:
+    """A LoadedModel with the default config (and `overrides`), random weights, tiny Shakespeare's 65 characters."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import torch
+
+    from minigpt.config.schema import config_from_dict
+    from minigpt.data.tokenizer import CharTokenizer
+    from minigpt.infer.loading import LoadedModel
+    from minigpt.model import GPT
+
+    cfg = config_from_dict({}, "defaults")
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **overrides))
+    tok = CharTokenizer.from_text(DEFAULT_DATA.read_text(encoding="utf-8"))
+    torch.manual_seed(0)
+    model = GPT(cfg.model, tok.vocab_size).eval()
+    ckpt = SimpleNamespace(step=0, val_loss=None)
+    return LoadedModel(model, tok, cfg, Path(f"random-{name.split()[0]}.pt"), ckpt)
+
+
+def page_speed(browser: Any, page_path: Path, chars: int, repeats: int) -> tuple[float, float]:
+    """Median characters/s and median open seconds over `repeats` fresh pages."""
+    rates, opens = [], []
+    for _ in range(repeats):
+        context = browser.new_context(offline=True)
+        pg = context.new_page()
+        start = time.perf_counter()
+        pg.goto(page_path.as_uri())
+        pg.wait_for_function("window.playground && window.playground.ready")
+        opens.append(time.perf_counter() - start)
+        pg.fill("#prompt", "ROMEO:")
+        pg.fill("#length", str(chars))
+        pg.fill("#temperature", "0.8")
+        pg.click("#generate")
+        pg.wait_for_function("!window.playground.run.active && window.playground.run.chars > 0", timeout=600_000)
+        run = pg.evaluate("({chars: window.playground.run.chars, ms: window.playground.run.ms})")
+        rates.append(run["chars"] / (run["ms"] / 1000))
+        context.close()
+    return statistics.median(rates), statistics.median(opens)
+
+
+def cmd_playground(a: argparse.Namespace) -> int:
+    """How fast the playground page runs, in headless Chromium.
+
+    Characters per second generated in the page (after its prompt is read) and the time from
+    navigation to the model ready (weights decoded), for the default model and a 6x384 context-256
+    one. Speed does not depend on the weights, so random ones are measured unless --run is given.
+    Needs /usr/bin/chromium and the dev dependencies (playwright)."""
+    from playwright.sync_api import sync_playwright
+
+    from minigpt.export.playground import playground_page
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=a.chromium, args=CHROMIUM_ARGS)
+        for name, overrides in PLAYGROUND_MODELS.items():
+            if a.run and not overrides:
+                import minigpt
+
+                loaded = minigpt.load(a.run, device="cpu").loaded
+            else:
+                loaded = random_model(overrides, name)
+            path = Path(tmp) / "page.html"
+            playground_page(loaded, "float32").save(path)
+            rate, opened = page_speed(browser, path, a.chars, a.repeats)
+            rows.append({"model": name, "page_mb": path.stat().st_size / 1e6, "chars_per_s": rate, "open_s": opened})
+            progress(f"{name}: {rate:,.0f} chars/s, opens in {opened:.2f} s, page {rows[-1]['page_mb']:.1f} MB")
+        browser.close()
+    print("| model | page | characters/s | page opens in |")
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['model']} | {r['page_mb']:.1f} MB | {r['chars_per_s']:,.0f} | {r['open_s']:.2f} s |")
+    print(json.dumps({"repeats": a.repeats, "chars": a.chars, "models": rows, "machine": machine_info()}))
+    return 0
+
+
+def add_playground_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--run", help="a trained run or checkpoint to measure as the default model")
+    ap.add_argument("--chars", type=int, default=1000, help="characters generated per measurement")
+    add_repeats_arg(ap, default=3)
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+
+
+# ======================================================================================== startup
+
+TINY = ["model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=16", "train.batch_size=8",
+        "train.max_steps=5", "train.eval_interval=5", "train.eval_steps=2", *BARE_RUN, "log.progress=off"]  # fmt: skip
+# `minigpt --help` in-process, then how many modules it imported (printed to stderr)
+MODULE_COUNT = "import sys\nfrom {cli} import main\nmain(['--help'])\nprint(len(sys.modules), file=sys.stderr)"
+
+
+def module_count_code(code: Path) -> str:
+    """MODULE_COUNT for the tree at `code`: `main` is in minigpt/cli/app.py since the move into
+    subpackages (6fc6243), in minigpt/cli.py before it."""
+    new_layout = (code / "minigpt" / "cli" / "app.py").is_file()
+    return MODULE_COUNT.format(cli="minigpt.cli.app" if new_layout else "minigpt.cli")
+
+
+def unpack(ref: str, dest: Path) -> Path:
+    """The tree of `ref` (its minigpt package is all that is used) in `dest`."""
+    import tarfile
+    from io import BytesIO
+
+    archive = subprocess.run(["git", "archive", ref, "minigpt"], cwd=REPO, capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def tiny_text(n_chars: int = 20_000) -> str:
+    words = ["the", "king", "queen", "speak", "hear", "me", "now", "good", "lord", "what", "say", "you"]
+    lines = [f"KING:\n{' '.join(words[(i * 7 + j) % len(words)] for j in range(6))}.\n" for i in range(n_chars // 30)]
+    return "".join(lines)[:n_chars]
+
+
+def measure_startup(before_ref: str, repeats: int) -> tuple[dict[str, dict[str, list[float]]], dict[str, int]]:
+    """Seconds of each command for each variant, alternating, and the modules `minigpt --help` imports."""
+    with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp_name:
+        tmp = Path(tmp_name)
+        trees = {"before": unpack(before_ref, tmp / "before"), "after": REPO}
+        # only its own copy on PYTHONPATH; run from the temporary folder, since the current directory
+        # comes first on sys.path and the repository's would import its minigpt whatever PYTHONPATH says
+        drop = [k for k in os.environ if k.startswith("_MINIGPT")]
+        variants = {name: child_env(tmp / "cache", drop=drop, PYTHONPATH=str(code), COLUMNS="100")
+                    for name, code in trees.items()}  # fmt: skip
+
+        def run(args: list[str], env: dict[str, str], check: bool = True) -> Proc:
+            return run_timed(args, env, cwd=tmp, check=check)
+
+        for name, env in variants.items():
+            progress(f"{name}: {run(['-c', 'import minigpt; print(minigpt.__file__)'], env).stdout.strip()}")
+        text = tmp / "text.txt"
+        text.write_text(tiny_text(), encoding="utf-8")
+        run_dir = tmp / "run"
+        run(minigpt_train(text, run_dir, *TINY), variants["after"])
+
+        commands = {
+            "--help": ["--help"],
+            "sample 1 char": ["sample", str(run_dir), "--max-new-tokens", "1", "--device", "cpu"],
+        }
+        if run(minigpt("--version"), variants["after"], check=False).returncode == 0:
+            commands["--version"] = ["--version"]
+        times: dict[str, dict[str, list[float]]] = {c: {v: [] for v in variants} for c in commands}
+        for i in range(repeats):
+            order = list(variants) if i % 2 == 0 else list(reversed(variants))
+            for command, args in commands.items():
+                for name in order:
+                    if command == "--version" and name == "before":
+                        continue  # the old code may not have it
+                    times[command][name].append(run(minigpt(*args), variants[name]).wall_s)
+        counts = {name: run(["-c", module_count_code(trees[name])], env) for name, env in variants.items()}
+    return times, {name: int(proc.stderr.split()[-1]) for name, proc in counts.items()}
+
+
+def cmd_startup(a: argparse.Namespace) -> int:
+    """Whole-process start-up and exit time of the command line, this working tree against a git ref.
+
+    The "before" code is the tree of --before, unpacked with `git archive`; both run with this
+    interpreter as `python -m minigpt ...`, alternating (A B B A ...) so drift hits both alike.
+    Commands: `minigpt --help`, `minigpt sample RUN --max-new-tokens 1` (RUN: a tiny model trained
+    first) and `minigpt --version`. Prints each one's medians and ratio, and the number of modules
+    `minigpt --help` imports (noise-free)."""
+    try:
+        times, modules = measure_startup(a.before, a.repeats)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"\nwhole-process seconds, medians of {a.repeats} (before = {a.before}, after = working tree)")
+    print(f"{'command':<16} {'before':>8} {'after':>8} {'after/before':>13}   (max - min: before, after)")
+    result: dict[str, Any] = {"repeats": a.repeats, "before_ref": a.before}
+    for command, by_variant in times.items():
+        med = {n: statistics.median(ts) if ts else float("nan") for n, ts in by_variant.items()}
+        ratio = med["after"] / med["before"] if by_variant["before"] else float("nan")
+        spread = "  ".join(f"{max(ts) - min(ts):.3f}" if ts else "-" for ts in by_variant.values())
+        print(f"{command:<16} {med['before']:>8.3f} {med['after']:>8.3f} {ratio:>13.3f}   ({spread})")
+        result[command] = {n: (round(med[n], 4) if ts else None) for n, ts in by_variant.items()} | {
+            f"spread_{n}": round(max(ts) - min(ts), 4) for n, ts in by_variant.items() if ts
+        }
+    print(f"modules imported by `minigpt --help`: before {modules['before']}, after {modules['after']}")
+    print(json.dumps({**result, "help_modules": modules, "machine": machine_info()}))
+    return 0
+
+
+def add_startup_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--before", default="HEAD", help="git ref of the code to compare against (default HEAD)")
+    add_repeats_arg(ap, default=9)
+
+
+# ======================================================================================== main
+
+COMMANDS = {  # name: (what adds its options, what runs it)
+    "speed": (add_speed_args, cmd_speed),
+    "peak": (add_peak_args, cmd_peak),
+    "data": (add_data_args, cmd_data),
+    "memory": (add_memory_args, cmd_memory),
+    "share": (add_share_args, cmd_share),
+    "playground": (add_playground_args, cmd_playground),
+    "startup": (add_startup_args, cmd_startup),
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (add_args, cmd) in COMMANDS.items():
+        doc = inspect.cleandoc(cmd.__doc__ or "")
+        p = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        add_args(p)
+        p.set_defaults(func=cmd)
+    a = ap.parse_args(argv)
+    if getattr(a, "repeats", 1) < 1:
+        ap.error(f"--repeats must be >= 1, got {a.repeats}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    return a.func(a)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (  # noqa: E402
+# this script's folder is first on sys.path when it runs, so the harness's helpers import by name
+from bench import (
     DEFAULT_DATA,
     REPO,
     child_env,
