@@ -68,6 +68,31 @@ class AttentionLogger:
             self.figure.close()
 
 
+class HeadsLogger:
+    """At each eval, heads/icl_score (the ICL score over a fixed spread sample of the validation split)
+    and every head's heads/induction/L{l}H{h} and heads/previous/L{l}H{h} pattern scores, as
+    `minigpt heads RUN --over-training` scores its snapshots (docs/heads_tensorboard.md, with its
+    measured cost: a small share of an eval's time)."""
+
+    def __init__(self, model: GPT, tok: Tokenizer, val: Any, table: Any) -> None:
+        self.model, self.val, self.table, self.byte_mode = model, val, table, tok.kind == "byte"
+        self.layout_written = False
+
+    def log(self, writer: Any, step: int) -> None:
+        from minigpt.inspect.formation import score_point
+
+        point = score_point(self.model, self.val, self.table, self.byte_mode)
+        if not self.layout_written and point.induction:  # Custom Scalars: a chart per pattern, a line per head
+            layout = {f"heads/{name}": ["Multiline", [rf"heads/{name}/.*"]] for name in ("induction", "previous")}
+            writer.add_custom_scalars({"heads": layout})
+            self.layout_written = True
+        writer.add_scalar("heads/icl_score", point.icl_score, step)
+        for name, grid in (("induction", point.induction), ("previous", point.previous)):
+            for layer, row in enumerate(grid):
+                for head, score in enumerate(row):
+                    writer.add_scalar(f"heads/{name}/L{layer}H{head}", score, step)
+
+
 def describe_run(cfg: Config, corpus: Corpus, tok: Tokenizer, model: GPT, device: torch.device,
                  dtype: torch.dtype, dist: distributed.Dist) -> None:  # fmt: skip
     """The start-up lines: the data, the model and where it runs, the MFU basis."""
@@ -175,7 +200,8 @@ class Reporter:
 
     def __init__(self, cfg: Config, out_dir: Path, model: GPT, tok: Tokenizer, device: torch.device,
                  dist: distributed.Dist, start_step: int, start_tokens: int,
-                 time_budget: tuple[float, float] | None = None) -> None:  # fmt: skip
+                 time_budget: tuple[float, float] | None = None,
+                 val: tuple[Any, Any] | None = None) -> None:  # fmt: skip
         self.cfg, self.out_dir, self.model, self.tok, self.dist = cfg, out_dir, model, tok, dist
         # optim.schedule_by=time: (start, deadline) in perf_counter seconds; progress is time, not steps
         self.time_budget = time_budget
@@ -197,6 +223,9 @@ class Reporter:
             self.writer = GuardedWriter(writer)
         probe = cfg.log.attention_probe
         self.attention = AttentionLogger(model, tok, probe) if self.writer is not None and probe else None
+        # val: the validation split's ids and their table into the vocabulary, for the heads' scores
+        scored = val is not None and getattr(cfg.log, "head_scores", True)
+        self.heads = HeadsLogger(model, tok, *val) if self.writer is not None and scored else None
         self.mode = progress_mode(cfg.log.progress)
         total = None if time_budget else cfg.train.max_steps  # a step count there is only a cap
         self.bar = tqdm(total=total, initial=start_step, desc="train", unit="step", file=sys.stderr,
@@ -274,6 +303,8 @@ class Reporter:
             self.writer.add_text("sample", "```\n" + text + "\n```", step)
         if self.attention is not None:
             self.attention.log(self.writer, step)
+        if self.heads is not None:
+            self.heads.log(self.writer, step)
         self.writer.flush()
 
     def end_progress(self) -> None:

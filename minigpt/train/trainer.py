@@ -360,7 +360,7 @@ class Trainer:
         budget = (t_start, deadline) if self._time_budget else None
         self._cores = core_share(self.cfg.train.threads, self.device, self.dist.enabled)
         reporter = Reporter(self.cfg, self.out_dir, self.model, self.tok, self.device, self.dist, state.step,
-                            state.tokens_seen, budget)  # fmt: skip
+                            state.tokens_seen, budget, val=(self.corpus.val, self.corpus.table))  # fmt: skip
         self.model.train()
         stopped: str | None = None
         full: EvalResult | None = None

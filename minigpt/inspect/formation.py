@@ -1,0 +1,242 @@
+"""Induction heads forming over training: every checkpoint of a run (the `train.keep_every`
+snapshots, best.pt and last.pt) scored in step order on the same fixed validation sample, as the
+trainer scores its model for TensorBoard at each evaluation (docs/heads_tensorboard.md).
+
+Each point is the in-context-learning score (Olsson et al. 2022: the loss late in the context
+minus the loss early in it, `icl_score`) and every head's induction and previous-token pattern
+scores (`head_patterns`). The phase change is marked where the strongest head's induction score
+rises fastest per step between two consecutive checkpoints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from minigpt.errors import UserError
+from minigpt.infer.checkpoint import BEST, LAST, load_checkpoint
+from minigpt.infer.evaluate import icl_score, loss_by_position
+from minigpt.infer.snapshots import list_snapshots
+from minigpt.infer.windows import spread_starts
+from minigpt.inspect.heads import MIN_HALF, ROLE_MIN, head_patterns
+from minigpt.model import GPT
+
+# predictions of the validation sample the ICL score is measured on (whole windows, evenly spread,
+# the same ones every time): a fixed, small sample, so scoring at every evaluation stays cheap
+ICL_TOKENS = 16_384
+NO_SNAPSHOTS = "{run} has no snapshots to follow over training; train with train.keep_every=N"
+
+
+@dataclass
+class HeadPoint:
+    """One model's scores: the ICL score and the mean loss over the sample, and every head's
+    induction and previous-token scores (n_layer lists of n_head); the head scores are empty when
+    the context is too short for the repeated sequences (block_size < 8)."""
+
+    icl_score: float
+    sample_loss: float
+    induction: list[list[float]]
+    previous: list[list[float]]
+    induction_ceiling: float = 0.0  # what a perfect induction head scores on the same sequences
+    step: int = 0
+    files: list[str] = field(default_factory=list)  # the checkpoints of this step
+    val_loss: float | None = None  # the checkpoint's own estimate (train.eval_steps batches), when evaluated
+
+    def strongest(self) -> tuple[int, int, float] | None:
+        """(layer, head, score) of the highest induction score."""
+        flat = [(s, la, h) for la, row in enumerate(self.induction) for h, s in enumerate(row)]
+        if not flat:
+            return None
+        score, layer, head = max(flat)
+        return layer, head, score
+
+    def to_dict(self) -> dict:
+        best = self.strongest()
+        heads = [{"layer": la, "head": h, "induction": s, "previous": self.previous[la][h]}
+                 for la, row in enumerate(self.induction) for h, s in enumerate(row)]  # fmt: skip
+        return {
+            "step": self.step,
+            "files": self.files,
+            "val_loss": self.val_loss,
+            "sample_loss": self.sample_loss,
+            "icl_score": self.icl_score,
+            "induction": dict(zip(("layer", "head", "score"), best)) if best else None,
+            "heads": heads,
+        }
+
+
+def score_point(model: GPT, ids: np.ndarray, table: np.ndarray | None, byte_mode: bool,
+                max_tokens: int = ICL_TOKENS) -> HeadPoint:  # fmt: skip
+    """The ICL score over a spread sample of `max_tokens` predictions of `ids` (all of its whole
+    windows when it is shorter) and the head scores on repeated random sequences; the model's
+    mode is left as it was."""
+    by_position = loss_by_position(model, ids, table, max_tokens)
+    icl, _, _ = icl_score(by_position)
+    induction: list[list[float]] = []
+    previous: list[list[float]] = []
+    ceiling = 0.0
+    if model.cfg.block_size // 2 >= MIN_HALF:
+        scores, ceilings, _, _ = head_patterns(model, byte_mode)
+        induction, previous = scores["induction"].tolist(), scores["previous"].tolist()
+        ceiling = ceilings["induction"]
+    return HeadPoint(icl, float(by_position.mean()), induction, previous, ceiling)
+
+
+def run_checkpoints(run_dir: Path) -> list[Path]:
+    """The snapshots, best.pt and last.pt of a run directory; an error when it has no snapshot or
+    fewer than two checkpoints in all."""
+    snapshots = list_snapshots(run_dir)
+    others = [run_dir / name for name in (BEST, LAST) if (run_dir / name).is_file()]
+    if not snapshots or len(snapshots) + len(others) < 2:
+        raise UserError(NO_SNAPSHOTS.format(run=run_dir))
+    return snapshots + others
+
+
+def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS) -> tuple[list[HeadPoint], str]:
+    """Every checkpoint of the run scored, one point per step in step order (checkpoints of the same
+    step hold the same weights: the first is scored), and a line saying what was measured."""
+    from minigpt.infer.evaluate import eval_ids_for
+    from minigpt.infer.loading import load_model
+
+    if not target.exists():
+        raise UserError(f"{target} does not exist (give a run directory)")
+    run_dir = target if target.is_dir() else target.parent
+    by_step: dict[int, list[Path]] = {}
+    for path in run_checkpoints(run_dir):
+        by_step.setdefault(int(load_checkpoint(path).get("step") or 0), []).append(path)
+    if len(by_step) < 2:
+        raise UserError(NO_SNAPSHOTS.format(run=run_dir))
+    points: list[HeadPoint] = []
+    ids = table = None
+    what = ""
+    for step in sorted(by_step):
+        loaded = load_model(by_step[step][0], device)
+        if ids is None:
+            ids, table, what = eval_ids_for(loaded, None)
+        point = score_point(loaded.model.float(), ids, table, loaded.tokenizer.kind == "byte", max_tokens)
+        point.step, point.files = step, [p.name for p in by_step[step]]
+        val = loaded.checkpoint.val_loss
+        point.val_loss = float(val) if isinstance(val, float) else None
+        points.append(point)
+    block = loaded.config.model.block_size
+    _, late, early = icl_score(np.zeros(block))
+    n_pred = len(ids) - 1
+    starts = spread_starts(n_pred, block, max_tokens)
+    sample = f"{len(starts)} spread windows of {block}" if starts else f"every whole window of {block}"
+    about = (f"{run_dir}: ICL score = loss at context position {late + 1} minus position {early + 1}, over {sample} "
+             f"in the {what}")  # fmt: skip
+    return points, about
+
+
+def phase_change(points: list[HeadPoint]) -> tuple[int, int, float] | None:
+    """(step before, step after, rise) of the interval between consecutive checkpoints where the
+    strongest induction score rises fastest per step; None until an induction head has formed,
+    that is until some checkpoint's strongest score reaches ROLE_MIN (half) of a perfect head's,
+    the share `minigpt heads` asks of an induction head (else every small wobble would be marked)."""
+    best: tuple[float, int, int, float] | None = None
+    strongest = [p.strongest() for p in points]
+    ceiling = points[0].induction_ceiling
+    if not ceiling or all(s is None or s[2] < ROLE_MIN * ceiling for s in strongest):
+        return None
+    for a, b, sa, sb in zip(points, points[1:], strongest, strongest[1:]):
+        if sa is None or sb is None or b.step <= a.step:
+            continue
+        rise = sb[2] - sa[2]
+        rate = rise / (b.step - a.step)
+        if rise > 0 and (best is None or rate > best[0]):
+            best = (rate, a.step, b.step, rise)
+    return best[1:] if best else None
+
+
+def formation_table(points: list[HeadPoint], about: str) -> str:
+    """One row per checkpoint: step, the checkpoint's val loss, the sample's loss, the ICL score and
+    the strongest induction head."""
+    ceiling = points[0].induction_ceiling
+    lines = [about, f"induction: pattern score on repeated random sequences (a perfect head scores {ceiling:.2f})", ""]
+    lines.append(f"{'step':>8}  {'val loss':>8}  {'sample':>8}  {'ICL':>7}  {'induction':<12}  files")
+    for p in points:
+        best = p.strongest()
+        head = f"L{best[0]}H{best[1]} {best[2]:.3f}" if best else "-"
+        val = f"{p.val_loss:.4f}" if p.val_loss is not None else "-"
+        lines.append(f"{p.step:>8}  {val:>8}  {p.sample_loss:>8.4f}  {p.icl_score:>+7.3f}  {head:<12}  "
+                     f"{', '.join(p.files)}")  # fmt: skip
+    phase = phase_change(points)
+    if phase:
+        lines += ["", f"phase change: the strongest induction score rises fastest between steps {phase[0]} and "
+                      f"{phase[1]} ({phase[2]:+.3f})"]  # fmt: skip
+    elif ceiling:
+        lines += ["", f"no phase change yet: no induction score reaches {ROLE_MIN * ceiling:.2f} (half a perfect "
+                      "head's)"]  # fmt: skip
+    return "\n".join(lines)
+
+
+def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
+    """Top: each head's induction score against the step (a colour per layer, a line style per
+    head); bottom: the sample's loss (and the checkpoints' val loss) and the ICL score. The phase
+    change interval is shaded in both."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [p.step for p in points]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.4), dpi=120, sharex=True, height_ratios=(3, 2))
+    layers = len(points[0].induction)
+    colours = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, max(layers, 1)))
+    styles = ["-", "--", ":", "-."]
+    for la in range(layers):
+        for h in range(len(points[0].induction[la])):
+            values = [p.induction[la][h] for p in points]
+            top.plot(steps, values, color=colours[la], ls=styles[h % len(styles)], marker=".", label=f"L{la}H{h}")
+    if points[0].induction_ceiling:
+        top.axhline(points[0].induction_ceiling, color="0.5", lw=0.8, ls=":")
+        top.annotate("perfect head", (steps[0], points[0].induction_ceiling), fontsize=7, color="0.4",
+                     textcoords="offset points", xytext=(2, -10))  # fmt: skip
+    top.set_ylabel("induction score")
+    top.legend(fontsize=7, ncol=max(1, layers), loc="upper left", bbox_to_anchor=(1.01, 1.0), title="layer/head",
+               title_fontsize=7)  # fmt: skip
+    top.set_title(about, fontsize=7, wrap=True)
+    bottom.plot(steps, [p.sample_loss for p in points], color="#4e79a7", marker=".", label="loss on the sample")
+    evaluated = [(p.step, p.val_loss) for p in points if p.val_loss is not None]
+    if evaluated:
+        bottom.plot(*zip(*evaluated), ls="none", marker="o", mfc="none", color="#4e79a7", label="val loss (checkpoint)")
+    bottom.set_ylabel("loss (nats)")
+    bottom.set_xlabel("step")
+    icl = bottom.twinx()
+    icl.plot(steps, [p.icl_score for p in points], color="#e15759", marker=".", label="ICL score")
+    icl.set_ylabel("ICL score (late - early loss)", color="#e15759")
+    handles = bottom.get_legend_handles_labels()[0] + icl.get_legend_handles_labels()[0]
+    bottom.legend(handles=handles, fontsize=7, loc="upper right")
+    phase = phase_change(points)
+    if phase:
+        for ax in (top, bottom):
+            ax.axvspan(phase[0], phase[1], color="#f28e2b", alpha=0.15, lw=0)
+        top.annotate("phase change", (phase[0], 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                     color="#c06000", textcoords="offset points", xytext=(3, -20))  # fmt: skip
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot write {path}: {e}") from None
+    finally:
+        plt.close(fig)
+
+
+def formation_report(target: Path, device: torch.device, png: Path | None, as_json: bool) -> None:
+    """`minigpt heads RUN --over-training`: the table (or one JSON object per checkpoint) on
+    stdout, and with `png` the formation chart."""
+    points, about = follow_run(target, device)
+    if png is not None:
+        draw_formation(points, about, png)
+        print(f"wrote {png}", file=sys.stderr)
+    if as_json:
+        for p in points:
+            print(json.dumps(p.to_dict()))
+    else:
+        print(formation_table(points, about))
