@@ -87,7 +87,7 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
 
     Why the inference commands leave busy cores alone: decoding is many tiny operations whose
     threads spin-wait for each other, so beside a training one thread decodes several times faster
-    than two (scripts/bench_contention.py, docs/benchmarks.md)."""
+    than two (`scripts/bench.py share`, docs/benchmarks.md)."""
     if requested > 0:
         count = requested
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:

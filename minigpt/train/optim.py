@@ -30,7 +30,7 @@ with AVX512-BF16 or AMX) and in float32 elsewhere: emulated bfloat16 products ar
 (docs/benchmarks.md). In float32 the MLP's 4:1 matrices iterate on their small Gram matrices
 instead (`gram_newton_schulz`): the same iterations in fewer FLOPs.
 
-Not torch.optim.Muon (scripts/bench_muon.py, docs/benchmarks.md): it takes each 2-D parameter as
+Not torch.optim.Muon (measured against it: docs/benchmarks.md): it takes each 2-D parameter as
 one matrix (the fused q/k/v weight as one (3C, C) matrix), loops over them one by one, always
 orthogonalizes in bfloat16, and imports torch._dynamo at its first step.
 """

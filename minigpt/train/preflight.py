@@ -7,7 +7,7 @@ parameter) and the activations autograd keeps for one micro-batch: per token and
 26 values of the block's width in the compute dtype's precision (the attention inputs and output
 in float32 on the CPU, LayerNorm in float32, the rest in the autocast type), plus the logits and
 their float32 copies for the loss. The per-token constants were measured on this project's model
-(`scripts/bench_memory.py` prints the estimate beside the measured peak).
+(`scripts/bench.py memory` prints the estimate beside the measured peak).
 """
 
 from __future__ import annotations
