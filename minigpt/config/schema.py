@@ -185,6 +185,9 @@ class LogConfig:
         "ROMEO:\nBut, soft! what light",
         "text whose attention maps are logged to TensorBoard as images at each eval (empty = off)",
     )
+    head_scores: bool = config_field(
+        True, "log the ICL score and every head's induction and previous-character scores to TensorBoard at each eval"
+    )
     peak_tflops: float = config_field(
         0.0,
         "peak TFLOPS of one device, for the MFU figure (0 = look the GPU up in minigpt's table; "

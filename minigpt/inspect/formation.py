@@ -1,6 +1,6 @@
 """Induction heads forming over training: every checkpoint of a run (the `train.keep_every`
 snapshots, best.pt and last.pt) scored in step order on the same fixed validation sample, as the
-trainer scores its model for TensorBoard at each evaluation (docs/heads_tensorboard.md).
+trainer scores its model for TensorBoard at each evaluation (docs/heads.md).
 
 Each point is the in-context-learning score (Olsson et al. 2022: the loss late in the context
 minus the loss early in it, `icl_score`) and every head's induction and previous-token pattern

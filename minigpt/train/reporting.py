@@ -71,7 +71,7 @@ class AttentionLogger:
 class HeadsLogger:
     """At each eval, heads/icl_score (the ICL score over a fixed spread sample of the validation split)
     and every head's heads/induction/L{l}H{h} and heads/previous/L{l}H{h} pattern scores, as
-    `minigpt heads RUN --over-training` scores its snapshots (docs/heads_tensorboard.md, with its
+    `minigpt heads RUN --over-training` scores its snapshots (docs/heads.md, with its
     measured cost: a small share of an eval's time)."""
 
     def __init__(self, model: GPT, tok: Tokenizer, val: Any, table: Any) -> None:
@@ -224,7 +224,7 @@ class Reporter:
         probe = cfg.log.attention_probe
         self.attention = AttentionLogger(model, tok, probe) if self.writer is not None and probe else None
         # val: the validation split's ids and their table into the vocabulary, for the heads' scores
-        scored = val is not None and getattr(cfg.log, "head_scores", True)
+        scored = val is not None and cfg.log.head_scores
         self.heads = HeadsLogger(model, tok, *val) if self.writer is not None and scored else None
         self.mode = progress_mode(cfg.log.progress)
         total = None if time_budget else cfg.train.max_steps  # a step count there is only a cap
