@@ -42,7 +42,7 @@ def sample_text(model: GPT, tok: Tokenizer, prompt: str, length: int, seed: int)
 
 class AttentionLogger:
     """The probe text's attention maps as a TensorBoard image at each eval (unknown characters
-    dropped); the figure is built once and redrawn, about a second an eval on 2 CPU cores."""
+    dropped); the figure is built once and redrawn (its cost: docs/benchmarks.md)."""
 
     def __init__(self, model: GPT, tok: Tokenizer, probe: str):
         self.model = model
