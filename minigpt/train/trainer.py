@@ -4,7 +4,7 @@
 fixed-batch validation loss, `save()` a checkpoint, `state_dict()` / `load_state_dict()` the
 whole resumable state, and `train()` the loop that ties them together with logging, evaluation,
 checkpoints and interrupts. Which config a run uses and whether it resumes is decided in
-`runs.py`; what it shows and records is `reporting.py`'s.
+`launch.py`; what it shows and records is `reporting.py`'s.
 """
 
 from __future__ import annotations
