@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors",),
     ("config", "io"),
     ("runtime",),
-    ("data", "model"),
+    ("data", "model", "checkpoint"),
     ("infer",),
     ("inspect",),
     ("train", "export"),

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import minigpt
+from minigpt.checkpoint import load_checkpoint
 from minigpt.cli.app import main
 from minigpt.config.schema import ModelConfig
-from minigpt.infer.checkpoint import load_checkpoint
 from minigpt.infer.decode import generate
 from minigpt.infer.loading import load_model
 from minigpt.model import GPT, KVCache, norm, parameter_count

@@ -14,9 +14,9 @@ import pytest
 import torch
 import yaml
 
+from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import DataConfig
 from minigpt.data.corpus import load_corpus
-from minigpt.infer.checkpoint import load_checkpoint
 from minigpt.train.trainer import Trainer
 
 from .conftest import TINY, make_text

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import DataConfig
 from minigpt.data import passes
 from minigpt.data.corpus import encode_corpus
 from minigpt.data.sources import resolve_sources
 from minigpt.data.tokenizer import CharTokenizer
-from minigpt.infer.checkpoint import load_checkpoint
 
 from .conftest import TINY, make_text
 

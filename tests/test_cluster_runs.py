@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
+from minigpt.checkpoint import list_snapshots, load_checkpoint
 from minigpt.config.files import load_config
 from minigpt.config.schema import Config, config_from_dict
-from minigpt.infer.checkpoint import load_checkpoint
 from minigpt.infer.evaluate import evaluate_ids
-from minigpt.infer.snapshots import list_snapshots, snapshot_plan
 from minigpt.model import GPT
+from minigpt.train.disk import snapshot_plan
 
 from .conftest import TINY, make_text
 

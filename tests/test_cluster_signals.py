@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.infer.checkpoint import load_checkpoint
+from minigpt.checkpoint import load_checkpoint
 
 from .conftest import TINY, make_text
 from .test_distributed import launch

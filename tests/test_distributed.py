@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt.infer.checkpoint import load_checkpoint
+from minigpt.checkpoint import load_checkpoint
 
 from .conftest import TINY
 

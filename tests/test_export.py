@@ -20,11 +20,11 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import minigpt
+from minigpt.checkpoint import Checkpoint
 from minigpt.cli.app import main
 from minigpt.config.schema import Config, ModelConfig
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.export.folder import export_loaded
-from minigpt.infer.checkpoint import Checkpoint
 from minigpt.infer.loading import load_model
 from minigpt.model import GPT, parameter_count
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
+from minigpt.checkpoint import load_checkpoint
 from minigpt.data.tokenizer import CharTokenizer
-from minigpt.infer.checkpoint import load_checkpoint
 from minigpt.train.launch import starting_vocabulary, starting_weights
 from minigpt.train.trainer import Trainer
 

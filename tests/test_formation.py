@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from minigpt.checkpoint import list_snapshots
 from minigpt.cli.app import main
-from minigpt.infer.snapshots import list_snapshots
 
 from .conftest import TINY, make_text
 

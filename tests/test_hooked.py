@@ -17,10 +17,10 @@ from transformer_lens.head_detector import (
 )
 
 import minigpt
+from minigpt.checkpoint import Checkpoint
 from minigpt.config.schema import Config, ModelConfig
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.errors import UserError
-from minigpt.infer.checkpoint import Checkpoint
 from minigpt.inspect.heads import detection_patterns, pattern_scores, repeated_tokens
 from minigpt.model import GPT
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import ModelConfig
-from minigpt.infer.checkpoint import load_checkpoint
 from minigpt.runtime.mfu import device_peak, flops_per_token, lookup_peak_tflops, mfu_percent
 
 from .conftest import TRAINED_RUN_PEAK_TFLOPS

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from minigpt.checkpoint import Checkpoint
 from minigpt.config.schema import Config, ModelConfig, OptimConfig
 from minigpt.data.tokenizer import CharTokenizer
-from minigpt.infer.checkpoint import Checkpoint
 from minigpt.infer.decode import generate
 from minigpt.infer.loading import load_model
 from minigpt.model import GPT, KVCache, parameter_count

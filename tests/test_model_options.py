@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import ModelConfig
-from minigpt.infer.checkpoint import load_checkpoint
 from minigpt.infer.decode import generate
 from minigpt.model import GPT, KVCache, apply_rope, rope_tables, sinusoidal_table
 from minigpt.train.optim import AdamW

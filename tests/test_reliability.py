@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from minigpt.checkpoint import load_checkpoint, save_checkpoint
 from minigpt.errors import UserError
-from minigpt.infer.checkpoint import load_checkpoint, save_checkpoint
 from minigpt.model import GPT
 
 from .conftest import TINY
@@ -75,7 +75,7 @@ def test_second_interrupt_exits_at_once(text_file: Path, tmp_path: Path) -> None
     out = tmp_path / "run"
     # make every checkpoint write slow, so the second Ctrl-C lands while the first one is being handled
     prelude = textwrap.dedent("""
-        import time, minigpt.infer.checkpoint as c
+        import time, minigpt.checkpoint as c
         _save = c.torch.save
         def slow_save(obj, f, *a, **k):
             time.sleep(1.0)
@@ -122,7 +122,7 @@ def test_kill_9_in_the_middle_of_a_checkpoint_write(text_file: Path, tmp_path: P
     """The third checkpoint write dies half-way: the second one stays in place, and resume works."""
     out = tmp_path / "run"
     prelude = textwrap.dedent("""
-        import io, os, signal, minigpt.infer.checkpoint as c
+        import io, os, signal, minigpt.checkpoint as c
         _save = c.torch.save
         calls = [0]
         def dying_save(obj, f, *a, **k):
@@ -256,7 +256,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(text_file: Pat
 
 
 def test_full_disk_while_checkpointing_is_a_clear_error(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
-    import minigpt.infer.checkpoint as checkpoint_mod
+    import minigpt.checkpoint as checkpoint_mod
 
     out = tmp_path / "run"
     calls = [0]

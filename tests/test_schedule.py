@@ -55,7 +55,7 @@ def test_time_schedule_needs_max_time(text_file, tmp_path, cli) -> None:
 def test_a_time_budget_ends_its_decay_and_scores_the_last_weights(text_file, tmp_path, cli) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from minigpt.infer.checkpoint import Checkpoint
+    from minigpt.checkpoint import Checkpoint
 
     from .conftest import TINY
 

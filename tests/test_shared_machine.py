@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import DataConfig
 from minigpt.data import cache as corpus_cache
 from minigpt.data.corpus import load_corpus
 from minigpt.errors import UserError
-from minigpt.infer.checkpoint import load_checkpoint
 from minigpt.runtime import device as runtime
 
 from .conftest import TINY

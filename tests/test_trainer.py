@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
+from minigpt.checkpoint import LAST, Checkpoint
 from minigpt.config.files import load_config
 from minigpt.data.corpus import load_corpus
-from minigpt.infer.checkpoint import LAST, Checkpoint
 from minigpt.train.trainer import Trainer
 
 from .conftest import TINY

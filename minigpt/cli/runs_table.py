@@ -9,10 +9,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, list_snapshots
 from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
-from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
-from minigpt.infer.snapshots import list_snapshots
 from minigpt.model import parameter_count
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
+from minigpt.checkpoint import BEST, Checkpoint, resolve_checkpoint
 from minigpt.config.schema import Config, config_from_dict
 from minigpt.data.tokenizer import Tokenizer, tokenizer_from_dict
 from minigpt.errors import UserError, first_line
-from minigpt.infer.checkpoint import BEST, Checkpoint, resolve_checkpoint
 from minigpt.model import GPT
 from minigpt.runtime.device import sampling_dtype
 

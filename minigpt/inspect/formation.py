@@ -17,10 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from minigpt.checkpoint import BEST, LAST, list_snapshots, load_checkpoint
 from minigpt.errors import UserError
-from minigpt.infer.checkpoint import BEST, LAST, load_checkpoint
 from minigpt.infer.evaluate import icl_score, loss_by_position
-from minigpt.infer.snapshots import list_snapshots
 from minigpt.infer.windows import spread_starts
 from minigpt.inspect.heads import MIN_HALF, ROLE_MIN, head_patterns
 from minigpt.model import GPT

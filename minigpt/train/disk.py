@@ -16,15 +16,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from minigpt.checkpoint import BEST, LAST
 from minigpt.config.schema import Config
 from minigpt.errors import WriteError
-from minigpt.infer.checkpoint import BEST, LAST
-from minigpt.infer.snapshots import snapshot_plan
 from minigpt.io.atomic import atomic_write
 from minigpt.io.diskspace import free_bytes, size_text, write_errors
+from minigpt.model import parameter_count
 
 _FIXED = 64 * 1024  # random-number states, config, vocabulary, the archive's records
 _SMALL_FILES = 256 * 1024  # config.yaml, results.json, TensorBoard events: room for them too
+# what a snapshot holds beside the weights: the zip's headers (~1 KB a tensor), the config and
+# the pickled dicts; 32 KB plus a generous share per tensor and per vocabulary entry is an upper
+# bound on what tiny to default models measured (docs/benchmarks.md)
+OVERHEAD_BYTES = 32 << 10
+PER_TENSOR_BYTES = 1536
+PER_VOCAB_ENTRY_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,31 @@ def run_needs(cfg: Config, n_params: int, extra: Sequence[Need] = ()) -> list[Ne
     """What a run keeps on disk: last.pt, best.pt and a temporary copy while one is written."""
     each = checkpoint_bytes(cfg, n_params)
     return [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each), *extra]
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    """The snapshots a run will write from its start (or resume) step to train.max_steps."""
+
+    count: int
+    bytes_each: int  # an upper estimate of one file's size
+
+    @property
+    def total_bytes(self) -> int:
+        return self.count * self.bytes_each
+
+
+def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> SnapshotPlan:
+    """How many snapshot files a run of `cfg` will write after `from_step` (the resume step; 0 for
+    a new run) and how large each is: the float32 weights (tied embedding counted once) plus an
+    upper bound on the rest. For a disk preflight: snapshots are kept, never replaced."""
+    every, last = cfg.train.keep_every, cfg.train.max_steps
+    count = 0 if not every else max(0, last // every - from_step // every)
+    m = cfg.model
+    tensors = 4 + m.n_layer * (6 + 6 * int(m.bias)) + 2 + (1 if m.pos_emb == "learned" else 0)
+    size = (4 * parameter_count(m, vocab_size) + OVERHEAD_BYTES + PER_TENSOR_BYTES * tensors
+            + PER_VOCAB_ENTRY_BYTES * vocab_size)  # fmt: skip
+    return SnapshotPlan(count, size)
 
 
 def snapshot_needs(cfg: Config, vocab_size: int, from_step: int) -> list[Need]:

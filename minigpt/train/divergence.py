@@ -9,9 +9,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint
 from minigpt.config.schema import Config, config_from_dict
 from minigpt.errors import UserError
-from minigpt.infer.checkpoint import LAST, Checkpoint, find_checkpoint
 
 
 def _override(key: str, value: Any) -> str:

@@ -10,13 +10,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
 from minigpt.config.files import check_overrides, config_text, load_config
 from minigpt.config.schema import Config, ModelConfig, batch_split_error, config_from_dict
 from minigpt.data.corpus import Corpus, load_corpus
 from minigpt.data.sources import absolute_spec
 from minigpt.data.tokenizer import CharTokenizer, Tokenizer, name_chars, tokenizer_from_dict
 from minigpt.errors import UserError
-from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
 from minigpt.io.lock import FileLock, LockHeld
 from minigpt.model import parameter_count
 from minigpt.runtime import distributed

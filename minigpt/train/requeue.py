@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from minigpt.checkpoint import BEST, Checkpoint, resolve_checkpoint
 from minigpt.config.schema import Config
 from minigpt.errors import UserError
-from minigpt.infer.checkpoint import BEST, Checkpoint, resolve_checkpoint
 
 RESULTS = "results.json"
 

@@ -24,14 +24,13 @@ from typing import Any
 
 import torch
 
+from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, snapshot_name
 from minigpt.config.fields import parse_duration
 from minigpt.config.schema import Config
 from minigpt.data.corpus import Batcher, Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import TrainingInterrupted, UserError
-from minigpt.infer.checkpoint import BEST, LAST, Checkpoint, find_checkpoint
 from minigpt.infer.evaluate import EvalResult, evaluate_ids
-from minigpt.infer.snapshots import save_snapshot
 from minigpt.infer.windows import token_losses
 from minigpt.model import GPT, evaluating
 from minigpt.runtime import distributed
@@ -302,11 +301,11 @@ class Trainer:
         if not (math.isfinite(stats.loss.item()) and math.isfinite(float(stats.grad_norm))):
             return
         evaluated = step % t.eval_interval == 0 or step == t.max_steps
-        save_snapshot(self.out_dir, Checkpoint(
+        Checkpoint(
             model=self.model.state_dict(), config=self.cfg.to_dict(), tokenizer=self.tok.to_dict(),
             data={"path": self.cfg.data.path, "sha256": self.corpus.sha256}, step=step,
             tokens_seen=self.state.tokens_seen, val_loss=self.val_loss if evaluated else None,
-            init_from=self.init_from))  # fmt: skip
+            init_from=self.init_from).save(self.out_dir / snapshot_name(step))  # fmt: skip
 
     def final_eval(self) -> EvalResult:
         """The best checkpoint (else the current weights) on the whole validation split, in float32,

@@ -1,11 +1,17 @@
 """Self-describing checkpoints: what one holds (`Checkpoint`), how it is written (atomically) and
-read (without running code), and which checkpoint of a run directory a command means.
+read (without running code), and which checkpoints a run directory holds: `last.pt`, `best.pt` and
+the weights-only snapshots `step_NNNNNNN.pt`. Training writes them and inference reads them, so the
+format lives here, below both.
 
 On disk a checkpoint is a dict of tensors and plain data only (weights, optimizer, step, resolved
 config, tokenizer vocabulary, RNG states), so `torch.load(weights_only=True)` reads it and
 `minigpt sample RUN` needs nothing else. Writes go to a temporary file in the same directory,
 are flushed and fsynced, then renamed over the old file: a crash at any moment leaves either the
 old checkpoint or the new one, never a partial file.
+
+A snapshot (`train.keep_every: N`) is a checkpoint without the optimizer, the random streams or
+the scaler (model, config, tokenizer, data, step, val loss), kept every N steps: every command that
+takes a checkpoint file takes one, and none resumes from it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from minigpt.io.diskspace import write_errors
 FORMAT = "minigpt-checkpoint"
 VERSION = 1
 LAST, BEST = "last.pt", "best.pt"
+SNAPSHOT = re.compile(r"^step_(\d{7,})\.pt$")  # a snapshot's name
 
 
 @dataclass
@@ -173,3 +180,17 @@ def resolve_checkpoint(target: Path, prefer: str) -> Path:
         other = LAST if prefer == BEST else BEST
         raise UserError(f"run directory {target} holds no checkpoint ({prefer} or {other}); train into it first")
     return found
+
+
+def snapshot_name(step: int) -> str:
+    """`step_0000100.pt`: seven digits, so that names sort by step up to ten million steps."""
+    return f"step_{step:07d}.pt"
+
+
+def list_snapshots(run_dir: Path) -> list[Path]:
+    """The run directory's snapshots, in step order (temporary files of a write in progress are not
+    snapshots: they start with a dot)."""
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := SNAPSHOT.match(p.name)) and p.is_file()]
+    return [p for _, p in sorted(found)]
