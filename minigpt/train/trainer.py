@@ -1,10 +1,11 @@
 """The training loop: a `Trainer` that owns the model, optimizer, batches and state of one run.
 
 `Trainer.__init__` sets everything up, `train_step()` is one optimizer step, `evaluate()` the
-fixed-batch validation loss, `save()` a checkpoint, `state_dict()` / `load_state_dict()` the
-whole resumable state, and `train()` the loop that ties them together with logging, evaluation,
-checkpoints and interrupts. Which config a run uses and whether it resumes is decided in
-`launch.py`; what it shows and records is `reporting.py`'s.
+fixed-batch validation loss, `checkpoint()` the one place a checkpoint (or a snapshot) is built,
+`save()` writes it, `state_dict()` / `load_state_dict()` the whole resumable state, and `train()`
+the loop that ties them together with logging, evaluation, checkpoints and interrupts. Which
+config a run uses and whether it resumes is decided in `launch.py`; what it shows and records is
+`reporting.py`'s.
 """
 
 from __future__ import annotations
@@ -184,21 +185,30 @@ class Trainer:
 
     # -- state and checkpoints ----------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly (a collective call under DDP): the checkpoint's
-        content. Tensors are the live ones: copy them to keep a snapshot in memory."""
+    def checkpoint(self, resumable: bool = True) -> Checkpoint:
+        """The run as it stands, built here only: the weights, config, vocabulary, data, step and
+        latest val loss, plus, when `resumable`, everything needed to continue exactly (optimizer,
+        scaler, counters, every random stream: a collective call under DDP). Without it, the
+        weights-only snapshot of train.keep_every. Tensors are the live ones: copy them to keep one
+        in memory."""
+        extra: dict[str, Any] = {"step": self.state.step, "tokens_seen": self.state.tokens_seen}
+        if resumable:
+            scaler = self.scaler.state_dict() if self.scaler.is_enabled() else None
+            extra = {"optimizer": self.optimizer.state_dict(), "scaler": scaler, **self.state.state_dict(),
+                     **self.rng.state_dict()}  # fmt: skip
         return Checkpoint(
             model=self.model.state_dict(),  # the unwrapped model: loads anywhere, with or without DDP
             config=self.cfg.to_dict(),
             tokenizer=self.tok.to_dict(),
             data={"path": self.cfg.data.path, "sha256": self.corpus.sha256},
             val_loss=self.val_loss,
-            optimizer=self.optimizer.state_dict(),
-            scaler=self.scaler.state_dict() if self.scaler.is_enabled() else None,
             init_from=self.init_from,
-            **self.state.state_dict(),
-            **self.rng.state_dict(),
-        ).to_dict()
+            **extra,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The resumable checkpoint's content, for `load_state_dict` (a collective call under DDP)."""
+        return self.checkpoint().to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -211,7 +221,7 @@ class Trainer:
 
     def save(self, *names: str) -> None:
         """Write the current state as each of `names` (last.pt, best.pt) in the run directory."""
-        ckpt = Checkpoint(**self.state_dict())
+        ckpt = self.checkpoint()
         if self.dist.is_main:
             for name in names:
                 ckpt.save(self.out_dir / name)
@@ -300,12 +310,10 @@ class Trainer:
             return
         if not (math.isfinite(stats.loss.item()) and math.isfinite(float(stats.grad_norm))):
             return
-        evaluated = step % t.eval_interval == 0 or step == t.max_steps
-        Checkpoint(
-            model=self.model.state_dict(), config=self.cfg.to_dict(), tokenizer=self.tok.to_dict(),
-            data={"path": self.cfg.data.path, "sha256": self.corpus.sha256}, step=step,
-            tokens_seen=self.state.tokens_seen, val_loss=self.val_loss if evaluated else None,
-            init_from=self.init_from).save(self.out_dir / snapshot_name(step))  # fmt: skip
+        snapshot = self.checkpoint(resumable=False)
+        if not (step % t.eval_interval == 0 or step == t.max_steps):
+            snapshot.val_loss = None  # the latest evaluation was an earlier step's
+        snapshot.save(self.out_dir / snapshot_name(step))
 
     def final_eval(self) -> EvalResult:
         """The best checkpoint (else the current weights) on the whole validation split, in float32,
