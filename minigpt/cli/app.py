@@ -7,20 +7,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.core import TyperCommand, TyperOption
+from typer.core import TyperOption
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.heads import ROLE_HELP, heads_cmd
 from minigpt.cli.help import ExportDtype, ExportFormat, SampleDtype, epilog
 from minigpt.cli.lens import lens_cmd
-from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, device_option, inference_device
+from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
 from minigpt.cli.playground import playground_cmd
 from minigpt.cli.process import exit_fast, honour_named_shell
+from minigpt.cli.train import TrainCommand, train_cmd
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.runtime.cores import measure_load_from_now
 
@@ -59,88 +59,7 @@ def _options(
     """Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample."""
 
 
-class _TrainCommand(TyperCommand):
-    """`train`, whose help also lists the config keys that take fixed values, read from config/schema.py
-    only when the help is shown: no other command should pay for importing it (docs/benchmarks.md)."""
-
-    @property
-    def epilog(self) -> str:
-        return cli_help.train_epilog()
-
-    @epilog.setter
-    def epilog(self, value: str | None) -> None:  # click's constructor sets it; the property wins
-        pass
-
-
-InitFromOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--init-from",
-        metavar="RUN_DIR|CHECKPOINT",
-        autocompletion=cli_help.complete_run_or_checkpoint,
-        show_default=False,
-        help="Start a new run from these weights (a run directory's best.pt): fine-tuning. Shortcut for "
-        "train.init_from; the model section is the checkpoint's.",
-    ),
-]
-
-
-@app.command(name="train", cls=_TrainCommand)
-def train_cmd(
-    args: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="CONFIG KEY=VALUE",
-            help="A YAML config (default: the built-in configs/default.yaml) and dotted overrides such as "
-            "model.n_layer=6 optim.lr=3e-4 train.max_steps=500.",
-            show_default=False,
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            autocompletion=cli_help.complete_directory,
-            show_default=False,
-            help="Run directory (default: runs/<config name>).",
-        ),
-    ] = None,
-    data: Annotated[
-        Path | None, typer.Option("--data", help="A file, folder or 'glob' to train on (shortcut for data.path=PATH).")
-    ] = None,
-    device: Annotated[
-        str | None, device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
-    ] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt. "
-                      "--resume auto: start, resume or (exit 0) say it finished, for job scripts.")] = False,
-    init_from: InitFromOpt = None,
-    nproc: Annotated[
-        int | None,
-        typer.Option("--nproc", help="Train with N local processes (DDP), launched through torchrun.", min=1),
-    ] = None,
-) -> None:
-    """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
-    started = time.perf_counter()  # train.max_time counts from here: torch's import is in it
-    from minigpt.cli.launcher import check_config_first, launch_processes, resume_mode, split_args
-
-    args, mode = resume_mode(args or [], resume)
-    config_path, overrides = split_args(args)
-    if init_from is not None and mode is True:  # --resume auto may start a fine-tuning run
-        raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
-    if nproc is not None:
-        flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}
-        launch_processes(nproc, args, flags, mode, config_path, overrides)
-    extra: list[str | tuple[str, object]] = list(overrides)
-    if data is not None:
-        extra.append(("data.path", str(data)))
-    if device is not None:
-        extra.append(("train.device", device))
-    if init_from is not None:
-        extra.append(("train.init_from", str(init_from)))
-    check_config_first(config_path, extra)  # a mistyped key is told before torch is imported
-    from minigpt.train.launch import start_run
-
-    start_run(config_path, extra, out, mode, started)
+app.command(name="train", cls=TrainCommand)(train_cmd)  # its body: cli/train.py
 
 
 def _write_stdout(text: str) -> None:
