@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from minigpt.cli.sample import parse_prompts_file
 from minigpt.config.schema import SampleOptions
 from minigpt.errors import UserError
 from minigpt.infer.loading import cast_for_sampling, load_model
-from minigpt.infer.sample import OrderedOutput, parse_prompts_file, sample_records
+from minigpt.infer.sample import OrderedOutput, sample_records
 from minigpt.runtime import memory
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,11 +15,12 @@ from typer.core import TyperOption
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.heads import ROLE_HELP, heads_cmd
-from minigpt.cli.help import ExportDtype, ExportFormat, SampleDtype, epilog
+from minigpt.cli.help import ExportDtype, ExportFormat, epilog
 from minigpt.cli.lens import lens_cmd
 from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
 from minigpt.cli.playground import playground_cmd
 from minigpt.cli.process import exit_fast, honour_named_shell
+from minigpt.cli.sample import sample
 from minigpt.cli.train import TrainCommand, train_cmd
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.runtime.cores import measure_load_from_now
@@ -62,53 +63,7 @@ def _options(
 app.command(name="train", cls=TrainCommand)(train_cmd)  # its body: cli/train.py
 
 
-def _write_stdout(text: str) -> None:
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader went away (`minigpt sample RUN | head`): stop quietly, exit 0
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain
-        raise typer.Exit(0) from None
-
-
-@app.command(epilog=epilog("sample"))
-def sample(
-    target: TargetArg,
-    prompt: Annotated[str | None, typer.Option("--prompt", help="Text to continue (default: a newline).")] = None,
-    prompt_file: Annotated[str | None, typer.Option("--prompt-file", metavar="FILE", show_default=False,
-                           help="The prompt is this UTF-8 file's whole text (- reads stdin).")] = None,  # fmt: skip
-    prompts_file: Annotated[str | None, typer.Option("--prompts-file", metavar="FILE", show_default=False,
-                            help="One prompt per line (\\n: a line break), batched.")] = None,  # fmt: skip
-    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")] = 1,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")] = 500,
-    temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")] = 0.8,
-    top_k: Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = 1337,
-    stop: Annotated[list[str] | None, typer.Option("--stop", metavar="TEXT", show_default=False,
-                    help="End a sample where it writes this text (not shown; repeatable).")] = None,  # fmt: skip
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, "
-                                          "seed.")] = False,  # fmt: skip
-    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Prompt after prompt on the terminal, "
-                                              "the model kept loaded (:help for settings).")] = False,  # fmt: skip
-    unknown: UnknownOpt = "error",
-    device: DeviceOpt = "auto",
-    threads: ThreadsOpt = 0,
-    dtype: Annotated[SampleDtype, typer.Option("--dtype", help="The weights' precision while sampling. auto "
-                     "is bfloat16 where the GPU or CPU has it in hardware (2x faster there).")] = "auto",  # fmt: skip
-) -> int:
-    """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
-    from minigpt.cli.sample import sample_command
-    from minigpt.config.schema import SampleOptions
-    from minigpt.infer.loading import cast_for_sampling, load_model
-    from minigpt.infer.sample import prompts_from
-
-    opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
-    prompts, label = prompts_from(prompt, prompt_file, prompts_file)
-    loaded = load_model(target, inference_device(device, threads))
-    cast_for_sampling(loaded, dtype, device)
-    return sample_command(loaded, prompts, label, opts, stop or [], as_json, interactive, _write_stdout)
+app.command(epilog=epilog("sample"))(sample)  # its body: cli/sample.py
 
 
 @app.command(name="eval", epilog=epilog("eval"))

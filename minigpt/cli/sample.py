@@ -1,40 +1,110 @@
-"""`minigpt sample` after its flags are read: which flags go together, the line naming the model,
-and the three modes: the interactive loop, JSON records, or the samples as text."""
+"""`minigpt sample`, from its flags to the text on stdout: the prompts the flags name (--prompt,
+--prompt-file, --prompts-file), which flags go together, the line naming the model, and the three
+modes: the interactive loop, JSON records, or the samples as text. Registered in app.py; every
+input is checked once, by infer/sample.py's `plan_samples`, before anything is generated."""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable, Sequence
+from typing import Annotated
 
-from minigpt.cli.interactive import repl
-from minigpt.config.schema import SampleOptions
+import typer
+
+from minigpt.cli.help import SampleDtype
+from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
 from minigpt.errors import UserError
-from minigpt.infer.loading import LoadedModel
-from minigpt.infer.sample import check_stops, requests_for, sample_records
+from minigpt.io.textfiles import read_text
 
 
-def sample_command(loaded: LoadedModel, prompts: list[str], label: str, opts: SampleOptions, stops: Sequence[str],
-                   as_json: bool, interactive: bool, write: Callable[[str], None]) -> int:  # fmt: skip
-    """`minigpt sample` after its flags are read: the interactive loop, JSON records, or the samples
-    as text. Every prompt and stop string is checked before anything is generated."""
-    tok = loaded.tokenizer
-    if interactive and (label != "--prompt" or prompts != [""] or as_json or opts.num_samples != 1):
+def sample(
+    target: TargetArg,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="Text to continue (default: a newline).")] = None,
+    prompt_file: Annotated[str | None, typer.Option("--prompt-file", metavar="FILE", show_default=False,
+                           help="The prompt is this UTF-8 file's whole text (- reads stdin).")] = None,  # fmt: skip
+    prompts_file: Annotated[str | None, typer.Option("--prompts-file", metavar="FILE", show_default=False,
+                            help="One prompt per line (\\n: a line break), batched.")] = None,  # fmt: skip
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")] = 1,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")] = 500,
+    temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")] = 0.8,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = 1337,
+    stop: Annotated[list[str] | None, typer.Option("--stop", metavar="TEXT", show_default=False,
+                    help="End a sample where it writes this text (not shown; repeatable).")] = None,  # fmt: skip
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, "
+                                          "seed.")] = False,  # fmt: skip
+    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Prompt after prompt on the terminal, "
+                                              "the model kept loaded (:help for settings).")] = False,  # fmt: skip
+    unknown: UnknownOpt = "error",
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
+    dtype: Annotated[SampleDtype, typer.Option("--dtype", help="The weights' precision while sampling. auto "
+                     "is bfloat16 where the GPU or CPU has it in hardware (2x faster there).")] = "auto",  # fmt: skip
+) -> int:
+    """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
+    from minigpt.config.schema import SampleOptions
+    from minigpt.infer.loading import cast_for_sampling, load_model
+    from minigpt.infer.sample import check_stops, plan_samples, run_plan, sample_records
+
+    opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
+    prompts, label = prompts_from(prompt, prompt_file, prompts_file)
+    if interactive and (label != "--prompt" or prompts != [""] or as_json or num_samples != 1):
         raise UserError("--interactive reads its prompts from the terminal; leave out --prompt, --prompt-file, "
                         "--prompts-file, --json and --num-samples")  # fmt: skip
-    check_stops(tok, stops)
-    requests_for(tok, prompts, 1, 0, opts.unknown, label)  # unknown characters: refused before any output
+    loaded = load_model(target, inference_device(device, threads))
+    cast_for_sampling(loaded, dtype, device)
+    tok, stops = loaded.tokenizer, stop or []
+    if interactive:
+        check_stops(tok, stops)
+    else:
+        plan = plan_samples(tok, prompts, opts, stops, label)  # every input checked before any output
     step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
     val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""
     print(f"sampling from {loaded.path} (step {step}{val_text})", file=sys.stderr)
     if interactive:
+        from minigpt.cli.interactive import repl
 
-        def run(prompt: str, o: SampleOptions, s: Sequence[str]) -> None:
-            sample_records(loaded, prompt, o, write, s)  # a prompt's unknown characters: an error line, as always
+        def run(prompt: str, o: SampleOptions, s: list[str]) -> None:
+            sample_records(loaded, prompt, o, _write_stdout, s)  # a prompt's unknown characters: an error line
 
         return repl(run, opts, stops, lambda s: check_stops(tok, s))
     if as_json:
-        for s in sample_records(loaded, prompts, opts, None, stops, label):
-            write(s.to_json() + "\n")
+        for s in run_plan(loaded, plan):
+            _write_stdout(s.to_json() + "\n")
     else:
-        sample_records(loaded, prompts, opts, write, stops, label)
+        run_plan(loaded, plan, _write_stdout)
     return 0
+
+
+def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
+    """The prompts of `minigpt sample`: --prompt, the whole --prompt-file, or one per line of
+    --prompts-file (at most one of the three); and the flag, for messages."""
+    given = [f for f, v in (("--prompt", prompt), ("--prompt-file", prompt_file), ("--prompts-file", prompts_file))
+             if v is not None]  # fmt: skip
+    if len(given) > 1:
+        raise UserError(f"give only one of {' and '.join(given)}")
+    if prompt_file is not None:
+        return [read_text(prompt_file, "--prompt-file")], "--prompt-file"
+    if prompts_file is not None:
+        return parse_prompts_file(read_text(prompts_file, "--prompts-file"), prompts_file), "--prompts-file"
+    return [prompt or ""], "--prompt"
+
+
+def parse_prompts_file(text: str, path: str) -> list[str]:
+    r"""One prompt per line; `\n` in a line is a line break (and `\\` a backslash)."""
+    prompts = [line.replace("\\\\", "\0").replace("\\n", "\n").replace("\0", "\\") for line in text.splitlines()]
+    prompts = [p for p in prompts if p.strip()]
+    if not prompts:
+        raise UserError(f"--prompts-file {path} has no prompts (one per line; blank lines are skipped)")
+    return prompts
+
+
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`minigpt sample RUN | head`): stop quietly, exit 0
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain
+        raise typer.Exit(0) from None

@@ -24,7 +24,6 @@ from minigpt.data.tokenizer import Tokenizer, name_chars
 from minigpt.errors import UserError
 from minigpt.infer.decode import generate_batch
 from minigpt.infer.loading import LoadedModel
-from minigpt.io.textfiles import read_text
 from minigpt.model import GPT
 from minigpt.runtime import memory
 
@@ -52,21 +51,8 @@ class Sample:
                            "seed": self.seed}, ensure_ascii=False)  # fmt: skip
 
 
-def requests_for(tok: Tokenizer, prompts: Sequence[str], num_samples: int, seed: int, unknown: str,
-                 label: str = "--prompt") -> list[Request]:  # fmt: skip
-    """num_samples requests per prompt, seeds seed, seed + 1, ... in order."""
-    out = []
-    for prompt in prompts:
-        ids = tok.encode_checked(prompt, label, unknown).tolist()
-        shown = tok.decode(ids)
-        if not ids:
-            ids, shown = [tok.start_id], ""
-        for _ in range(num_samples):
-            out.append(Request(prompt, ids, shown, seed + len(out)))
-    return out
-
-
 def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
+    """Stop strings that could end a sample: none empty, none with a character the model never saw."""
     for s in stops:
         if not s:
             raise UserError("--stop must not be empty (an empty stop string would end every sample at once)")
@@ -76,27 +62,31 @@ def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
             raise UserError(f"--stop {s!r} has characters the model never saw ({names}): it could never match")
 
 
-def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
-    """The prompts of `minigpt sample`: --prompt, the whole --prompt-file, or one per line of
-    --prompts-file (at most one of the three); and the flag, for messages."""
-    given = [f for f, v in (("--prompt", prompt), ("--prompt-file", prompt_file), ("--prompts-file", prompts_file))
-             if v is not None]  # fmt: skip
-    if len(given) > 1:
-        raise UserError(f"give only one of {' and '.join(given)}")
-    if prompt_file is not None:
-        return [read_text(prompt_file, "--prompt-file")], "--prompt-file"
-    if prompts_file is not None:
-        return parse_prompts_file(read_text(prompts_file, "--prompts-file"), prompts_file), "--prompts-file"
-    return [prompt or ""], "--prompt"
+@dataclass
+class SamplePlan:
+    """One sampling call with its inputs checked: `opts.num_samples` requests per prompt, seeds
+    opts.seed, opts.seed + 1, ... in order, and the stop strings."""
+
+    requests: list[Request]
+    opts: SampleOptions
+    stops: Sequence[str]
 
 
-def parse_prompts_file(text: str, path: str) -> list[str]:
-    r"""One prompt per line; `\n` in a line is a line break (and `\\` a backslash)."""
-    prompts = [line.replace("\\\\", "\0").replace("\\n", "\n").replace("\0", "\\") for line in text.splitlines()]
-    prompts = [p for p in prompts if p.strip()]
-    if not prompts:
-        raise UserError(f"--prompts-file {path} has no prompts (one per line; blank lines are skipped)")
-    return prompts
+def plan_samples(tok: Tokenizer, prompts: Sequence[str], opts: SampleOptions, stops: Sequence[str] = (),
+                 label: str = "--prompt") -> SamplePlan:  # fmt: skip
+    """The one check of a sampling call's inputs, made before anything is generated: the stop
+    strings, then every prompt's characters (`opts.unknown`: an error, or skipped). `label` is how
+    errors name the prompts (--prompt, --prompts-file, ...)."""
+    check_stops(tok, stops)
+    requests = []
+    for prompt in prompts:
+        ids = tok.encode_checked(prompt, label, opts.unknown).tolist()
+        shown = tok.decode(ids)
+        if not ids:
+            ids, shown = [tok.start_id], ""
+        for _ in range(opts.num_samples):
+            requests.append(Request(prompt, ids, shown, opts.seed + len(requests)))
+    return SamplePlan(requests, opts, list(stops))
 
 
 @dataclass
@@ -222,23 +212,26 @@ class OrderedOutput:
             self.next += 1
 
 
-def sample_records(loaded: LoadedModel, prompts: str | Sequence[str], opts: SampleOptions,
-                   write: Callable[[str], None] | None = None, stops: Sequence[str] = (),
-                   label: str = "--prompt") -> list[Sample]:  # fmt: skip
-    """`opts.num_samples` samples for each prompt, generated in batches (generate_samples), seeds
-    opts.seed, opts.seed + 1, ... in order. With `write`, stdout's form: prompt + continuation
-    per sample, a single sample streamed, several separated by a blank line and '---', each
-    written once it and those before it are complete. An empty prompt starts from a newline."""
-    tok = loaded.tokenizer
-    check_stops(tok, stops)
-    requests = requests_for(tok, [prompts] if isinstance(prompts, str) else prompts, opts.num_samples, opts.seed,
-                            opts.unknown, label)  # fmt: skip
-    output = OrderedOutput(len(requests), write) if write is not None else None
-    samples = generate_samples(loaded.model, tok, requests, opts.max_new_tokens, opts.temperature, opts.top_k,
-                               opts.top_p, stops, output)  # fmt: skip
+def run_plan(loaded: LoadedModel, plan: SamplePlan, write: Callable[[str], None] | None = None) -> list[Sample]:
+    """The plan's samples, generated in batches (generate_samples). With `write`, stdout's form:
+    prompt + continuation per sample, a single sample streamed, several separated by a blank line
+    and '---', each written once it and those before it are complete."""
+    o = plan.opts
+    output = OrderedOutput(len(plan.requests), write) if write is not None else None
+    samples = generate_samples(loaded.model, loaded.tokenizer, plan.requests, o.max_new_tokens, o.temperature, o.top_k,
+                               o.top_p, plan.stops, output)  # fmt: skip
     if write is not None:
         write("\n")
     return samples
+
+
+def sample_records(loaded: LoadedModel, prompts: str | Sequence[str], opts: SampleOptions,
+                   write: Callable[[str], None] | None = None, stops: Sequence[str] = (),
+                   label: str = "--prompt") -> list[Sample]:  # fmt: skip
+    """`opts.num_samples` samples for each prompt: plan_samples, then run_plan. An empty prompt
+    starts from a newline."""
+    prompts = [prompts] if isinstance(prompts, str) else prompts
+    return run_plan(loaded, plan_samples(loaded.tokenizer, prompts, opts, stops, label), write)
 
 
 def sample(loaded: LoadedModel, prompt: str, opts: SampleOptions, write: Callable[[str], None]) -> list[str]:
