@@ -216,8 +216,8 @@ def test_the_readme_and_docs_show_the_tested_two_node_command() -> None:
 
 def test_the_lower_rate_command_halves_every_rate_and_reads_back() -> None:
     from minigpt.config.files import parse_override
-    from minigpt.train.divergence import _override, lower_rate_command
     from minigpt.train.schedule import replanned_schedule_note
+    from minigpt.train.trainer import _override, lower_rate_command
 
     muon = Config().replace(**{"optim.optimizer": "muon", "optim.grad_clip": 0.0, "optim.min_lr": 0.0})
     assert lower_rate_command(Path("runs/my run"), muon, Path("/no/such/last.pt")) == (

@@ -15,10 +15,9 @@ from typer.core import TyperOption
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.heads import ROLE_HELP, heads_cmd
-from minigpt.cli.help import ExportDtype, ExportFormat, epilog
+from minigpt.cli.help import ExportDtype, ExportFormat, PlaygroundDtype, epilog
 from minigpt.cli.lens import lens_cmd
 from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
-from minigpt.cli.playground import playground_cmd
 from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.cli.sample import sample
 from minigpt.cli.train import TrainCommand, train_cmd
@@ -189,7 +188,22 @@ def export_cmd(
     print(export_run(target, out, fmt, dtype, force), file=sys.stderr)
 
 
-app.command(name="playground", epilog=epilog("playground"))(playground_cmd)  # its body: cli/playground.py
+@app.command(name="playground", epilog=epilog("playground"))
+def playground_cmd(
+    target: TargetArg,
+    out: Annotated[Path, typer.Argument(metavar="OUT.html", help="The page to write (replaced if it exists).")],
+    dtype: Annotated[PlaygroundDtype, typer.Option("--dtype", help="The weights' precision in the page: float16 "
+                     "halves its size.")] = "float32",
+) -> None:  # fmt: skip
+    """Write one HTML page that runs the model in the browser, offline (docs/playground.md).
+
+    It samples (temperature, top-k, top-p, seed) and shows each character's probability and attention.
+    """
+    from minigpt.export.playground import playground_run
+
+    print(playground_run(target, out, dtype), file=sys.stderr)
+
+
 app.command(name="heads", epilog=ROLE_HELP)(heads_cmd)  # its body: cli/heads.py
 app.command(name="lens", epilog=epilog("lens"))(lens_cmd)  # its body: cli/lens.py
 

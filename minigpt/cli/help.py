@@ -3,8 +3,8 @@ by Tab completion, refused with click's own "invalid value" line), what its path
 complete to, each command's examples, and the --version line.
 
 Standard library only, because `minigpt --help` and every Tab press import it. The choices come
-from config/choices.py, which the config schema reads too: one list, and none of the schema's
-import cost.
+from the config package's own module (config/__init__.py), which the config schema reads too: one
+list, and none of the schema's import cost.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Literal
 
-from minigpt.config.choices import (
+from minigpt.config import (
     DEVICE_METAVAR,
     DEVICES,
     EXPORT_DTYPES,

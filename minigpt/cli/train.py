@@ -132,7 +132,7 @@ def check_config_first(config_path: Path | None, overrides: list) -> None:
 def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool | str,
                       config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
     """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
-    from minigpt.config.choices import MPS_PROCESSES
+    from minigpt.config import MPS_PROCESSES
     from minigpt.config.files import load_config
     from minigpt.config.schema import batch_split_error
 

@@ -1,3 +1,27 @@
-"""The run's configuration: typed sections with each field's rules in its metadata (schema, fields),
-the choices the command line shares (choices), and YAML files with KEY=VALUE overrides (files).
-Standard library and PyYAML only."""
+"""The run's configuration: typed sections with each field's rules in its metadata (schema, fields)
+and YAML files with KEY=VALUE overrides (files). Standard library and PyYAML only.
+
+Here: the closed sets of values that both the config and the command line name (devices, the
+sampling flags' choices), in the package's own module because `minigpt --help` and every Tab press
+import it, and nothing else of the config (the schema costs more: docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+DEVICES = ("auto", "cpu", "cuda", "mps")  # and cuda:N
+DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
+DEVICE_METAVAR = "<auto|cpu|cuda|cuda:N|mps>"  # not a closed set (cuda:N), so not a Literal on the command line
+SAMPLE_DTYPES = ("auto", "float32", "bfloat16")  # minigpt sample --dtype
+UNKNOWN_CHARS = ("error", "skip")  # minigpt sample --unknown: prompt characters the model never saw
+EXPORT_FORMATS = ("hf", "onnx")  # minigpt export --format
+EXPORT_DTYPES = ("float32", "bfloat16", "float16")  # minigpt export --dtype
+PLAYGROUND_DTYPES = ("float32", "float16")  # minigpt playground --dtype: what a browser's typed arrays can hold
+MPS_PROCESSES = (
+    "multi-process training (--nproc / torchrun) runs on CUDA or the CPU, not on mps; use --device cpu or one process"
+)
+
+
+def is_device_name(name: str) -> bool:
+    """auto, cpu, mps, cuda or cuda:N (whether it exists here is the runtime's question)."""
+    prefix, colon, index = name.partition(":")
+    return name in DEVICES or (prefix == "cuda" and bool(colon) and index.isdigit())

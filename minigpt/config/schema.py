@@ -18,7 +18,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from minigpt.config.choices import DEVICE_NAMES, SAMPLE_DTYPES, UNKNOWN_CHARS, is_device_name
+from minigpt.config import DEVICE_NAMES, SAMPLE_DTYPES, UNKNOWN_CHARS, is_device_name
 from minigpt.config.fields import SEED_LIMIT, config_field, field_error, whole_number, whole_number_error
 from minigpt.errors import UserError
 

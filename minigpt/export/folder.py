@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from minigpt.config.choices import EXPORT_DTYPES, EXPORT_FORMATS
+from minigpt.config import EXPORT_DTYPES, EXPORT_FORMATS
 from minigpt.errors import UserError, first_line
 from minigpt.infer.loading import LoadedModel
 

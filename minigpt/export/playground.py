@@ -16,7 +16,7 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minigpt.config.choices import PLAYGROUND_DTYPES
+from minigpt.config import PLAYGROUND_DTYPES
 from minigpt.errors import UserError
 from minigpt.inspect.pages import HtmlPage, render, token_label
 from minigpt.io.atomic import atomic_open

@@ -18,7 +18,7 @@ from minigpt.runtime import distributed
 
 if TYPE_CHECKING:
     from minigpt.runtime.cores import CoreShare
-from minigpt.config.choices import DEVICE_NAMES, MPS_PROCESSES, is_device_name
+from minigpt.config import DEVICE_NAMES, MPS_PROCESSES, is_device_name
 from minigpt.errors import UserError, first_line
 
 _sink: Callable[[str], None] | None = None  # set by reporting while a progress bar is on screen

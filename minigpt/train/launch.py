@@ -1,9 +1,14 @@
 """Starting a training run: a new run or a resumed one, which config wins, which keys may change on
 resume, and the run directory itself. `minigpt train` calls `start_run`; the loop is the
-`Trainer`'s."""
+`Trainer`'s.
+
+`minigpt train --resume auto` is one command a job script can run again and again: it starts the
+run when the directory holds no checkpoint, resumes it when it holds one, and says the run is
+finished, doing nothing, when it already ended (`finished`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +29,6 @@ from minigpt.runtime.device import configure_threads, log, resolve_device, resol
 from minigpt.train import disk, preflight
 from minigpt.train.disk import write_run_file
 from minigpt.train.reporting import byte_progress
-from minigpt.train.requeue import finished, same_start
 from minigpt.train.schedule import RATE_KEYS, replanned_schedule_note
 from minigpt.train.trainer import Trainer, TrainResult
 
@@ -98,6 +102,41 @@ def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]
         log(f"{out_dir} is finished: {done} at step {ckpt.step}; nothing to do")
         return None
     return run_training(cfg, out_dir, resume_from=ckpt, started=started)
+
+
+def finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
+    """Why the run in `out_dir` (its newest checkpoint `ckpt`, continued with `cfg`) has nothing
+    left to do, or None: max_steps, patience or the time budget was reached, judged with the
+    command's config (raising train.max_steps on the command line trains on). Without a
+    results.json of that step, the training or its final evaluation was cut short: it is resumed."""
+    try:
+        results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(results, dict) or results.get("steps") != ckpt.step:
+        return None
+    t, step = cfg.train, ckpt.step or 0
+    if step >= t.max_steps:
+        return f"it reached train.max_steps ({t.max_steps})"
+    if t.patience and (ckpt.evals_since_best or 0) >= t.patience:
+        return f"it stopped early (train.patience {t.patience}; the best was at step {ckpt.best_step})"
+    stopped = str(results.get("stopped") or "")
+    if t.max_time and "train.max_time" in stopped:
+        return f"its time budget, train.max_time {t.max_time}, ran out"
+    return None
+
+
+def same_start(saved: Config, cfg: Config) -> Config:
+    """`cfg` with train.init_from as the run saved it (the resolved file) when it names the same
+    checkpoint: the command that started a fine-tuning run can then resume it unchanged."""
+    given, kept = cfg.train.init_from, saved.train.init_from
+    if given is None or kept is None or given == kept:
+        return cfg
+    try:
+        same = resolve_checkpoint(Path(given).expanduser(), prefer=BEST).resolve() == Path(kept).resolve()
+    except (UserError, OSError):  # a path that no longer exists: the usual refusal follows
+        return cfg
+    return cfg.replace(**{"train.init_from": kept}) if same else cfg
 
 
 def fine_tuning_config(

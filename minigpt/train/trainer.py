@@ -5,7 +5,8 @@ fixed-batch validation loss, `checkpoint()` the one place a checkpoint (or a sna
 `save()` writes it, `state_dict()` / `load_state_dict()` the whole resumable state, and `train()`
 the loop that ties them together with logging, evaluation, checkpoints and interrupts. Which
 config a run uses and whether it resumes is decided in `launch.py`; what it shows and records is
-`reporting.py`'s.
+`reporting.py`'s. A run that diverges ends with the command that continues it at half the rate
+(`diverged_error`, at the end).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import copy
 import functools
 import json
 import math
+import shlex
 import signal
 import sys
 import time
@@ -27,7 +29,7 @@ import torch
 
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, snapshot_name
 from minigpt.config.fields import parse_duration
-from minigpt.config.schema import Config
+from minigpt.config.schema import Config, config_from_dict
 from minigpt.data.corpus import Batcher, Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import TrainingInterrupted, UserError
@@ -39,7 +41,6 @@ from minigpt.runtime.cores import CoreShare
 from minigpt.runtime.device import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
 from minigpt.runtime.distributed import wrap_ddp
 from minigpt.train.disk import write_run_file
-from minigpt.train.divergence import diverged_error
 from minigpt.train.interrupts import StopNow, StopRequest
 from minigpt.train.optim import build_optimizer, load_optimizer_state
 from minigpt.train.reporting import Reporter, describe_run
@@ -397,3 +398,57 @@ class Trainer:
             self._write_results(result, reporter.median_rate())
         reporter.summary(result.step, result.wall_seconds, result.best_val_loss, full)
         return result
+
+
+# -- after a divergence (a NaN or infinite loss): the one command that continues the run from its
+# last good checkpoint at a lower rate. A resume may change the rates (`schedule.RATE_KEYS`), so
+# the way on is the checkpoint, not a new run.
+
+
+def _override(key: str, value: Any) -> str:
+    """KEY=VALUE as the command line reads it back (a text key is taken as written)."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    elif isinstance(value, str) and (not value.isprintable() or value != value.strip()):
+        text = json.dumps(value)  # YAML's double-quoted form: "\n" stays a newline
+    else:
+        text = str(value)
+    return shlex.quote(f"{key}={text}")
+
+
+def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:
+    """`minigpt train --out RUN --resume ...`: the settings this process ran with where they differ
+    from those saved in the last good checkpoint `good` (a longer train.max_steps, say), and the
+    whole schedule at half the rate (Muon's too), gradient clipping on if it was off."""
+    o = cfg.optim
+    rates = {"optim.lr": f"{o.lr / 2:g}"}
+    if o.min_lr > 0:
+        rates["optim.min_lr"] = f"{o.min_lr / 2:g}"
+    if o.optimizer == "muon":
+        rates["optim.muon_lr"] = f"{o.muon_lr / 2:g}"
+    if o.grad_clip == 0:
+        rates["optim.grad_clip"] = "1"
+    try:
+        saved = config_from_dict(Checkpoint.load(good).config, str(good)).flat()
+    except UserError:
+        saved = {}
+    now = cfg.flat()
+    kept = [_override(k, v) for k, v in now.items() if k in saved and saved[k] != v and k not in rates]
+    lowered = [shlex.quote(f"{k}={v}") for k, v in rates.items()]
+    return " ".join(["minigpt", "train", "--out", shlex.quote(str(out_dir)), "--resume", *kept, *lowered])
+
+
+def diverged_error(out_dir: Path, cfg: Config, step: int, quantity: str, value: float) -> UserError:
+    """The error a non-finite loss or gradient ends a run with: where the last good checkpoint is,
+    and the command that continues from it at half the rate."""
+    good = find_checkpoint(out_dir, prefer=LAST)
+    o, where = cfg.optim, f"training diverged: the {quantity} became {value} at step {step}"
+    if good is None:
+        return UserError(f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
+                         "keep optim.grad_clip on, or check the data")  # fmt: skip
+    return UserError(
+        f"{where} (the last good checkpoint is kept: {good}); continue from it at half the learning rate with: "
+        f"{lower_rate_command(out_dir, cfg, good)} (halve it again if it diverges again), or check the data"
+    )
