@@ -56,8 +56,16 @@ class Model:
     def __repr__(self) -> str:
         return f"<minigpt.Model {source_line(self.loaded)}>"
 
-    def sample(self, prompt: str = "", max_new_tokens: int = 500, temperature: float = 0.8, top_k: int | None = None,
-               top_p: float | None = None, seed: int = 1337, unknown: str = "error") -> str:  # fmt: skip
+    def sample(
+        self,
+        prompt: str = "",
+        max_new_tokens: int = 500,
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int = 1337,
+        unknown: str = "error",
+    ) -> str:
         """Continue `prompt` (`minigpt sample`'s options and defaults); returns prompt + continuation.
         The same seed gives the same text; temperature 0 is greedy."""
         opts = SampleOptions(1, max_new_tokens, temperature, top_k, top_p, seed, unknown, "float32")
@@ -78,17 +86,21 @@ class Model:
         block = self.config.model.block_size
         n = len(self.tokenizer.encode(text))
         if n > block:
-            raise UserError(f"the text is {n} characters; attention() returns one window of at most block_size "
-                             f"({block}); show_attention(text) reads longer texts window by window")  # fmt: skip
+            raise UserError(
+                f"the text is {n} characters; attention() returns one window of at most block_size "
+                f"({block}); show_attention(text) reads longer texts window by window"
+            )
         maps, chars = attention_maps_for(self.loaded.model, self.tokenizer, text)
         return maps.float().cpu(), chars
 
-    def show_attention(self, text: str, layer: int | None = None, head: int | None = None,
-                       unknown: str = "error") -> HtmlPage:  # fmt: skip
+    def show_attention(
+        self, text: str, layer: int | None = None, head: int | None = None, unknown: str = "error"
+    ) -> HtmlPage:
         """The interactive attention explorer over `text` (`minigpt attention --html`): shown
         inline when it is a cell's value in Jupyter; `.save("page.html")` writes the file."""
-        return attention_page(self.loaded.model, self.tokenizer, text, source_line(self.loaded), layer, head,
-                              "the text", unknown)  # fmt: skip
+        return attention_page(
+            self.loaded.model, self.tokenizer, text, source_line(self.loaded), layer, head, "the text", unknown
+        )
 
     def show_score(self, text: str, unknown: str = "error") -> HtmlPage:
         """The text coloured by surprise (`minigpt score --html`), inline in Jupyter; `.save(path)` writes it."""

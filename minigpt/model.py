@@ -140,8 +140,14 @@ class CausalSelfAttention(nn.Module):
         # when set, each head's output (B, nh, T, hs) passes through it before the projection (head ablation)
         self.edit_heads: Callable[[torch.Tensor], torch.Tensor] | None = None
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None,
-                ve: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        rope: Rope = None,
+        ve: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         B, T, C = x.shape
         hs = C // self.n_head
         qkv = linear(self.c_attn, x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
@@ -212,8 +218,14 @@ class Block(nn.Module):
         self.ln_2 = None if cfg.attn_only else nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = None if cfg.attn_only else MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0, rope: Rope = None,
-                ve: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        rope: Rope = None,
+        ve: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         if self.pre:
             x = x + self.attn(norm(self.ln_1, x), cache, layer, rope, ve)
             return x if self.mlp is None else x + self.mlp(norm(self.ln_2, x))
@@ -320,8 +332,15 @@ class GPT(nn.Module):
             rope = (self.rope_cos[start : start + T], self.rope_sin[start : start + T])
         return (self.drop(x) if self.training else x), rope
 
-    def run_blocks(self, x: torch.Tensor, idx: torch.Tensor, rope: Rope, first: int = 0, last: int | None = None,
-                   cache: KVCache | None = None) -> torch.Tensor:  # fmt: skip
+    def run_blocks(
+        self,
+        x: torch.Tensor,
+        idx: torch.Tensor,
+        rope: Rope,
+        first: int = 0,
+        last: int | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         """The residual stream x (B, T, C) through blocks first..last-1 (all of them by default): the
         stream after block last-1, before the final LayerNorm. idx (B, T) feeds the value embeddings."""
         for i in range(first, len(self.blocks) if last is None else last):

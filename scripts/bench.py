@@ -44,8 +44,15 @@ DEFAULT_DATA = REPO / "data" / "tinyshakespeare.txt"
 # training, no attention probe, no TensorBoard events
 BARE_RUN = ["train.final_eval=false", "log.sample_length=0", "log.attention_probe=", "log.tensorboard=false"]
 STEADY_SKIP = 3  # tokens_per_sec logs dropped as warm-up (each covers log.interval steps)
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 # ======================================================================================== shared
@@ -111,11 +118,20 @@ def minigpt(*args: str) -> list[str]:
     return ["-m", "minigpt", *args]
 
 
-def minigpt_train(data: Path, out: Path, *overrides: str, config: Path | None = None,
-                  device: str | None = "cpu") -> list[str]:  # fmt: skip
+def minigpt_train(
+    data: Path, out: Path, *overrides: str, config: Path | None = None, device: str | None = "cpu"
+) -> list[str]:
     """`minigpt train [CONFIG] --data DATA --out OUT [--device DEVICE] OVERRIDES...` (device None: minigpt's own)."""
-    return minigpt("train", *([str(config)] if config else []), "--data", str(data), "--out", str(out),
-                   *(["--device", device] if device else []), *overrides)  # fmt: skip
+    return minigpt(
+        "train",
+        *([str(config)] if config else []),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        *(["--device", device] if device else []),
+        *overrides,
+    )
 
 
 def run_reference(
@@ -422,8 +438,9 @@ def sampling_once(ref: Path, data: Path, plan: Plan, env: dict[str, str], run_di
     """The reference's `--generate 1000` (6x384, ctx 256; it times only its generation loop) against
     the whole `minigpt sample --max-new-tokens 3000` process, start-up included."""
     progress(f"sampling [{rep}]: reference --generate {plan.ref_gen_chars}")
-    ref_proc, ref_out = run_reference(ref, data, env, "--generate", str(plan.ref_gen_chars), *SAMPLE_REFERENCE_MODEL,
-                                      what="reference --generate")  # fmt: skip
+    ref_proc, ref_out = run_reference(
+        ref, data, env, "--generate", str(plan.ref_gen_chars), *SAMPLE_REFERENCE_MODEL, what="reference --generate"
+    )
     n = plan.minigpt_gen_chars
     progress(f"sampling [{rep}]: minigpt sample --max-new-tokens {n}")
     proc = run_timed(minigpt("sample", str(run_dir), "--max-new-tokens", str(n), "--device", "cpu"), env)
@@ -461,8 +478,9 @@ def batch_sampling_once(models: dict[str, Path], plan: Plan, env: dict[str, str]
     out: dict[str, float] = {}
     for name, run_dir in models.items():
         progress(f"batched sampling [{rep}]: {name}, {n} samples of {chars} characters, batched then one by one")
-        batched = run_timed(minigpt("sample", str(run_dir), "-n", str(n), "--max-new-tokens", str(chars),
-                                    "--device", "cpu"), env)  # fmt: skip
+        batched = run_timed(
+            minigpt("sample", str(run_dir), "-n", str(n), "--max-new-tokens", str(chars), "--device", "cpu"), env
+        )
         one = run_timed(["-c", BATCH_ONE_CODE, str(run_dir), str(n), str(chars)], env)
         out[f"{name}_batched_chars_per_s"] = n * chars / batched.wall_s
         out[f"{name}_batch1_chars_per_s"] = n * chars / one.wall_s
@@ -494,8 +512,9 @@ def reference_steps(ref: Path, data: Path, env: dict[str, str], budget: float) -
     return int((budget - startup) / per_step), out
 
 
-def budget_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, seed: int,
-                budget: float = BUDGET_S) -> dict[str, Any]:  # fmt: skip
+def budget_once(
+    ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, seed: int, budget: float = BUDGET_S
+) -> dict[str, Any]:
     """The four-minute recipe (configs/cpu_4min.yaml) against the reference's recipe run for as many
     steps as fit in the same 240 s: both loss curves against wall time since launch. minigpt's points
     are its run's fixed-batch estimates, its last the whole split; the reference's are whole-split."""
@@ -515,17 +534,32 @@ def budget_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int,
     offset = ref_proc.wall_s - ref_out["wall_s"]
     ref_curve = [[step, round(t + offset, 2), loss] for step, t, loss in ref_out["curve"]]
     return {
-        "minigpt_wall_s": train.wall_s, "minigpt_steps": results["steps"], "minigpt_val_loss": results["val_loss_full"],
-        "minigpt_tokens_per_s": results["tokens_per_s"], "minigpt_curve": curve,
-        "reference_wall_s": ref_proc.wall_s, "reference_steps": steps, "reference_val_loss": ref_out["val_loss"],
-        "reference_curve": ref_curve, "reference_calibration_ms_per_step": calibration["ms_per_step_median"],
-    }  # fmt: skip
+        "minigpt_wall_s": train.wall_s,
+        "minigpt_steps": results["steps"],
+        "minigpt_val_loss": results["val_loss_full"],
+        "minigpt_tokens_per_s": results["tokens_per_s"],
+        "minigpt_curve": curve,
+        "reference_wall_s": ref_proc.wall_s,
+        "reference_steps": steps,
+        "reference_val_loss": ref_out["val_loss"],
+        "reference_curve": ref_curve,
+        "reference_calibration_ms_per_step": calibration["ms_per_step_median"],
+    }
 
 
 def summarize_budget(runs: list[dict[str, Any]], budget: float = BUDGET_S) -> dict[str, Any]:
     """Medians over the repeats, and each curve read at 30, 60, 120 and 240 s."""
-    med = medians(runs, ("minigpt_wall_s", "minigpt_val_loss", "minigpt_steps",
-                         "reference_wall_s", "reference_val_loss", "reference_steps"))  # fmt: skip
+    med = medians(
+        runs,
+        (
+            "minigpt_wall_s",
+            "minigpt_val_loss",
+            "minigpt_steps",
+            "reference_wall_s",
+            "reference_val_loss",
+            "reference_steps",
+        ),
+    )
     at: dict[str, dict[str, float | None]] = {}
     for s in [c for c in CHECKPOINTS_S if c < budget] + [int(budget)]:
         row = {}
@@ -535,12 +569,18 @@ def summarize_budget(runs: list[dict[str, Any]], budget: float = BUDGET_S) -> di
             row[who] = statistics.median(vals) if all(v is not None for v in vals) else None
         at[str(s)] = row
     return {
-        "repeats": len(runs), "minigpt_wall_s": med["minigpt_wall_s"], "minigpt_val_loss": med["minigpt_val_loss"],
-        "minigpt_val_losses": [r["minigpt_val_loss"] for r in runs], "minigpt_steps": med["minigpt_steps"],
-        "reference_wall_s": med["reference_wall_s"], "reference_val_loss": med["reference_val_loss"],
-        "reference_steps": med["reference_steps"], "gap": med["reference_val_loss"] - med["minigpt_val_loss"],
-        "at_seconds": at, "runs": runs,
-    }  # fmt: skip
+        "repeats": len(runs),
+        "minigpt_wall_s": med["minigpt_wall_s"],
+        "minigpt_val_loss": med["minigpt_val_loss"],
+        "minigpt_val_losses": [r["minigpt_val_loss"] for r in runs],
+        "minigpt_steps": med["minigpt_steps"],
+        "reference_wall_s": med["reference_wall_s"],
+        "reference_val_loss": med["reference_val_loss"],
+        "reference_steps": med["reference_steps"],
+        "gap": med["reference_val_loss"] - med["minigpt_val_loss"],
+        "at_seconds": at,
+        "runs": runs,
+    }
 
 
 def budget_table(summary: dict[str, Any]) -> str:
@@ -551,9 +591,11 @@ def budget_table(summary: dict[str, Any]) -> str:
         ok = "-" if m is None or r is None else yes_no(m <= r)
         fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
         lines.append(f"| {s} s | {fmt(m)} | {fmt(r)} | {ok} |")
-    lines.append(f"\nwhole process: minigpt {summary['minigpt_wall_s']:.1f} s ({summary['minigpt_steps']:.0f} steps), "
-                 f"reference {summary['reference_wall_s']:.1f} s ({summary['reference_steps']:.0f} steps); "
-                 f"final whole-split losses {summary['minigpt_val_losses']}")  # fmt: skip
+    lines.append(
+        f"\nwhole process: minigpt {summary['minigpt_wall_s']:.1f} s ({summary['minigpt_steps']:.0f} steps), "
+        f"reference {summary['reference_wall_s']:.1f} s ({summary['reference_steps']:.0f} steps); "
+        f"final whole-split losses {summary['minigpt_val_losses']}"
+    )
     return "\n".join(lines)
 
 
@@ -565,8 +607,10 @@ def plot_budget(runs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    names = {"minigpt": "minigpt, configs/cpu_4min.yaml (last point: whole split)",
-             "reference": "reference recipe (whole split at every point)"}  # fmt: skip
+    names = {
+        "minigpt": "minigpt, configs/cpu_4min.yaml (last point: whole split)",
+        "reference": "reference recipe (whole split at every point)",
+    }
     for i, r in enumerate(runs):
         for who, colour in (("minigpt", "tab:blue"), ("reference", "tab:orange")):
             curve = [(t, loss) for _, t, loss in r[f"{who}_curve"] if loss < 3.0]
@@ -575,8 +619,13 @@ def plot_budget(runs: list[dict[str, Any]], path: Path) -> None:
     for s in CHECKPOINTS_S:
         ax.axvline(s, color="grey", lw=0.6, ls=":")
     ax.axhline(1.4697, color="tab:green", lw=0.8, ls="--", label="GPU recipe, published (1.4697)")
-    ax.set(xlabel="wall time since the process started (s)", ylabel="validation loss (nats)",
-           title="Loss against wall time, 2 CPU cores, tiny Shakespeare", ylim=(1.4, 2.6), xlim=(0, 250))  # fmt: skip
+    ax.set(
+        xlabel="wall time since the process started (s)",
+        ylabel="validation loss (nats)",
+        title="Loss against wall time, 2 CPU cores, tiny Shakespeare",
+        ylim=(1.4, 2.6),
+        xlim=(0, 250),
+    )
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -588,14 +637,23 @@ def plot_budget(runs: list[dict[str, Any]], path: Path) -> None:
 
 BIG_MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--ctx", "256", "--batch", "16"]
 BIG_RECIPE = REPO / "configs" / "shakespeare_char.yaml"
-BIG_OVERRIDES = ["model.dropout=0.0", "train.batch_size=16", "train.eval_interval=100000", "train.eval_steps=1",
-                 "train.final_eval=false", "log.sample_length=0", "log.attention_probe=", "log.interval=5"]  # fmt: skip
+BIG_OVERRIDES = [
+    "model.dropout=0.0",
+    "train.batch_size=16",
+    "train.eval_interval=100000",
+    "train.eval_steps=1",
+    "train.final_eval=false",
+    "log.sample_length=0",
+    "log.attention_probe=",
+    "log.interval=5",
+]
 BIG_TARGET_RATIO = 3.0
 BIG_STEPS = 60
 
 
-def big_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, steps: int,
-             compile_: bool) -> dict[str, Any]:  # fmt: skip
+def big_once(
+    ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, steps: int, compile_: bool
+) -> dict[str, Any]:
     """The GPU recipe's model on the CPU (6x384, ctx 256, batch 16; dropout 0, as the reference has
     none): minigpt's steady-state tokens/s against the reference's (its steps 20 on)."""
     progress(f"6x384 [{rep}]: reference ({steps} steps)")
@@ -605,12 +663,16 @@ def big_once(ref: Path, data: Path, env: dict[str, str], tmp: Path, rep: int, st
     args = [*BIG_OVERRIDES, f"train.max_steps={steps}", f"train.compile={str(compile_).lower()}"]
     run_timed(minigpt_train(data, run_dir, *args, config=BIG_RECIPE), env)
     tps = steady_tokens_per_s(run_dir)
-    return {"minigpt_tokens_per_s": tps, "reference_tokens_per_s": float(ref_out["tokens_per_s"]),
-            "ratio": tps / float(ref_out["tokens_per_s"])}  # fmt: skip
+    return {
+        "minigpt_tokens_per_s": tps,
+        "reference_tokens_per_s": float(ref_out["tokens_per_s"]),
+        "ratio": tps / float(ref_out["tokens_per_s"]),
+    }
 
 
-def big(ref: Path, data: Path, env: dict[str, str], tmp: Path, repeats: int, steps: int,
-        compile_: bool) -> dict[str, Any]:  # fmt: skip
+def big(
+    ref: Path, data: Path, env: dict[str, str], tmp: Path, repeats: int, steps: int, compile_: bool
+) -> dict[str, Any]:
     """big_once's medians, and MFU: FLOPs counted as minigpt/runtime/mfu.py does, over this machine's
     peak (the `peak` subcommand, in a child) in the precision minigpt trains in: bf16 where the CPU
     multiplies it natively, float32 elsewhere (dividing by emulated bf16's figure would give > 100%).
@@ -626,13 +688,21 @@ def big(ref: Path, data: Path, env: dict[str, str], tmp: Path, repeats: int, ste
     med = medians(runs)  # minigpt_tokens_per_s, reference_tokens_per_s, ratio
     flops = flops_per_token(ModelConfig(n_layer=6, n_head=6, n_embd=384, block_size=256), 65)
     return {
-        "repeats": repeats, "steps": steps, "compile": compile_, "runs": runs, **med, "target_ratio": BIG_TARGET_RATIO,
-        "flops_per_token": flops, "peak_dtype": peak_dtype, "peak_gflops": peak,
-        "bf16_peak_gflops": float(peaks["bfloat16"]["peak_gflops"]), "fp32_peak_gflops": fp32_peak,
+        "repeats": repeats,
+        "steps": steps,
+        "compile": compile_,
+        "runs": runs,
+        **med,
+        "target_ratio": BIG_TARGET_RATIO,
+        "flops_per_token": flops,
+        "peak_dtype": peak_dtype,
+        "peak_gflops": peak,
+        "bf16_peak_gflops": float(peaks["bfloat16"]["peak_gflops"]),
+        "fp32_peak_gflops": fp32_peak,
         "native_bf16": bool(peaks["native_bf16"]),
         "fraction_of_peak": med["minigpt_tokens_per_s"] * flops / (peak * 1e9),
         "reference_fraction_of_fp32_peak": med["reference_tokens_per_s"] * flops / (fp32_peak * 1e9),
-    }  # fmt: skip
+    }
 
 
 # ---------------------------------------------------------------------------------------- speed: report
@@ -672,32 +742,72 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     if q := results.get("time_to_quality"):
         mg, ref = q["minigpt_val_loss"]["median"], q["reference_val_loss"]["median"]
-        rows.append(Row("val loss (whole val split, nats)", f"{mg:.4f}", f"{ref:.4f}", f"{mg - ref:+.4f}",
-                        "<= ref", yes_no(q["loss_ok"])))  # fmt: skip
+        rows.append(
+            Row(
+                "val loss (whole val split, nats)",
+                f"{mg:.4f}",
+                f"{ref:.4f}",
+                f"{mg - ref:+.4f}",
+                "<= ref",
+                yes_no(q["loss_ok"]),
+            )
+        )
         mg, ref = q["minigpt_wall_s"]["median"], q["reference_wall_s"]["median"]
-        rows.append(Row("time to quality: process wall (s)", f"{mg:.1f}", f"{ref:.1f}", f"{q['wall_ratio']:.2f}x",
-                        f"<= {TARGET_WALL_RATIO}x", yes_no(q["wall_ratio_met"])))  # fmt: skip
+        rows.append(
+            Row(
+                "time to quality: process wall (s)",
+                f"{mg:.1f}",
+                f"{ref:.1f}",
+                f"{q['wall_ratio']:.2f}x",
+                f"<= {TARGET_WALL_RATIO}x",
+                yes_no(q["wall_ratio_met"]),
+            )
+        )
         rows.append(Row("  reference's own wall_s", "", f"{q['reference_reported_wall_s']['median']:.1f}", "", "", ""))
         rows.append(Row("  minigpt eval process wall (s)", f"{q['minigpt_eval_wall_s']['median']:.1f}", "", "", "", ""))
         rows.append(compile_row("  of which compile (s), dtype", q))
     if t := results.get("train_throughput"):
         mg, ref = t["minigpt_tokens_per_s"]["median"], t["reference_tokens_per_s"]["median"]
-        rows.append(Row("train tokens/s (reference recipe)", f"{mg:,.0f}", f"{ref:,.0f}", f"{t['ratio']:.2f}x",
-                        f">= {TARGET_TRAIN_RATIO}x", yes_no(t["met"])))  # fmt: skip
+        rows.append(
+            Row(
+                "train tokens/s (reference recipe)",
+                f"{mg:,.0f}",
+                f"{ref:,.0f}",
+                f"{t['ratio']:.2f}x",
+                f">= {TARGET_TRAIN_RATIO}x",
+                yes_no(t["met"]),
+            )
+        )
         mg, ref = t["minigpt_ms_per_step"]["median"], t["reference_ms_per_step"]["median"]
         rows.append(Row("  ms/step", f"{mg:.2f}", f"{ref:.2f}", f"{mg / ref:.2f}x", "", ""))
         rows.append(compile_row("  compile (s, not in tokens/s), dtype", t))
     if s := results.get("sampling"):
         mg, ref = s["minigpt_chars_per_s"]["median"], s["reference_chars_per_s"]["median"]
-        rows.append(Row("sampling chars/s (6x384, ctx 256)", f"{mg:,.1f}", f"{ref:,.1f}", f"{s['ratio']:.2f}x",
-                        f">= {TARGET_SAMPLE_RATIO:g}x", yes_no(s["met"])))  # fmt: skip
+        rows.append(
+            Row(
+                "sampling chars/s (6x384, ctx 256)",
+                f"{mg:,.1f}",
+                f"{ref:,.1f}",
+                f"{s['ratio']:.2f}x",
+                f">= {TARGET_SAMPLE_RATIO:g}x",
+                yes_no(s["met"]),
+            )
+        )
     if b := results.get("batch_sampling"):
         for name, label in (("default", "default model"), ("6x384", "6x384 ctx 256")):
             mg, one = b[f"{name}_batched_chars_per_s"]["median"], b[f"{name}_batch1_chars_per_s"]["median"]
             ok = yes_no(b["met"]) if name == "default" else ""
             target = f">= {TARGET_BATCH_RATIO:g}x" if ok else ""
-            rows.append(Row(f"{BATCH_SAMPLES} samples chars/s, {label}", f"{mg:,.0f}", f"{one:,.0f} (batch 1)",
-                            f"{b[f'{name}_ratio']['median']:.2f}x", target, ok))  # fmt: skip
+            rows.append(
+                Row(
+                    f"{BATCH_SAMPLES} samples chars/s, {label}",
+                    f"{mg:,.0f}",
+                    f"{one:,.0f} (batch 1)",
+                    f"{b[f'{name}_ratio']['median']:.2f}x",
+                    target,
+                    ok,
+                )
+            )
     if g := results.get("budget"):
         for sec, row in g["at_seconds"].items():
             mg, ref = row["minigpt"], row["reference"]
@@ -705,19 +815,48 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
                 continue
             final = sec == str(int(max(float(k) for k in g["at_seconds"])))
             what = f"cpu_4min.yaml val loss at {sec} s (whole split)" if final else f"  curve val loss at {sec} s"
-            rows.append(Row(what,
-                            f"{mg:.4f}", f"{ref:.4f}", f"{mg - ref:+.4f}", "<= 1.50" if final else "<= ref",
-                            yes_no(mg <= ref and (mg <= 1.50 or not final))))  # fmt: skip
-        rows.append(Row("  whole process (s)", f"{g['minigpt_wall_s']:.1f}", f"{g['reference_wall_s']:.1f}", "",
-                        "<= 240", yes_no(g["minigpt_wall_s"] <= 240)))  # fmt: skip
+            rows.append(
+                Row(
+                    what,
+                    f"{mg:.4f}",
+                    f"{ref:.4f}",
+                    f"{mg - ref:+.4f}",
+                    "<= 1.50" if final else "<= ref",
+                    yes_no(mg <= ref and (mg <= 1.50 or not final)),
+                )
+            )
+        rows.append(
+            Row(
+                "  whole process (s)",
+                f"{g['minigpt_wall_s']:.1f}",
+                f"{g['reference_wall_s']:.1f}",
+                "",
+                "<= 240",
+                yes_no(g["minigpt_wall_s"] <= 240),
+            )
+        )
     if big_ := results.get("big"):
-        rows.append(Row("train tokens/s (6x384, ctx 256, batch 16)", f"{big_['minigpt_tokens_per_s']:,.0f}",
-                        f"{big_['reference_tokens_per_s']:,.0f}", f"{big_['ratio']:.2f}x",
-                        f">= {big_['target_ratio']:g}x", yes_no(big_["ratio"] >= big_["target_ratio"])))  # fmt: skip
+        rows.append(
+            Row(
+                "train tokens/s (6x384, ctx 256, batch 16)",
+                f"{big_['minigpt_tokens_per_s']:,.0f}",
+                f"{big_['reference_tokens_per_s']:,.0f}",
+                f"{big_['ratio']:.2f}x",
+                f">= {big_['target_ratio']:g}x",
+                yes_no(big_["ratio"] >= big_["target_ratio"]),
+            )
+        )
         frac = big_["fraction_of_peak"]
-        rows.append(Row(f"  fraction of the measured {big_['peak_dtype']} peak", f"{100 * frac:.0f}%",
-                        f"{100 * big_['reference_fraction_of_fp32_peak']:.0f}% of float32's",
-                        f"({big_['peak_gflops']:.0f} GFLOP/s)", ">= 60%", yes_no(frac >= 0.6)))  # fmt: skip
+        rows.append(
+            Row(
+                f"  fraction of the measured {big_['peak_dtype']} peak",
+                f"{100 * frac:.0f}%",
+                f"{100 * big_['reference_fraction_of_fp32_peak']:.0f}% of float32's",
+                f"({big_['peak_gflops']:.0f} GFLOP/s)",
+                ">= 60%",
+                yes_no(frac >= 0.6),
+            )
+        )
     return rows
 
 
@@ -739,8 +878,10 @@ def run_speed(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     parts = set(a.only)
     if "batch-sampling" in parts:
-        models = {"default": make_checkpoint(data, env, tmp / "default-model"),
-                  "6x384": make_sample_checkpoint(data, env, tmp)}  # fmt: skip
+        models = {
+            "default": make_checkpoint(data, env, tmp / "default-model"),
+            "6x384": make_sample_checkpoint(data, env, tmp),
+        }
         batch = [batch_sampling_once(models, plan, env, i) for i in range(a.repeats)]
         results["batch_sampling"] = summarize_batch_sampling(collect(batch))
     if "quality" in parts:
@@ -748,8 +889,9 @@ def run_speed(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
         results["time_to_quality"] = summarize_quality(collect(quality))
     if "throughput" in parts:
         throughput = [throughput_once(ref, data, plan, env, tmp, i) for i in range(a.repeats)]
-        results["train_throughput"] = summarize_speedup(collect(throughput), "tokens_per_s", TARGET_TRAIN_RATIO,
-                                                        recipe="configs/reference_cpu.yaml")  # fmt: skip
+        results["train_throughput"] = summarize_speedup(
+            collect(throughput), "tokens_per_s", TARGET_TRAIN_RATIO, recipe="configs/reference_cpu.yaml"
+        )
     if "budget" in parts:
         budget = 40.0 if a.quick else BUDGET_S
         runs = [budget_once(ref, data, env, tmp, i, 1337 + i, budget) for i in range(a.repeats)]
@@ -788,8 +930,13 @@ def cmd_speed(a: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with scratch("minigpt-bench-") as tmp:
         results = run_speed(a, plan, tmp)
-    settings = {"quick": a.quick, "repeats": a.repeats, "reference": str(a.reference.resolve()),
-                "data": str(a.data.resolve()), "plan": asdict(plan)}  # fmt: skip
+    settings = {
+        "quick": a.quick,
+        "repeats": a.repeats,
+        "reference": str(a.reference.resolve()),
+        "data": str(a.data.resolve()),
+        "plan": asdict(plan),
+    }
     report = {"machine": machine_info(), "settings": settings, **results, "bench_wall_s": time.perf_counter() - t0}
     if not a.json_only:
         if a.quick:
@@ -805,8 +952,14 @@ def add_speed_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE, help="reference_gpt.py to compare with")
     add_data_arg(ap)
     add_repeats_arg(ap)
-    ap.add_argument("--only", nargs="+", choices=SPEED_PARTS, default=list(SPEED_PARTS), metavar="PART",
-                    help=f"run only these parts ({', '.join(SPEED_PARTS)}); the default runs them all")  # fmt: skip
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        choices=SPEED_PARTS,
+        default=list(SPEED_PARTS),
+        metavar="PART",
+        help=f"run only these parts ({', '.join(SPEED_PARTS)}); the default runs them all",
+    )
     ap.add_argument("--quick", action="store_true", help="tiny step counts: a smoke test of this script")
     ap.add_argument("--plot", type=Path, default=BUDGET_PLOT, help="the budget part's PNG (not written with --quick)")
     ap.add_argument("--json-only", action="store_true", help="print only the JSON line on stdout")
@@ -816,14 +969,24 @@ def add_speed_args(ap: argparse.ArgumentParser) -> None:
 
 DATA_STEPS = 100  # enough random windows that pages left mapped would show in the peak
 DATA_TRAIN_ARGS = [
-    f"train.max_steps={DATA_STEPS}", f"train.eval_interval={DATA_STEPS}", "train.eval_steps=2", *BARE_RUN,
-    "log.interval=1", "log.progress=lines", "log.progress_seconds=0.001",
-]  # fmt: skip
+    f"train.max_steps={DATA_STEPS}",
+    f"train.eval_interval={DATA_STEPS}",
+    "train.eval_steps=2",
+    *BARE_RUN,
+    "log.interval=1",
+    "log.progress=lines",
+    "log.progress_seconds=0.001",
+]
 # code points a real tree's comments and strings hold: accents, Greek, Cyrillic, CJK, symbols, emoji
 FOREIGN = [
-    *range(0xC0, 0x180), *range(0x391, 0x3CA), *range(0x410, 0x450), *range(0x2010, 0x2030), *range(0x2190, 0x21A0),
-    *range(0x4E00, 0x4E00 + 2900), *range(0x1F600, 0x1F640),
-]  # fmt: skip
+    *range(0xC0, 0x180),
+    *range(0x391, 0x3CA),
+    *range(0x410, 0x450),
+    *range(0x2010, 0x2030),
+    *range(0x2190, 0x21A0),
+    *range(0x4E00, 0x4E00 + 2900),
+    *range(0x1F600, 0x1F640),
+]
 
 
 def build_file(path: Path, mb: int) -> int:
@@ -921,8 +1084,13 @@ def train_on_corpus(data: Path, out: Path, cache: Path) -> dict[str, Any]:
     if os.waitstatus_to_exitcode(status) != 0 or first_step is None:
         print("\n".join(lines[-20:]), file=sys.stderr)
         raise SystemExit(f"minigpt train failed on {data}")
-    return {"peak_rss_mb": usage.ru_maxrss / 1024, "first_step_s": first_step, "prep_s": prep_s, "wall_s": wall,
-            "log": [ln for ln in lines if ln.startswith(("data:", "hashing", "encoding", "warning"))]}  # fmt: skip
+    return {
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "first_step_s": first_step,
+        "prep_s": prep_s,
+        "wall_s": wall,
+        "log": [ln for ln in lines if ln.startswith(("data:", "hashing", "encoding", "warning"))],
+    }
 
 
 def cmd_data(a: argparse.Namespace) -> int:
@@ -973,9 +1141,11 @@ def cmd_data(a: argparse.Namespace) -> int:
                 r["corpus_mb"] = size / 1e6
                 results[f"{name}_{phase}"] = r
                 enc = f" | encode {r['encode_mb_s']:,.0f} MB/s" if r["encode_mb_s"] else ""
-                print(f"{name:6s} {phase:6s} | {size / 1e6:7,.0f} MB | peak RSS {r['peak_rss_mb']:7,.0f} MB{enc} | "
-                      f"first step at {r['first_step_s']:6.2f} s ({r['first_step_less_torch_s']:.2f} s without "
-                      f"torch's import) | wall {r['wall_s']:.1f} s")  # fmt: skip
+                print(
+                    f"{name:6s} {phase:6s} | {size / 1e6:7,.0f} MB | peak RSS {r['peak_rss_mb']:7,.0f} MB{enc} | "
+                    f"first step at {r['first_step_s']:6.2f} s ({r['first_step_less_torch_s']:.2f} s without "
+                    f"torch's import) | wall {r['wall_s']:.1f} s"
+                )
                 for line in r.pop("log"):
                     print(f"    {line}")
         print(json.dumps({**results, "machine": machine_info()}))
@@ -1055,15 +1225,22 @@ def cmd_memory(a: argparse.Namespace) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         rows.append({"config": config, **r})
-        print(f"{r['measured'] / 2**20:8.0f} MB measured  {r['estimated'] / 2**20:8.0f} MB estimated  "
-              f"ratio {r['ratio']:.2f}  {config}", flush=True)  # fmt: skip
+        print(
+            f"{r['measured'] / 2**20:8.0f} MB measured  {r['estimated'] / 2**20:8.0f} MB estimated  "
+            f"ratio {r['ratio']:.2f}  {config}",
+            flush=True,
+        )
     print(json.dumps({"configs": rows, "machine": machine_info()}))
     return 0
 
 
 def add_memory_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("configs", nargs="*", metavar="CONFIG",
-                    help="space-separated overrides of one config, quoted (default: five built-in ones)")  # fmt: skip
+    ap.add_argument(
+        "configs",
+        nargs="*",
+        metavar="CONFIG",
+        help="space-separated overrides of one config, quoted (default: five built-in ones)",
+    )
     add_data_arg(ap)
 
 
@@ -1090,8 +1267,9 @@ print(int(sys.argv[2]) / (time.perf_counter() - t0))
 
 
 def start_child(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def finish(proc: subprocess.Popen) -> tuple[str, str]:
@@ -1115,8 +1293,9 @@ def share_once(data: Path, tmp: Path, steps: int, chars: int) -> dict[str, float
     env = child_env(tmp / "cache", drop=("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
 
     def train(name: str, n: int = steps) -> subprocess.Popen:
-        return start_child(minigpt_train(data, tmp / name, f"train.max_steps={n}", "train.final_eval=false",
-                                         "log.progress=off"), env)  # fmt: skip
+        return start_child(
+            minigpt_train(data, tmp / name, f"train.max_steps={n}", "train.final_eval=false", "log.progress=off"), env
+        )
 
     def sample() -> float:
         """Characters/s of generation alone (timed inside the process: start-up does not count)."""
@@ -1132,9 +1311,15 @@ def share_once(data: Path, tmp: Path, steps: int, chars: int) -> dict[str, float
     sample_busy = sample()
     beside.kill()
     beside.communicate()
-    return {"train_solo": solo, "train_pair_a": pair[0], "train_pair_b": pair[1],
-            "pair_fraction": min(pair) / solo, "sample_solo": sample_solo, "sample_beside_training": sample_busy,
-            "sample_fraction": sample_busy / sample_solo}  # fmt: skip
+    return {
+        "train_solo": solo,
+        "train_pair_a": pair[0],
+        "train_pair_b": pair[1],
+        "pair_fraction": min(pair) / solo,
+        "sample_solo": sample_solo,
+        "sample_beside_training": sample_busy,
+        "sample_fraction": sample_busy / sample_solo,
+    }
 
 
 def cmd_share(a: argparse.Namespace) -> int:
@@ -1153,8 +1338,18 @@ def cmd_share(a: argparse.Namespace) -> int:
     med = medians(runs)
     for k, v in med.items():
         print(f"{k:<24}{v:>12,.2f}")
-    print(json.dumps({"repeats": a.repeats, "steps": a.steps, "chars": a.chars, "runs": runs, "medians": med,
-                      "machine": machine_info()}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "repeats": a.repeats,
+                "steps": a.steps,
+                "chars": a.chars,
+                "runs": runs,
+                "medians": med,
+                "machine": machine_info(),
+            }
+        )
+    )
     return 0
 
 
@@ -1259,8 +1454,18 @@ def add_playground_args(ap: argparse.ArgumentParser) -> None:
 
 # ======================================================================================== startup
 
-TINY = ["model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=16", "train.batch_size=8",
-        "train.max_steps=5", "train.eval_interval=5", "train.eval_steps=2", *BARE_RUN, "log.progress=off"]  # fmt: skip
+TINY = [
+    "model.n_layer=2",
+    "model.n_head=2",
+    "model.n_embd=32",
+    "model.block_size=16",
+    "train.batch_size=8",
+    "train.max_steps=5",
+    "train.eval_interval=5",
+    "train.eval_steps=2",
+    *BARE_RUN,
+    "log.progress=off",
+]
 # `minigpt --help` in-process, then how many modules it imported (printed to stderr)
 MODULE_COUNT = "import sys\nfrom {cli} import main\nmain(['--help'])\nprint(len(sys.modules), file=sys.stderr)"
 
@@ -1297,8 +1502,10 @@ def measure_startup(before_ref: str, repeats: int) -> tuple[dict[str, dict[str, 
         # only its own copy on PYTHONPATH; run from the temporary folder, since the current directory
         # comes first on sys.path and the repository's would import its minigpt whatever PYTHONPATH says
         drop = [k for k in os.environ if k.startswith("_MINIGPT")]
-        variants = {name: child_env(tmp / "cache", drop=drop, PYTHONPATH=str(code), COLUMNS="100")
-                    for name, code in trees.items()}  # fmt: skip
+        variants = {
+            name: child_env(tmp / "cache", drop=drop, PYTHONPATH=str(code), COLUMNS="100")
+            for name, code in trees.items()
+        }
 
         def run(args: list[str], env: dict[str, str], check: bool = True) -> Proc:
             return run_timed(args, env, cwd=tmp, check=check)
@@ -1380,8 +1587,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (add_args, cmd) in COMMANDS.items():
         doc = inspect.cleandoc(cmd.__doc__ or "")
-        p = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        p = sub.add_parser(
+            name, help=doc.splitlines()[0], description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         add_args(p)
         p.set_defaults(func=cmd)
     a = ap.parse_args(argv)

@@ -187,12 +187,18 @@ def main(argv: list[str] | None = None) -> int:
         shown = ", ".join(sorted(m.removeprefix("minigpt.") for m in ours)) or "-"
         print(f"{name.removeprefix('minigpt.'):<26} {n_lines:>5}  {longest:<34} {shown}")
         problems += layer_problems(name, ours, others)
-        problems += [f"{path.relative_to(args.package.parent)}: {n} is {k} lines (limit {MAX_FUNCTION_LINES})"
-                     for n, k in funcs if k > MAX_FUNCTION_LINES]  # fmt: skip
+        problems += [
+            f"{path.relative_to(args.package.parent)}: {n} is {k} lines (limit {MAX_FUNCTION_LINES})"
+            for n, k in funcs
+            if k > MAX_FUNCTION_LINES
+        ]
     problems += ["import cycle: " + " <-> ".join(group) for group in cycles(graph)]
     print()
-    print("\n".join(problems) if problems else f"every import points down the layers, no cycle, no function body "
-          f"over {MAX_FUNCTION_LINES} lines")  # fmt: skip
+    print(
+        "\n".join(problems)
+        if problems
+        else f"every import points down the layers, no cycle, no function body over {MAX_FUNCTION_LINES} lines"
+    )
     return 1 if problems and args.check else 0
 
 

@@ -78,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in runs.items():
         setting = OPTIONS[a.compare][name.startswith("on")]
         print(f"{name:14s} {setting:22s} val loss {r['val_loss']:.4f}   train wall {r['train_wall_s']:.1f} s")
-    print(f"on - off: {gap:.4f} nats; seed-to-seed noise {noise:.4f} (floor {a.tolerance}): "
-          f"{'within noise' if ok else 'OUTSIDE noise'}")  # fmt: skip
+    print(
+        f"on - off: {gap:.4f} nats; seed-to-seed noise {noise:.4f} (floor {a.tolerance}): "
+        f"{'within noise' if ok else 'OUTSIDE noise'}"
+    )
     summary = {"runs": runs, "gap": gap, "noise": noise, "tolerance": a.tolerance, "within_noise": ok}
     print(json.dumps({**summary, "compare": a.compare, "steps": a.steps, "device": a.device, "config": str(a.config)}))
     return 0 if ok else 1

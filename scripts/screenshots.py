@@ -28,8 +28,15 @@ Or, if thou wilt not, be but sworn my love,
 And I'll no longer be a Capulet.
 """
 PROMPT = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\n"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def explorer(m: Any, page: Any, out: Path) -> None:

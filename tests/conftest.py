@@ -191,9 +191,20 @@ def _train_tiny_run(folder: Path) -> None:
     mp = pytest.MonkeyPatch()
     mp.setenv("MINIGPT_CACHE_DIR", str(folder / "cache"))
     try:
-        code = main(["train", "--data", str(data), "--out", str(folder / "run"), *TINY, "train.max_steps=60",
-                     "train.eval_interval=30", "log.attention_probe=KING:\nSpeak",
-                     f"log.peak_tflops={TRAINED_RUN_PEAK_TFLOPS}"])  # fmt: skip
+        code = main(
+            [
+                "train",
+                "--data",
+                str(data),
+                "--out",
+                str(folder / "run"),
+                *TINY,
+                "train.max_steps=60",
+                "train.eval_interval=30",
+                "log.attention_probe=KING:\nSpeak",
+                f"log.peak_tflops={TRAINED_RUN_PEAK_TFLOPS}",
+            ]
+        )
     finally:
         mp.undo()
     assert code == 0
@@ -220,8 +231,15 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 CHROMIUM = os.environ.get("MINIGPT_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @pytest.fixture(scope="module")

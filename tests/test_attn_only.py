@@ -101,8 +101,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp = pytest.MonkeyPatch()
     mp.setenv("MINIGPT_CACHE_DIR", str(folder / "cache"))
     try:
-        options = ["model.attn_only=true", "train.max_steps=30", "train.eval_interval=30", "log.tensorboard=false",
-                   "log.progress=off"]  # fmt: skip
+        options = [
+            "model.attn_only=true",
+            "train.max_steps=30",
+            "train.eval_interval=30",
+            "log.tensorboard=false",
+            "log.progress=off",
+        ]
         assert main(["train", "--data", str(data), "--out", str(folder / "run"), *TINY, *options]) == 0
     finally:
         mp.undo()

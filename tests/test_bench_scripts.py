@@ -27,10 +27,16 @@ def test_a_curve_is_read_at_its_latest_evaluation_before_the_time() -> None:
 
 def test_the_budget_point_is_the_whole_split_score_and_earlier_points_the_curves() -> None:
     def pair(final_m: float, final_r: float) -> dict:
-        return {"minigpt_wall_s": 238.0, "minigpt_steps": 3400, "minigpt_val_loss": final_m,
-                "minigpt_curve": [[250, 20.0, 1.9], [500, 31.0, 1.7], [3400, 238.0, final_m]],
-                "reference_wall_s": 240.0, "reference_steps": 5000, "reference_val_loss": final_r,
-                "reference_curve": [[0, 4.0, 4.2], [250, 29.0, 2.5], [5000, 239.0, final_r]]}  # fmt: skip
+        return {
+            "minigpt_wall_s": 238.0,
+            "minigpt_steps": 3400,
+            "minigpt_val_loss": final_m,
+            "minigpt_curve": [[250, 20.0, 1.9], [500, 31.0, 1.7], [3400, 238.0, final_m]],
+            "reference_wall_s": 240.0,
+            "reference_steps": 5000,
+            "reference_val_loss": final_r,
+            "reference_curve": [[0, 4.0, 4.2], [250, 29.0, 2.5], [5000, 239.0, final_r]],
+        }
 
     s = bench.summarize_budget([pair(1.48, 1.66), pair(1.50, 1.64), pair(1.49, 1.65)])
     assert s["at_seconds"]["30"] == {"minigpt": 1.9, "reference": 2.5}
@@ -64,8 +70,10 @@ def test_every_subcommand_parses_its_defaults_and_rejects_no_repeats(command: st
 
 
 def test_a_speed_ratio_is_met_only_at_its_target() -> None:
-    series = {"minigpt_tokens_per_s": bench.Series([30.0, 33.0, 45.0]),
-              "reference_tokens_per_s": bench.Series([20.0, 22.0, 21.0])}  # fmt: skip
+    series = {
+        "minigpt_tokens_per_s": bench.Series([30.0, 33.0, 45.0]),
+        "reference_tokens_per_s": bench.Series([20.0, 22.0, 21.0]),
+    }
     s = bench.summarize_speedup(series, "tokens_per_s", 1.5)
     assert s["ratio"] == pytest.approx(33.0 / 21.0) and s["met"]  # medians over medians
     assert not bench.summarize_speedup(series, "tokens_per_s", 1.6)["met"]

@@ -115,8 +115,9 @@ def test_score_page_tooltip_has_the_models_probabilities(page, model, tmp_path: 
     assert float(re.search(r"([\d.]+) bits", tip).group(1)) == pytest.approx(bits[k - 1].item(), abs=0.006)
     guesses = page.eval_on_selector_all("#tip tr", "rs => rs.map(r => [r.cells[0].innerText, +r.cells[1].innerText])")
     top_p, top_i = probs[k - 1].topk(5)
-    assert [g[0] for g in guesses] == [model.tokenizer.pieces([t])[0].replace(" ", "\u2423").replace("\n", "\u21b5")
-                                       for t in top_i.tolist()]  # fmt: skip
+    assert [g[0] for g in guesses] == [
+        model.tokenizer.pieces([t])[0].replace(" ", "\u2423").replace("\n", "\u21b5") for t in top_i.tolist()
+    ]
     assert [g[1] for g in guesses] == pytest.approx(top_p.tolist(), abs=0.0006)
     page.locator("#text .t").nth(0).hover()
     assert "not scored" in page.inner_text("#tip")

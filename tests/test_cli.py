@@ -172,8 +172,15 @@ def test_interrupt_then_resume_is_bit_exact(text_file: Path, tmp_path: Path, cli
     """SIGINT mid-run saves last.pt and exits 130; --resume ends with the same weights as a run left alone."""
     # one thread, fixed: an automatic count follows the machine's load, and a different count
     # reduces in another order (what must match here is the state a resume restores)
-    args = ["--data", text_file, *TINY, "train.max_steps=30", "train.eval_interval=10", "model.dropout=0.1",
-            "train.threads=1"]  # fmt: skip
+    args = [
+        "--data",
+        text_file,
+        *TINY,
+        "train.max_steps=30",
+        "train.eval_interval=10",
+        "model.dropout=0.1",
+        "train.threads=1",
+    ]
     assert cli("train", "--out", tmp_path / "whole", *args).code == 0
 
     real_step = Trainer.train_step
@@ -245,8 +252,11 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     bad.write_text("model:\n  n_head: 3\n")
     r = subprocess.run(
         [sys.executable, "-m", "minigpt", "train", str(bad), "--out", str(tmp_path / "o")],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert r.returncode == 2
     assert r.stderr.strip() == f"error: {bad}: model.n_embd (128) must be divisible by model.n_head (3)"
     bare = subprocess.run([sys.executable, "-m", "minigpt"], capture_output=True, text=True, env=env)

@@ -30,8 +30,9 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
 
 
 def minigpt(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "minigpt", *args], capture_output=True, text=True,
-                          env=env or ENV, **kw)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "minigpt", *args], capture_output=True, text=True, env=env or ENV, **kw
+    )
 
 
 def test_version_names_minigpt_torch_and_python(cli) -> None:
@@ -74,8 +75,14 @@ def test_every_help_shows_its_choices_and_real_examples(cli, monkeypatch) -> Non
 def test_flags_show_no_metavar_and_options_with_values_keep_theirs(cli, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     helps = {command: cli(command, "--help").out for command in COMMANDS} | {"minigpt": cli("--help").out}
-    flags = {"minigpt": ["--version", "--help"], "train": ["--resume", "--help"], "eval": ["--json"],
-             "sample": ["--json", "--interactive"], "score": ["--json", "--no-color"], "runs": ["--json"]}  # fmt: skip
+    flags = {
+        "minigpt": ["--version", "--help"],
+        "train": ["--resume", "--help"],
+        "eval": ["--json"],
+        "sample": ["--json", "--interactive"],
+        "score": ["--json", "--no-color"],
+        "runs": ["--json"],
+    }
     for command, text in helps.items():
         assert "<bool>" not in text, command
         for flag in flags.get(command, []):
@@ -179,7 +186,9 @@ def test_completion_costs_no_start_up_time() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT)
     assert r.returncode == 0 and r.stderr.strip().splitlines()[-1] == "[]", r.stderr
     env = {**ENV, "_MINIGPT_COMPLETE": "complete_bash", "COMP_WORDS": "minigpt sample x --dtype ", "COMP_CWORD": "4"}
-    code = "import sys\nfrom minigpt.cli.app import main\ntry:\n    main([])\nfinally:\n    print('torch' in sys.modules)"  # noqa: E501
+    code = (
+        "import sys\nfrom minigpt.cli.app import main\ntry:\n    main([])\nfinally:\n    print('torch' in sys.modules)"  # noqa: E501
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert r.stdout.split() == ["auto", "float32", "bfloat16", "False"], r
 
@@ -203,8 +212,14 @@ run()
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton (and its nanobind) not installed")
 def test_exit_after_the_compiler_loaded_is_quiet_and_complete(tmp_path: Path) -> None:
     env = {k: v for k, v in ENV.items() if k != "PYTHONUNBUFFERED"}  # so that stdout is buffered
-    r = subprocess.run([sys.executable, "-c", EXIT_WITH_TRITON, "sample", str(tmp_path / "missing")],
-                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", EXIT_WITH_TRITON, "sample", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stdout.startswith("pool ran\nbuffered output") and "atexit ran" in r.stdout, r.stdout
 

@@ -34,8 +34,9 @@ def small_fs(tmp_path: Path):
     def mount(size: str) -> Path:
         where = tmp_path / f"fs-{uuid.uuid4().hex[:6]}"
         where.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                           capture_output=True, text=True)  # fmt: skip
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
+        )
         if r.returncode != 0:
             message = f"cannot mount a tmpfs (needs root): {r.stderr.strip()}"
             if os.environ.get("CI") == "true":
@@ -156,9 +157,14 @@ def test_full_disk_for_the_other_files_of_a_run(which: str, small_fs, text_file:
         assert load_checkpoint(out / "last.pt")["step"] == 10 and not (out / "results.json").exists()
 
 
-@pytest.mark.parametrize(("code", "words"), [(errno.EDQUOT, "the disk quota is exceeded"),
-                                             (errno.EIO, "an I/O error"),
-                                             (errno.EROFS, "the filesystem is read-only")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        (errno.EDQUOT, "the disk quota is exceeded"),
+        (errno.EIO, "an I/O error"),
+        (errno.EROFS, "the filesystem is read-only"),
+    ],
+)
 def test_quota_and_io_errors_are_one_line(code: int, words: str, text_file: Path, tmp_path: Path, cli, monkeypatch):
     """No quota (this kernel's tmpfs refuses `usrquota`) nor failing disk to be had here, and a
     tmpfs cannot be remounted read-only while the run holds its lock file open for writing: the

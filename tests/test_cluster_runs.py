@@ -35,19 +35,34 @@ def error_line(err: str) -> str:
     return next(line for line in err.splitlines() if line.startswith("error: "))
 
 
-def test_a_diverged_run_goes_on_from_its_last_good_checkpoint_at_a_lower_rate(text_file: Path, tmp_path: Path,
-                                                                              cli) -> None:  # fmt: skip
+def test_a_diverged_run_goes_on_from_its_last_good_checkpoint_at_a_lower_rate(
+    text_file: Path, tmp_path: Path, cli
+) -> None:
     out = tmp_path / "run"
-    assert cli("train", "--data", text_file, "--out", out, *TINY, *QUIET, "train.max_steps=10",
-               "train.eval_interval=10").code == 0  # fmt: skip
+    assert (
+        cli(
+            "train", "--data", text_file, "--out", out, *TINY, *QUIET, "train.max_steps=10", "train.eval_interval=10"
+        ).code
+        == 0
+    )
     # late in the run the rate is raised far too high (a resume may change it now): the loss goes NaN
     # (at step 16 to 19 here), caught at the next log step, before any evaluation could save it
-    r = cli("train", "--out", out, "--resume", "train.max_steps=40", "train.eval_interval=40", "log.interval=1",
-            "optim.lr=100")  # fmt: skip
+    r = cli(
+        "train",
+        "--out",
+        out,
+        "--resume",
+        "train.max_steps=40",
+        "train.eval_interval=40",
+        "log.interval=1",
+        "optim.lr=100",
+    )
     assert r.code == 2, r
     assert "resuming with changed train.max_steps=40, train.eval_interval=40, optim.lr=100.0, log.interval=1" in r.err
-    assert "note: the cosine schedule is re-planned over 40 steps (optim.lr 0.003 -> 100): the learning rate goes " \
-           "from 0.0003 to 94.8 at step 10" in r.err  # fmt: skip
+    assert (
+        "note: the cosine schedule is re-planned over 40 steps (optim.lr 0.003 -> 100): the learning rate goes "
+        "from 0.0003 to 94.8 at step 10" in r.err
+    )
     line = error_line(r.err)
     assert "training diverged: the training loss became nan" in line and f"kept: {out / 'last.pt'}" in line, line
     command = line.split("with: ")[1].split(" (halve it again")[0]
@@ -71,24 +86,40 @@ def test_a_diverged_run_goes_on_from_its_last_good_checkpoint_at_a_lower_rate(te
 
 def test_snapshots_are_kept_small_and_every_command_reads_them(text_file: Path, tmp_path: Path, cli) -> None:
     out = tmp_path / "runs" / "watch"
-    r = cli("train", "--data", text_file, "--out", out, *TINY, "train.max_steps=10", "train.eval_interval=10",
-            "train.keep_every=4", "log.tensorboard=false")  # fmt: skip
+    r = cli(
+        "train",
+        "--data",
+        text_file,
+        "--out",
+        out,
+        *TINY,
+        "train.max_steps=10",
+        "train.eval_interval=10",
+        "train.keep_every=4",
+        "log.tensorboard=false",
+    )
     assert r.code == 0, r
     snaps = list_snapshots(out)
     assert [p.name for p in snaps] == ["step_0000004.pt", "step_0000008.pt"]
     assert not [p for p in out.iterdir() if p.name.startswith(".step_")]  # no temporary file left
     first = load_checkpoint(snaps[0])
     assert first["step"] == 4 and first["optimizer"] is None and first["rng"] is None
-    assert first["config"]["train"]["keep_every"] == 4 and first["tokenizer"] == load_checkpoint(out / "last.pt")[
-        "tokenizer"]  # fmt: skip
+    assert (
+        first["config"]["train"]["keep_every"] == 4
+        and first["tokenizer"] == load_checkpoint(out / "last.pt")["tokenizer"]
+    )
     plan = snapshot_plan(config_from_dict(first["config"], "test"), len(first["tokenizer"]["chars"]))
     assert plan.count == 2 and all(p.stat().st_size <= plan.bytes_each for p in snaps)
     assert plan.bytes_each < (out / "last.pt").stat().st_size / 2  # no optimizer state: AdamW's is 2x the weights
     assert snapshot_plan(config_from_dict(first["config"], "t").replace(**{"train.max_steps": 21}), 40, 8).count == 3
 
     # the model as it was at step 4, through every command that reads a model
-    for args in (["sample", "--max-new-tokens", "5"], ["eval"], ["score", "--text", "the king"],
-                 ["attention", "--text", "the king", "--html", tmp_path / "a.html"]):  # fmt: skip
+    for args in (
+        ["sample", "--max-new-tokens", "5"],
+        ["eval"],
+        ["score", "--text", "the king"],
+        ["attention", "--text", "the king", "--html", tmp_path / "a.html"],
+    ):
         r = cli(args[0], snaps[0], *args[1:])
         assert r.code == 0, (args, r)
     assert str(snaps[0]) in r.err
@@ -109,8 +140,18 @@ def test_the_final_evaluation_scores_a_spread_sample_past_its_bound(text_file: P
     # tiny Shakespeare's validation split (111,540 characters) stays exact under the default bound
     assert Config().train.final_eval_tokens >= 111_539
     out = tmp_path / "run"
-    r = cli("train", "--data", text_file, "--out", out, *TINY, "train.max_steps=4", "train.eval_interval=4",
-            "log.tensorboard=false", "train.final_eval_tokens=500")  # fmt: skip
+    r = cli(
+        "train",
+        "--data",
+        text_file,
+        "--out",
+        out,
+        *TINY,
+        "train.max_steps=4",
+        "train.eval_interval=4",
+        "log.tensorboard=false",
+        "train.final_eval_tokens=500",
+    )
     assert r.code == 0, r
     # 2,000 validation characters: 1,999 predictions, 124 windows of 16; 500 // 16 = 31 of them scored
     done = next(line for line in r.err.splitlines() if line.startswith("done: "))
@@ -143,8 +184,9 @@ def test_the_final_evaluation_scores_a_spread_sample_past_its_bound(text_file: P
 
 def test_a_spread_sample_is_the_same_windows_the_whole_evaluation_reads() -> None:
     torch.manual_seed(0)
-    model = GPT(Config().replace(**{"model.n_layer": 1, "model.n_embd": 16, "model.n_head": 2,
-                                    "model.block_size": 8}).model, 11).eval()  # fmt: skip
+    model = GPT(
+        Config().replace(**{"model.n_layer": 1, "model.n_embd": 16, "model.n_head": 2, "model.block_size": 8}).model, 11
+    ).eval()
     ids = np.random.default_rng(0).integers(0, 11, 1001).astype(np.uint16)  # 1,000 predictions, 125 windows
     whole = evaluate_ids(model, ids)
     assert evaluate_ids(model, ids, None, 1000) == whole  # within the bound: every position
@@ -190,16 +232,31 @@ def test_two_nodes_train_one_run_like_two_processes_on_one(tmp_path: Path) -> No
     (tmp_path / "configs").mkdir()
     shutil.copy(ROOT / "configs" / "two_nodes.yaml", tmp_path / "configs")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    nodes = [subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True) for _ in range(2)]  # fmt: skip
+    nodes = [
+        subprocess.Popen(
+            argv,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
     logs = [node.communicate(timeout=240)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], logs
     assert sum("done: 12 steps" in log for log in logs) == 1  # rank 0, on whichever node, reports
     assert sum("2 processes (cpu, DDP)" in log for log in logs) == 1
 
-    one_node = subprocess.run([sys.executable, "-m", "minigpt", "train", "configs/two_nodes.yaml", "--out",
-                               "runs/one-node", "--nproc", "2"], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=240)  # fmt: skip
+    one_node = subprocess.run(
+        [sys.executable, "-m", "minigpt", "train", "configs/two_nodes.yaml", "--out", "runs/one-node", "--nproc", "2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert one_node.returncode == 0, one_node.stderr
     two, one = load_checkpoint(tmp_path / "runs/two-nodes/last.pt"), load_checkpoint(tmp_path / "runs/one-node/last.pt")
     assert two["step"] == one["step"] == 12
@@ -223,8 +280,13 @@ def test_the_lower_rate_command_halves_every_rate_and_reads_back() -> None:
     assert lower_rate_command(Path("runs/my run"), muon, Path("/no/such/last.pt")) == (
         "minigpt train --out 'runs/my run' --resume optim.lr=0.0015 optim.muon_lr=0.01 optim.grad_clip=1"
     )
-    for key, value in [("log.sample_prompt", "\nROMEO: "), ("train.max_time", None), ("log.tensorboard", False),
-                       ("train.max_steps", 40), ("optim.beta2", 0.95)]:  # fmt: skip
+    for key, value in [
+        ("log.sample_prompt", "\nROMEO: "),
+        ("train.max_time", None),
+        ("log.tensorboard", False),
+        ("train.max_steps", 40),
+        ("optim.beta2", 0.95),
+    ]:
         assert parse_override(shlex.split(_override(key, value))[0]) == (key, value)
     lower = muon.replace(**{"optim.lr": 0.0015, "optim.muon_lr": 0.01})
     assert replanned_schedule_note(muon, lower, 100, ["optim.lr", "optim.muon_lr"]) == (

@@ -21,8 +21,14 @@ from .conftest import TINY, make_text
 from .test_distributed import launch
 from .test_reliability import spawn, wait_for_step
 
-LONG = [*TINY, "train.max_steps=100000", "train.eval_interval=1000", "train.ckpt_interval=3", "log.interval=1",
-        "log.sample_length=0"]  # fmt: skip
+LONG = [
+    *TINY,
+    "train.max_steps=100000",
+    "train.eval_interval=1000",
+    "train.ckpt_interval=3",
+    "log.interval=1",
+    "log.sample_length=0",
+]
 
 
 class Lines:
@@ -87,8 +93,20 @@ def test_sigusr1_saves_then_resume_auto_resumes_then_says_finished(text_file: Pa
 
 def test_resume_auto_knows_an_early_stop(text_file: Path, tmp_path: Path, cli) -> None:
     out = tmp_path / "run"
-    args = ["--data", text_file, "--out", out, "--resume", "auto", *TINY, "train.max_steps=200",
-            "train.eval_interval=2", "train.patience=1", "train.min_delta=10", "log.sample_length=0"]  # fmt: skip
+    args = [
+        "--data",
+        text_file,
+        "--out",
+        out,
+        "--resume",
+        "auto",
+        *TINY,
+        "train.max_steps=200",
+        "train.eval_interval=2",
+        "train.patience=1",
+        "train.min_delta=10",
+        "log.sample_length=0",
+    ]
     r = cli("train", *args)
     assert r.code == 0 and "early stop at step 4" in r.err, r
     r = cli("train", *args)
@@ -98,8 +116,14 @@ def test_resume_auto_knows_an_early_stop(text_file: Path, tmp_path: Path, cli) -
 @pytest.mark.slow  # ~15 s: evaluations made long on purpose
 def test_signal_during_an_evaluation(text_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = [*LONG, "train.eval_interval=5", "log.interval=5", "train.eval_steps=1500", "log.progress=lines",
-            "log.progress_seconds=0.001"]  # fmt: skip
+    args = [
+        *LONG,
+        "train.eval_interval=5",
+        "log.interval=5",
+        "train.eval_steps=1500",
+        "log.progress=lines",
+        "log.progress_seconds=0.001",
+    ]
     lines = Lines(spawn("train", "--data", text_file, "--out", out, *args, cache=tmp_path / "cache"))
     lines.wait_for("step 10/")  # the progress line just before the evaluation of step 10
     lines.proc.send_signal(signal.SIGTERM)
@@ -129,8 +153,20 @@ def test_signal_during_the_final_evaluation_then_resume_auto(tmp_path: Path, cli
     text = tmp_path / "long.txt"
     text.write_text(make_text(1_500_000), encoding="utf-8")
     out, cache = tmp_path / "run", tmp_path / "cache"
-    args = ["--data", text, "--out", out, "--resume", "auto", *TINY, "train.max_steps=10", "train.eval_interval=5",
-            "data.val_fraction=0.9", "log.sample_length=0", "train.final_eval_tokens=0"]  # fmt: skip
+    args = [
+        "--data",
+        text,
+        "--out",
+        out,
+        "--resume",
+        "auto",
+        *TINY,
+        "train.max_steps=10",
+        "train.eval_interval=5",
+        "data.val_fraction=0.9",
+        "log.sample_length=0",
+        "train.final_eval_tokens=0",
+    ]
     lines = Lines(spawn("train", *args, cache=cache))
     lines.wait_for("final evaluation: the whole validation split")
     time.sleep(0.3)
@@ -169,8 +205,19 @@ def test_sigterm_to_torchrun_or_to_one_worker_stops_every_rank_at_one_step(text_
 
 def test_resume_auto_repeats_a_fine_tuning_command(trained_run: Path, text_file: Path, tmp_path: Path, cli) -> None:
     out = tmp_path / "tuned"
-    args = ["--data", text_file, "--out", out, "--resume", "auto", "--init-from", trained_run, "train.max_steps=4",
-            "train.eval_interval=2", "log.sample_length=0"]  # fmt: skip
+    args = [
+        "--data",
+        text_file,
+        "--out",
+        out,
+        "--resume",
+        "auto",
+        "--init-from",
+        trained_run,
+        "train.max_steps=4",
+        "train.eval_interval=2",
+        "log.sample_length=0",
+    ]
     assert cli("train", *args).code == 0
     r = cli("train", *args)
     assert r.code == 0 and "is finished" in r.err, r

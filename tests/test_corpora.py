@@ -73,8 +73,11 @@ def test_globs_and_lists_of_sources(tmp_path: Path) -> None:
 
 def test_the_document_separator_joins_files(tmp_path: Path) -> None:
     a, b = write(tmp_path / "a.txt", "no newline at the end"), write(tmp_path / "b.txt", "next file")
-    for sep, joined in (("\n", "no newline at the end\nnext file"), ("\n\n", "no newline at the end\n\nnext file"),
-                        ("", "no newline at the endnext file")):  # fmt: skip
+    for sep, joined in (
+        ("\n", "no newline at the end\nnext file"),
+        ("\n\n", "no newline at the end\n\nnext file"),
+        ("", "no newline at the endnext file"),
+    ):
         corpus = load_corpus(DataConfig(path=[str(a), str(b)], doc_separator=sep, val_fraction=0.2), block_size=4)
         assert decoded(corpus, corpus.ids) == joined
 
@@ -115,8 +118,17 @@ def test_byte_mode_reads_any_file_and_its_model_samples(tmp_path: Path, cli) -> 
     assert isinstance(corpus.tokenizer, ByteTokenizer) and corpus.tokenizer.vocab_size == 256
     assert bytes(np.asarray(corpus.ids)) == latin.read_bytes()
     out = tmp_path / "run"
-    r = cli("train", "--data", latin, "--out", out, *TINY, "data.tokenizer=byte", "train.max_steps=8",
-            "train.eval_interval=8")  # fmt: skip
+    r = cli(
+        "train",
+        "--data",
+        latin,
+        "--out",
+        out,
+        *TINY,
+        "data.tokenizer=byte",
+        "train.max_steps=8",
+        "train.eval_interval=8",
+    )
     assert r.code == 0, r
     assert "bytes, byte vocab 256" in r.err and "bits/byte" in r.err
     r = cli("sample", out, "--prompt", "caf\u00e9", "--max-new-tokens", "40", "--seed", "3")
@@ -172,8 +184,17 @@ def test_an_unchanged_corpus_is_not_hashed_again(tmp_path: Path, monkeypatch) ->
 def test_resume_refuses_a_changed_folder(tmp_path: Path, cli) -> None:
     root = folder_of(tmp_path, n=6)
     out = tmp_path / "run"
-    r = cli("train", "--data", root, "--out", out, *TINY, "train.max_steps=4", "train.eval_interval=4",
-            "train.final_eval=false")  # fmt: skip
+    r = cli(
+        "train",
+        "--data",
+        root,
+        "--out",
+        out,
+        *TINY,
+        "train.max_steps=4",
+        "train.eval_interval=4",
+        "train.final_eval=false",
+    )
     assert r.code == 0, r
     write(root / "top" / "extra.txt", make_text(800, seed=5))
     before = sorted(p.name for p in out.iterdir())

@@ -22,8 +22,14 @@ def test_using_a_model_does_not_load_the_training_side() -> None:
     loaded = set(eval(out))
     assert "minigpt.infer.loading" in loaded  # the probe itself worked
     # (tqdm itself cannot be told apart: `import torch` loads it, through torch.hub)
-    for training_side in ("minigpt.train.trainer", "minigpt.train.reporting", "minigpt.train.optim",
-                          "minigpt.train.launch", "tensorboard", "typer"):  # fmt: skip
+    for training_side in (
+        "minigpt.train.trainer",
+        "minigpt.train.reporting",
+        "minigpt.train.optim",
+        "minigpt.train.launch",
+        "tensorboard",
+        "typer",
+    ):
         assert training_side not in loaded, training_side
     assert not [m for m in loaded if m.startswith(("minigpt.train", "minigpt.cli"))]
 
@@ -70,20 +76,40 @@ def _broken_copy(tmp_path: Path, module: str, code: str) -> Path:
 @pytest.mark.parametrize(
     "module, code, problem",
     [
-        ("data/tokenizer.py", "def f():\n    from minigpt.train.trainer import Trainer\n",
-         "minigpt.data.tokenizer imports minigpt.train.trainer: data may not import train"),
-        ("model.py", "from minigpt.data import corpus\n",
-         "minigpt.model imports minigpt.data.corpus: model may not import data"),
-        ("infer/decode.py",
-         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from minigpt.infer.sample import Request\n",
-         "import cycle: minigpt.infer.decode <-> minigpt.infer.sample"),
+        (
+            "data/tokenizer.py",
+            "def f():\n    from minigpt.train.trainer import Trainer\n",
+            "minigpt.data.tokenizer imports minigpt.train.trainer: data may not import train",
+        ),
+        (
+            "model.py",
+            "from minigpt.data import corpus\n",
+            "minigpt.model imports minigpt.data.corpus: model may not import data",
+        ),
+        (
+            "infer/decode.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from minigpt.infer.sample import Request\n",
+            "import cycle: minigpt.infer.decode <-> minigpt.infer.sample",
+        ),
         ("infer/score.py", "import typer\n", "minigpt.infer.score imports typer: only cli may"),
         ("infer/score.py", "def f():\n" + "    pass\n" * 81, "minigpt/infer/score.py: f is 81 lines (limit 80)"),
     ],
-)  # fmt: skip
+)
 def test_code_shape_fails_on_a_wrong_import_a_cycle_or_a_long_function(tmp_path, capsys, module, code, problem) -> None:
     code_shape = _code_shape()
     assert code_shape.main(["--check", "--package", str(_broken_copy(tmp_path, module, code))]) == 1
     out = capsys.readouterr().out
     assert problem in out, out
     assert "layers, each importing only those below it" in out  # the diagram it checked
+
+
+@pytest.mark.parametrize("command", [["format", "--check"], ["check"]])
+def test_the_code_is_ruff_formatted_and_lint_clean(command: list[str]) -> None:
+    """CI's ruff gate: `ruff format --check` and `ruff check` over the package, tests and scripts."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", *command, "minigpt", "tests", "scripts"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -27,8 +27,9 @@ def launch(*args: str | Path, cache: Path, wait: bool = True, extra_path: Path |
     path = [str(ROOT)] + ([str(extra_path)] if extra_path else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "MINIGPT_CACHE_DIR": str(cache)}
     cmd = [sys.executable, "-m", "minigpt", "train", "--nproc", "2", *map(str, args)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     if wait:
         proc.communicate_result = proc.communicate(timeout=240)
     return proc

@@ -143,6 +143,8 @@ def test_a_byte_model_page_labels_every_byte() -> None:
 
 
 def test_import_minigpt_does_not_import_torch_or_ipython() -> None:
-    code = "import sys, minigpt, minigpt.inspect.pages\nprint(sorted(m for m in ('torch', 'IPython') if m in sys.modules))"  # noqa: E501
+    code = (
+        "import sys, minigpt, minigpt.inspect.pages\nprint(sorted(m for m in ('torch', 'IPython') if m in sys.modules))"  # noqa: E501
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]"

@@ -23,8 +23,18 @@ def test_attention_and_score_pages_from_the_cli(trained_run: Path, tmp_path: Pat
     assert "wrote" in r.err and "50 characters, 2 layer(s) x 2 head(s), 6 window(s)" in r.err
     assert "note: the picture shows the first 16 characters" in r.err and (tmp_path / "a.png").stat().st_size > 5000
     assert page_data(tmp_path / "a.html")["pieces"] == list(text)
-    r = cli("attention", trained_run, "--text", text + "~", "--html", tmp_path / "b.html", "--unknown", "skip",
-            "--layer", "1")  # fmt: skip
+    r = cli(
+        "attention",
+        trained_run,
+        "--text",
+        text + "~",
+        "--html",
+        tmp_path / "b.html",
+        "--unknown",
+        "skip",
+        "--layer",
+        "1",
+    )
     assert r.code == 0, r
     assert page_data(tmp_path / "b.html")["layers"] == [1]
     r = cli("score", trained_run, "--text", text, "--html", tmp_path / "s.html")
@@ -49,7 +59,7 @@ def test_bad_input_is_one_error_line(trained_run: Path, tmp_path: Path, cli) -> 
         ("score", "--file", tmp_path / "none.txt", "--html", page): f"--file {tmp_path / 'none.txt'} does not",
         ("score", "--text", "KING " * 10_001, "--html", page): "--text is 50,005 characters; a page holds at most",
         ("attention", "--text", "KING", "--html", page, "--head", "2"): "--head must be in 0..1",
-    }  # fmt: skip
+    }
     for args, message in cases.items():
         r = cli(args[0], trained_run, *args[1:])
         assert r.code == 2 and r.err.startswith("error: ") and message in r.err and r.err.count("\n") == 1, (args, r)

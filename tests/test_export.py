@@ -33,8 +33,14 @@ from .test_cli import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 16  # TINY's model.block_size
-HF_FILES = ["README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-            "tokenizer_config.json"]  # fmt: skip
+HF_FILES = [
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+]
 MODELS = {  # name: extra training overrides, and the architecture it must export as
     "rope_char": ([], "gpt_neox"),
     "learned_char": (["model.pos_emb=learned"], "gpt2"),
@@ -54,8 +60,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     try:
         for name, (extra, _) in MODELS.items():
             run = tmp / name
-            args = ["train", "--data", str(data), "--out", str(run), *TINY, "train.max_steps=20",
-                    "train.eval_interval=20", "log.sample_length=0", "log.tensorboard=false", *extra]  # fmt: skip
+            args = [
+                "train",
+                "--data",
+                str(data),
+                "--out",
+                str(run),
+                *TINY,
+                "train.max_steps=20",
+                "train.eval_interval=20",
+                "log.sample_length=0",
+                "log.tensorboard=false",
+                *extra,
+            ]
             assert main(args) == 0
             assert main(["export", str(run), str(tmp / f"{name}-hf")]) == 0
             out[name] = run
@@ -100,8 +117,20 @@ def test_greedy_generate_equals_minigpt_sample(name: str, runs: dict[str, Path],
     new = BLOCK - ids.shape[1]
     out = hf.generate(ids, do_sample=False, max_new_tokens=new, attention_mask=torch.ones_like(ids))
     assert out.shape[1] == BLOCK
-    r = cli("sample", runs[name], "--prompt", prompt, "--max-new-tokens", new, "--temperature", "0",
-            "--dtype", "float32", "--device", "cpu")  # fmt: skip
+    r = cli(
+        "sample",
+        runs[name],
+        "--prompt",
+        prompt,
+        "--max-new-tokens",
+        new,
+        "--temperature",
+        "0",
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+    )
     assert r.code == 0, r
     assert tok.decode(out[0]) == r.out.removesuffix("\n")
 
@@ -233,14 +262,36 @@ def test_onnx_logits_equal_minigpts_and_the_example_samples_without_torch(runs: 
     assert info["block_size"] == BLOCK and info["vocabulary"]["chars"] == loaded.tokenizer.chars
 
     # examples/onnx_sample.py with torch made unimportable: greedy, it writes minigpt's greedy text
-    code = ("import sys, runpy; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; "
-            "runpy.run_path(sys.argv[0], run_name='__main__')")  # fmt: skip
-    args = [str(ROOT / "examples" / "onnx_sample.py"), str(folder), "--prompt", "KING:\n",
-            "--max-new-tokens", "10", "--temperature", "0"]  # fmt: skip
+    code = (
+        "import sys, runpy; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    args = [
+        str(ROOT / "examples" / "onnx_sample.py"),
+        str(folder),
+        "--prompt",
+        "KING:\n",
+        "--max-new-tokens",
+        "10",
+        "--temperature",
+        "0",
+    ]
     r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    ours = cli("sample", runs["rope_char"], "--prompt", "KING:\n", "--max-new-tokens", "10", "--temperature", "0",
-               "--dtype", "float32", "--device", "cpu")  # fmt: skip
+    ours = cli(
+        "sample",
+        runs["rope_char"],
+        "--prompt",
+        "KING:\n",
+        "--max-new-tokens",
+        "10",
+        "--temperature",
+        "0",
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+    )
     assert r.stdout == ours.out and len(r.stdout) == 6 + 10 + 1
     sampled = subprocess.run([sys.executable, *args[:4], "--max-new-tokens", "40"], capture_output=True, text=True)
     assert sampled.returncode == 0 and sampled.stdout.startswith("KING:\n") and len(sampled.stdout) > 40
@@ -298,8 +349,10 @@ def test_a_failed_write_leaves_nothing(runs: dict[str, Path], tmp_path: Path, cl
 
 
 def test_the_command_line_loads_no_export_library() -> None:
-    code = ("import sys, minigpt, minigpt.cli.app\n"
-            "print([m for m in ('transformers', 'safetensors', 'tokenizers', 'onnx', 'onnxscript', 'onnxruntime', "
-            "'torch') if m in sys.modules])")  # fmt: skip
+    code = (
+        "import sys, minigpt, minigpt.cli.app\n"
+        "print([m for m in ('transformers', 'safetensors', 'tokenizers', 'onnx', 'onnxscript', 'onnxruntime', "
+        "'torch') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]"

@@ -119,8 +119,14 @@ def test_code_carrying_checkpoint_is_refused_for_init_from(tmp_path: Path, other
 
 
 # a fixed thread count: the whole and the resumed run compare bit for bit
-PATIENT = [*SHORT, "train.max_steps=50", "train.eval_interval=5", "train.patience=2", "train.min_delta=10",
-           "train.threads=1"]  # fmt: skip
+PATIENT = [
+    *SHORT,
+    "train.max_steps=50",
+    "train.eval_interval=5",
+    "train.patience=2",
+    "train.min_delta=10",
+    "train.threads=1",
+]
 
 
 def test_patience_stops_at_the_expected_eval_also_after_a_resume(text_file: Path, tmp_path: Path, cli, monkeypatch):
@@ -153,8 +159,17 @@ def test_patience_stops_at_the_expected_eval_also_after_a_resume(text_file: Path
 
 def test_max_time_stops_cleanly(text_file: Path, tmp_path: Path, cli) -> None:
     out = tmp_path / "r"
-    r = cli("train", "--data", text_file, "--out", out, *SHORT, "train.max_steps=1000000", "train.eval_interval=100000",
-            "train.max_time=2s")  # fmt: skip
+    r = cli(
+        "train",
+        "--data",
+        text_file,
+        "--out",
+        out,
+        *SHORT,
+        "train.max_steps=1000000",
+        "train.eval_interval=100000",
+        "train.max_time=2s",
+    )
     assert r.code == 0, r
     step = load_checkpoint(out / "last.pt")["step"]
     assert 0 < step < 1_000_000
@@ -170,8 +185,12 @@ def test_max_time_counts_from_the_commands_start(text_file: Path, tmp_path: Path
     from minigpt.train.launch import start_run
 
     out = tmp_path / "r"
-    overrides = [("data.path", str(text_file)), *(tuple(o.split("=", 1)) for o in SHORT),
-                 ("train.max_steps", "1000000"), ("train.max_time", "1m")]  # fmt: skip
+    overrides = [
+        ("data.path", str(text_file)),
+        *(tuple(o.split("=", 1)) for o in SHORT),
+        ("train.max_steps", "1000000"),
+        ("train.max_time", "1m"),
+    ]
     result = start_run(None, overrides, out, False, started=time.perf_counter() - 60)
     assert result is not None and result.stopped is not None and "train.max_time" in result.stopped
     results = json.loads((out / "results.json").read_text())
@@ -194,8 +213,21 @@ def test_results_json_matches_minigpt_eval(trained_run: Path, cli) -> None:
 
 def test_runs_lists_each_run(trained_run: Path, other_text: Path, tmp_path: Path, cli) -> None:
     root = tmp_path / "runs"
-    assert cli("train", "--init-from", trained_run, "--data", other_text, "--out", root / "ft", *SHORT,
-               "train.max_steps=2", "train.final_eval=false").code == 0  # fmt: skip
+    assert (
+        cli(
+            "train",
+            "--init-from",
+            trained_run,
+            "--data",
+            other_text,
+            "--out",
+            root / "ft",
+            *SHORT,
+            "train.max_steps=2",
+            "train.final_eval=false",
+        ).code
+        == 0
+    )
     (root / "broken").mkdir()
     (root / "broken" / "last.pt").write_text("not a checkpoint")
     r = cli("runs", root)

@@ -35,8 +35,17 @@ def test_an_old_run_evaluates_to_the_same_loss(cli, old_run: Path) -> None:
 
 def test_an_old_run_resumes_with_its_optimizer(cli, old_run: Path) -> None:
     assert json.loads((old_run / "results.json").read_text())["steps"] == 6
-    res = cli("train", "--out", old_run, "--resume", "--data", FIXTURES / "tiny.txt", "train.max_steps=9",
-              "train.device=cpu", f"data.cache_dir={old_run.parent / 'cache'}")  # fmt: skip
+    res = cli(
+        "train",
+        "--out",
+        old_run,
+        "--resume",
+        "--data",
+        FIXTURES / "tiny.txt",
+        "train.max_steps=9",
+        "train.device=cpu",
+        f"data.cache_dir={old_run.parent / 'cache'}",
+    )
     assert res.code == 0, res
     assert "resuming" in res.err
     assert json.loads((old_run / "results.json").read_text())["steps"] == 9

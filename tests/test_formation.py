@@ -28,8 +28,20 @@ def snapshot_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp = pytest.MonkeyPatch()
     mp.setenv("MINIGPT_CACHE_DIR", str(folder / "cache"))
     try:
-        code = main(["train", "--data", str(data), "--out", str(folder / "run"), *TINY, "train.max_steps=60",
-                     "train.eval_interval=30", "train.keep_every=20", "train.final_eval=false"])  # fmt: skip
+        code = main(
+            [
+                "train",
+                "--data",
+                str(data),
+                "--out",
+                str(folder / "run"),
+                *TINY,
+                "train.max_steps=60",
+                "train.eval_interval=30",
+                "train.keep_every=20",
+                "train.final_eval=false",
+            ]
+        )
     finally:
         mp.undo()
     assert code == 0

@@ -209,15 +209,37 @@ def test_the_interactive_loop_on_a_real_terminal(trained_run: Path, loaded) -> N
 def test_sample_flags_from_the_command_line(trained_run: Path, tmp_path: Path, cli) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("KING:\nROMEO:\\nWhat\n\nJULIET\n", encoding="utf-8")
-    r = cli("sample", trained_run, "--prompts-file", prompts, "--json", "--max-new-tokens", "30", "--stop", "\n",
-            "--seed", "9")  # fmt: skip
+    r = cli(
+        "sample",
+        trained_run,
+        "--prompts-file",
+        prompts,
+        "--json",
+        "--max-new-tokens",
+        "30",
+        "--stop",
+        "\n",
+        "--seed",
+        "9",
+    )
     assert r.code == 0, r
     records = [json.loads(line) for line in r.out.splitlines()]
     assert [x["prompt"] for x in records] == ["KING:", "ROMEO:\nWhat", "JULIET"]
     assert [x["seed"] for x in records] == [9, 10, 11]
     for x in records:  # each reproduces alone with its own seed
-        alone_r = cli("sample", trained_run, "--prompt", x["prompt"], "--seed", x["seed"], "--max-new-tokens", "30",
-                      "--stop", "\n", "--json")  # fmt: skip
+        alone_r = cli(
+            "sample",
+            trained_run,
+            "--prompt",
+            x["prompt"],
+            "--seed",
+            x["seed"],
+            "--max-new-tokens",
+            "30",
+            "--stop",
+            "\n",
+            "--json",
+        )
         assert json.loads(alone_r.out) == x
     (tmp_path / "p.txt").write_text("KING:\nspeak", encoding="utf-8")
     r = cli("sample", trained_run, "--prompt-file", tmp_path / "p.txt", "--max-new-tokens", "5")

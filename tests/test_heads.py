@@ -72,9 +72,24 @@ def test_a_context_too_short_for_the_repeated_sequences_is_one_error_line(cli, t
     text = tmp_path / "t.txt"
     text.write_text("abcdefgh\n" * 300, encoding="utf-8")
     run = tmp_path / "run"
-    assert cli("train", "--data", text, "--out", run, "model.n_layer=1", "model.n_head=1", "model.n_embd=8",
-               "model.block_size=6", "train.max_steps=2", "train.eval_interval=2", "log.tensorboard=false",
-               "log.attention_probe=").code == 0  # fmt: skip
+    assert (
+        cli(
+            "train",
+            "--data",
+            text,
+            "--out",
+            run,
+            "model.n_layer=1",
+            "model.n_head=1",
+            "model.n_embd=8",
+            "model.block_size=6",
+            "train.max_steps=2",
+            "train.eval_interval=2",
+            "log.tensorboard=false",
+            "log.attention_probe=",
+        ).code
+        == 0
+    )
     result = cli("heads", run)
     assert result.code == 2
     assert result.err.strip().count("\n") == 0 and "block_size 6 is too short" in result.err

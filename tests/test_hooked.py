@@ -72,8 +72,15 @@ def test_transformer_lens_computes_minigpts_logits_and_attention(tmp_path: Path,
     patterns = torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"] for layer in range(2)])  # (L, B, nh, T, T)
     assert (patterns - m.loaded.model.attention_maps(ids)).abs().max().item() < 1e-5
     # the hook names docs/transformer_lens.md lists
-    for name in ("hook_embed", "blocks.1.hook_resid_pre", "blocks.1.hook_attn_out", "blocks.1.hook_resid_post",
-                 "blocks.0.attn.hook_z", "blocks.0.attn.hook_attn_scores", "ln_final.hook_normalized"):  # fmt: skip
+    for name in (
+        "hook_embed",
+        "blocks.1.hook_resid_pre",
+        "blocks.1.hook_attn_out",
+        "blocks.1.hook_resid_post",
+        "blocks.0.attn.hook_z",
+        "blocks.0.attn.hook_attn_scores",
+        "ln_final.hook_normalized",
+    ):
         assert name in cache, name
     assert ("blocks.0.hook_mlp_out" in cache) != bool(options.get("attn_only"))
     assert ("hook_pos_embed" in cache) == (options["pos_emb"] != "rope")

@@ -47,8 +47,9 @@ def holder() -> Iterator:
 
     def start(path: Path) -> subprocess.Popen[str]:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], env=env, text=True,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(path)], env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         started.append(proc)
         assert proc.stdout is not None and proc.stdout.readline() == "held\n"
         return proc
@@ -103,8 +104,9 @@ def test_a_complete_write_replaces_the_file_and_syncs_only_when_asked(tmp_path: 
     assert len(synced) == (2 if fsync else 0)  # the file, then the directory (the rename)
 
 
-def test_cache_entries_are_written_without_fsync_and_their_metadata_with(text_file: Path, tmp_path: Path,
-                                                                          monkeypatch) -> None:  # fmt: skip
+def test_cache_entries_are_written_without_fsync_and_their_metadata_with(
+    text_file: Path, tmp_path: Path, monkeypatch
+) -> None:
     written: list[tuple[str, bool]] = []
     real = atomic.atomic_open
 
@@ -177,8 +179,7 @@ def test_a_blocking_acquire_waits_until_the_holder_lets_go(tmp_path: Path, holde
     lock.release()
 
 
-def test_the_encoding_cache_waits_for_an_entry_another_process_holds(text_file: Path, tmp_path: Path,
-                                                                      holder) -> None:  # fmt: skip
+def test_the_encoding_cache_waits_for_an_entry_another_process_holds(text_file: Path, tmp_path: Path, holder) -> None:
     cfg = DataConfig(path=str(text_file), cache_dir=str(tmp_path / "cache"))
     expected = np.asarray(load_corpus(cfg, 16).ids)
     (entry_lock,) = (tmp_path / "cache").glob("*.lock")

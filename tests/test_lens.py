@@ -125,8 +125,11 @@ def test_bad_input_is_one_error_line(trained_run: Path, tmp_path: Path, cli) -> 
         ("--text", "KING", "--html", tmp_path / "no" / "lens.html"): f"the folder {tmp_path / 'no'} does not exist",
         ("--text", "KING", "--html", tmp_path): "it is a folder",
         ("--text", "KING", "--at", "4"): "--at 4 is not a position of the text: it has 4 (0..3, or -4..-1)",
-        ("--html", page,): "give exactly one of --text TEXT or --file FILE",
-    }  # fmt: skip
+        (
+            "--html",
+            page,
+        ): "give exactly one of --text TEXT or --file FILE",
+    }
     for args, message in cases.items():
         r = cli("lens", trained_run, *args)
         assert r.code == 2 and r.out == "" and r.err.startswith("error: ") and r.err.count("\n") == 1, (args, r)
@@ -161,8 +164,10 @@ def test_page_opens_offline_with_one_row_per_layer(trained_run: Path, model, pag
     tip = page.inner_text("#tip")
     assert "after block 0" in tip and f"#{k}" in tip
     guesses = page.eval_on_selector_all("#tip tr", "rs => rs.map(r => [r.cells[0].innerText, +r.cells[1].innerText])")
-    labels = [model.tokenizer.pieces([i])[0].replace(" ", "\u2423").replace("\n", "\u21b5")
-              for i in lens.top_ids[layer][k - 1]]  # fmt: skip
+    labels = [
+        model.tokenizer.pieces([i])[0].replace(" ", "\u2423").replace("\n", "\u21b5")
+        for i in lens.top_ids[layer][k - 1]
+    ]
     assert [g[0] for g in guesses] == labels
     assert [g[1] for g in guesses] == pytest.approx(lens.top_probs[layer][k - 1], abs=0.0006)
     rows.nth(0).locator(".t").nth(k).click()  # every layer's guesses at that position, in the side panel

@@ -45,8 +45,12 @@ def trained_like(m: GPT) -> GPT:
 def test_every_option_is_off_by_default() -> None:
     cfg = ModelConfig()
     assert (cfg.qk_norm, cfg.mlp_act, cfg.zero_init_proj, cfg.value_embeds, cfg.logit_softcap) == (
-        False, "gelu", False, False, 0.0,
-    )  # fmt: skip
+        False,
+        "gelu",
+        False,
+        False,
+        0.0,
+    )
     idx = torch.randint(V, (2, 16))
     explicit = {"qk_norm": False, "mlp_act": "gelu", "zero_init_proj": False, "value_embeds": False, "logit_softcap": 0}
     assert torch.equal(model()(idx)[0], model(**explicit)(idx)[0])
@@ -160,11 +164,28 @@ def test_a_checkpoint_from_before_the_options_loads_with_them_off(tmp_path: Path
 def test_a_run_with_every_option_trains_samples_and_draws_attention(tmp_path: Path, cli) -> None:
     data = tmp_path / "text.txt"
     data.write_text(make_text(5_000), encoding="utf-8")
-    options = ["model.qk_norm=true", "model.mlp_act=relu2", "model.zero_init_proj=true", "model.value_embeds=true",
-               "model.logit_softcap=10", "optim.optimizer=muon"]  # fmt: skip
+    options = [
+        "model.qk_norm=true",
+        "model.mlp_act=relu2",
+        "model.zero_init_proj=true",
+        "model.value_embeds=true",
+        "model.logit_softcap=10",
+        "optim.optimizer=muon",
+    ]
     run = tmp_path / "run"
-    r = cli("train", "--data", data, "--out", run, *TINY, *options, "train.max_steps=30", "train.eval_interval=30",
-            "log.tensorboard=false", "log.progress=off")  # fmt: skip
+    r = cli(
+        "train",
+        "--data",
+        data,
+        "--out",
+        run,
+        *TINY,
+        *options,
+        "train.max_steps=30",
+        "train.eval_interval=30",
+        "log.tensorboard=false",
+        "log.progress=off",
+    )
     assert r.code == 0, r.err
     results = json.loads((run / "results.json").read_text())
     assert results["val_loss_full"] < math.log(len(set(data.read_text()))) - 0.3  # it learned
@@ -176,9 +197,12 @@ def test_a_run_with_every_option_trains_samples_and_draws_attention(tmp_path: Pa
 
 @pytest.mark.parametrize(
     ("override", "named"),
-    [("model.mlp_act=relu3", "model.mlp_act"), ("model.logit_softcap=-1", "model.logit_softcap"),
-     ("model.qk_norm=maybe", "model.qk_norm")],
-)  # fmt: skip
+    [
+        ("model.mlp_act=relu3", "model.mlp_act"),
+        ("model.logit_softcap=-1", "model.logit_softcap"),
+        ("model.qk_norm=maybe", "model.qk_norm"),
+    ],
+)
 def test_bad_option_values_are_one_line_naming_the_key(override: str, named: str, tmp_path: Path, cli) -> None:
     r = cli("train", "--out", tmp_path / "run", *TINY, override)
     lines = [ln for ln in r.err.splitlines() if ln.strip()]

@@ -176,10 +176,10 @@ def test_attention_command_writes_a_real_picture(trained_run: Path, tmp_path: Pa
     one = tmp_path / "one.png"
     assert cli("attention", trained_run, "--text", "KING:", "--layer", "1", "--head", "0", "--out", one).code == 0
     assert one.stat().st_size > 5000
-    assert "--layer must be in 0..1" in cli("attention", trained_run, "--text", "KING", "--layer", "2",
-                                              "--out", one).err  # fmt: skip
-    assert "--head must be in 0..1" in cli("attention", trained_run, "--text", "KING", "--head", "5",
-                                            "--out", one).err  # fmt: skip
+    assert (
+        "--layer must be in 0..1" in cli("attention", trained_run, "--text", "KING", "--layer", "2", "--out", one).err
+    )
+    assert "--head must be in 0..1" in cli("attention", trained_run, "--text", "KING", "--head", "5", "--out", one).err
     assert "does not exist" in cli("attention", trained_run, "--text", "KING", "--out", tmp_path / "no" / "a.png").err
     assert "never saw" in cli("attention", trained_run, "--text", "KING~", "--out", one).err
 

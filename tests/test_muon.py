@@ -96,8 +96,10 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest() -> None:
 
 
 def test_one_muon_step_moves_each_matrix_by_an_orthogonal_step_of_its_learning_rate() -> None:
-    cfg = Config(model=ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=8),
-                 optim=OptimConfig(optimizer="muon", muon_lr=0.01))  # fmt: skip
+    cfg = Config(
+        model=ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=8),
+        optim=OptimConfig(optimizer="muon", muon_lr=0.01),
+    )
     torch.manual_seed(0)
     model = GPT(cfg.model, 40)
     opt = build_optimizer(model, cfg, CPU)

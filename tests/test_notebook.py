@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.early  # a kernel that loads torch and matplotlib
-def test_attention_notebook_runs_and_shows_the_pages(trained_run: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_attention_notebook_runs_and_shows_the_pages(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import nbformat
     from nbclient import NotebookClient
 

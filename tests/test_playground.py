@@ -19,8 +19,13 @@ MODELS = {  # the model options the page must cover, each in one tiny model
     "rope_char": ["model.pos_emb=rope"],
     "learned_post_bias": ["model.pos_emb=learned", "model.norm=post", "model.bias=true"],
     "sinusoidal_byte": ["model.pos_emb=sinusoidal", "data.tokenizer=byte"],
-    "all_options": ["model.qk_norm=true", "model.mlp_act=relu2", "model.zero_init_proj=true",
-                    "model.value_embeds=true", "model.logit_softcap=3"],  # fmt: skip
+    "all_options": [
+        "model.qk_norm=true",
+        "model.mlp_act=relu2",
+        "model.zero_init_proj=true",
+        "model.value_embeds=true",
+        "model.logit_softcap=3",
+    ],
     "attn_only": ["model.attn_only=true"],
     "attn_only_post": ["model.attn_only=true", "model.norm=post", "model.pos_emb=learned"],
 }
@@ -39,8 +44,20 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     try:
         for name, options in MODELS.items():
             run = folder / name
-            args = ["train", "--data", str(data), "--out", str(run), *TINY, *options, "train.max_steps=40",
-                    "train.eval_interval=40", "log.tensorboard=false", "log.progress=off", "train.final_eval=false"]
+            args = [
+                "train",
+                "--data",
+                str(data),
+                "--out",
+                str(run),
+                *TINY,
+                *options,
+                "train.max_steps=40",
+                "train.eval_interval=40",
+                "log.tensorboard=false",
+                "log.progress=off",
+                "train.final_eval=false",
+            ]
             assert main(args) == 0
             assert main(["playground", str(run), str(folder / f"{name}.html")]) == 0
             out[name] = run
@@ -71,12 +88,18 @@ def load(run: Path):
     return minigpt.load(run, device="cpu")
 
 
-def generate(pg, prompt: str, length: int, temperature: float, seed: int = 1, top_k: int = 0,
-             top_p: float = 1.0) -> str:  # fmt: skip
+def generate(
+    pg, prompt: str, length: int, temperature: float, seed: int = 1, top_k: int = 0, top_p: float = 1.0
+) -> str:
     """Fill the controls and press Generate, as a person would; the page's text when it is done."""
     pg.fill("#prompt", prompt)
-    for sel, value in (("#temperature", temperature), ("#length", length), ("#seed", seed), ("#topk", top_k),
-                       ("#topp", top_p)):  # fmt: skip
+    for sel, value in (
+        ("#temperature", temperature),
+        ("#length", length),
+        ("#seed", seed),
+        ("#topk", top_k),
+        ("#topp", top_p),
+    ):
         pg.fill(sel, str(value))
     pg.click("#generate")
     pg.wait_for_function("!window.playground.run.active && window.playground.run.chars > 0")
@@ -100,23 +123,48 @@ def test_logits_equal_pytorch_over_a_full_context(page, runs, name: str) -> None
 
 def test_greedy_text_past_the_context_equals_minigpt_sample(page, runs, cli) -> None:
     run = runs["rope_char"]
-    expected = cli("sample", run, "--prompt", "KING:\n", "--temperature", "0", "--dtype", "float32",
-                   "--max-new-tokens", "300", "--device", "cpu")  # fmt: skip
+    expected = cli(
+        "sample",
+        run,
+        "--prompt",
+        "KING:\n",
+        "--temperature",
+        "0",
+        "--dtype",
+        "float32",
+        "--max-new-tokens",
+        "300",
+        "--device",
+        "cpu",
+    )
     assert expected.code == 0, expected
     open_page(page, runs, "rope_char")
     got = generate(page, "KING:\n", 300, 0)
     assert got == expected.out[:-1]  # sample ends with a newline of its own
     assert page.evaluate("window.playground.run.chars") == 300  # 300 past a context of 16: the window slid
     # an empty prompt starts from a line break that the text does not show, as `minigpt sample` does
-    expected = cli("sample", run, "--temperature", "0", "--dtype", "float32", "--max-new-tokens", "40",
-                   "--device", "cpu")  # fmt: skip
+    expected = cli(
+        "sample", run, "--temperature", "0", "--dtype", "float32", "--max-new-tokens", "40", "--device", "cpu"
+    )
     assert generate(page, "", 40, 0) == expected.out[:-1]
 
 
 def test_byte_model_greedy_text_equals_minigpt_sample(page, runs, cli) -> None:
     run = runs["sinusoidal_byte"]
-    expected = cli("sample", run, "--prompt", "héllo", "--temperature", "0", "--dtype", "float32",
-                   "--max-new-tokens", "120", "--device", "cpu")  # fmt: skip
+    expected = cli(
+        "sample",
+        run,
+        "--prompt",
+        "héllo",
+        "--temperature",
+        "0",
+        "--dtype",
+        "float32",
+        "--max-new-tokens",
+        "120",
+        "--device",
+        "cpu",
+    )
     assert expected.code == 0, expected
     open_page(page, runs, "sinusoidal_byte")
     assert generate(page, "héllo", 120, 0) == expected.out[:-1]

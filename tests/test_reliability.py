@@ -32,8 +32,11 @@ def spawn(*args: str | Path, cache: Path, prelude: str = "") -> subprocess.Popen
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(cache)}
     return subprocess.Popen(
         [sys.executable, "-c", code, *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def wait_for_step(path: Path, step: int, proc: subprocess.Popen, timeout: float = 90) -> None:
@@ -100,8 +103,17 @@ def test_second_interrupt_exits_at_once(text_file: Path, tmp_path: Path) -> None
 def test_kill_9_then_resume_equals_the_uninterrupted_run(dtype: str, text_file: Path, tmp_path: Path, cli) -> None:
     # train.threads=1 in both processes: an automatic thread count follows the machine's load, and
     # a different count reduces in another order (what must match is the state a resume restores)
-    args = ["--data", text_file, *TINY, "train.max_steps=40", "train.eval_interval=20", "train.ckpt_interval=3",
-            "model.dropout=0.1", f"train.dtype={dtype}", "train.threads=1"]  # fmt: skip
+    args = [
+        "--data",
+        text_file,
+        *TINY,
+        "train.max_steps=40",
+        "train.eval_interval=20",
+        "train.ckpt_interval=3",
+        "model.dropout=0.1",
+        f"train.dtype={dtype}",
+        "train.threads=1",
+    ]
     assert cli("train", "--out", tmp_path / "whole", *args).code == 0
     out = tmp_path / "killed"
     proc = spawn("train", "--out", out, *args, cache=tmp_path / "cache")
@@ -245,8 +257,17 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(text_file: Pat
         return logits, loss
 
     monkeypatch.setattr(GPT, "forward", exploding_forward)
-    r = cli("train", "--data", text_file, "--out", out, *TINY, "train.max_steps=50", "train.eval_interval=10",
-            "log.interval=7")  # fmt: skip
+    r = cli(
+        "train",
+        "--data",
+        text_file,
+        "--out",
+        out,
+        *TINY,
+        "train.max_steps=50",
+        "train.eval_interval=10",
+        "log.interval=7",
+    )
     assert r.code == 2, r
     line = [ln for ln in r.err.splitlines() if ln.startswith("error: ")][0]
     assert "training diverged" in line and "at step 14" in line and "optim.lr" in line
@@ -268,8 +289,17 @@ def test_full_disk_while_checkpointing_is_a_clear_error(text_file: Path, tmp_pat
         save_checkpoint(payload, path)
 
     monkeypatch.setattr(checkpoint_mod, "save_checkpoint", full_disk)
-    r = cli("train", "--data", text_file, "--out", out, *TINY, "train.max_steps=20", "train.eval_interval=5",
-            "log.sample_length=0")  # fmt: skip
+    r = cli(
+        "train",
+        "--data",
+        text_file,
+        "--out",
+        out,
+        *TINY,
+        "train.max_steps=20",
+        "train.eval_interval=5",
+        "log.sample_length=0",
+    )
     assert r.code == 74  # a failed write (docs/cluster.md)
     # the second write (best.pt at step 5) fails: last.pt of step 5 is kept
     assert "best.pt: the disk is full" in r.err and "no best.pt was written" in r.err and "Traceback" not in r.err
@@ -301,8 +331,7 @@ def test_interrupt_never_saves_a_diverged_model(text_file: Path, tmp_path: Path,
     from minigpt.train.trainer import Trainer
 
     out = tmp_path / "run"
-    args = ["--data", text_file, "--out", out, *TINY, "train.max_steps=40", "train.eval_interval=10",
-            "log.interval=30"]  # fmt: skip
+    args = ["--data", text_file, "--out", out, *TINY, "train.max_steps=40", "train.eval_interval=10", "log.interval=30"]
     real_forward, real_step = GPT.forward, Trainer.train_step
 
     def forward(self, idx, targets=None, cache=None):

@@ -60,9 +60,24 @@ def test_a_time_budget_ends_its_decay_and_scores_the_last_weights(text_file, tmp
     from .conftest import TINY
 
     out = tmp_path / "r"
-    r = cli("train", "--data", text_file, "--out", out, *TINY, "log.sample_length=0", "log.interval=1",
-            "optim.schedule_by=time", "train.max_time=3s", "train.max_steps=1000000", "train.eval_interval=100000",
-            "optim.lr=1e-2", "optim.min_lr=1e-4", "log.progress=lines", "log.progress_seconds=0.5")  # fmt: skip
+    r = cli(
+        "train",
+        "--data",
+        text_file,
+        "--out",
+        out,
+        *TINY,
+        "log.sample_length=0",
+        "log.interval=1",
+        "optim.schedule_by=time",
+        "train.max_time=3s",
+        "train.max_steps=1000000",
+        "train.eval_interval=100000",
+        "optim.lr=1e-2",
+        "optim.min_lr=1e-4",
+        "log.progress=lines",
+        "log.progress_seconds=0.5",
+    )
     assert r.code == 0, r
     progress = [ln for ln in r.err.splitlines() if "% of the time) |" in ln]  # not "step 40/1000000 (0%)"
     assert progress and all("ETA 0:00:0" in ln for ln in progress), r.err
@@ -82,8 +97,15 @@ def test_a_resumed_time_budget_continues_its_decay_from_where_it_stopped(text_fi
 
     from .test_trainer import make_trainer
 
-    trainer = make_trainer(text_file, tmp_path / "r", "optim.schedule_by=time", "train.max_time=1h",
-                           "optim.warmup_steps=0", "optim.lr=1e-2", "optim.min_lr=0")  # fmt: skip
+    trainer = make_trainer(
+        text_file,
+        tmp_path / "r",
+        "optim.schedule_by=time",
+        "train.max_time=1h",
+        "optim.warmup_steps=0",
+        "optim.lr=1e-2",
+        "optim.min_lr=0",
+    )
     now = time.perf_counter()
     trainer._time_budget = (now, 0.5, now + 3600)  # resumed half way down, an hour left
     stats = trainer.train_step()

@@ -106,8 +106,9 @@ def test_no_command_changes_the_openmp_wait_policy() -> None:
     env["PYTHONPATH"] = str(ROOT)
 
     def policies(*commands: str, **extra: str) -> dict[str, list[str]]:
-        run = subprocess.run([sys.executable, "-c", code, *commands], env={**env, **extra}, capture_output=True,
-                             text=True, check=True)  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-c", code, *commands], env={**env, **extra}, capture_output=True, text=True, check=True
+        )
         after = [line.split()[1:] for line in run.stdout.splitlines() if line.startswith("after ")]
         assert [a[0] for a in after] == list(commands), run.stdout
         return {a[0]: a[1:] for a in after}
@@ -172,9 +173,25 @@ def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(tmp_path / "cache")}
     log = tmp_path / "train.log"
     with log.open("w") as f:
-        r = subprocess.run([sys.executable, "-m", "minigpt", "train", "--data", str(text_file), "--out",
-                            str(tmp_path / "run"), *TINY, "train.max_steps=30", "train.eval_interval=15",
-                            "log.progress_seconds=0.01"], env=env, stdout=subprocess.DEVNULL, stderr=f)  # fmt: skip
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "minigpt",
+                "train",
+                "--data",
+                str(text_file),
+                "--out",
+                str(tmp_path / "run"),
+                *TINY,
+                "train.max_steps=30",
+                "train.eval_interval=15",
+                "log.progress_seconds=0.01",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+        )
     assert r.returncode == 0
     text = log.read_text()
     assert "\r" not in text and "it/s" not in text  # no bar fragments
@@ -193,9 +210,14 @@ def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "overrides",
-    [[], ["model.pos_emb=learned", "model.bias=true"], ["model.norm=post", "model.n_layer=1", "model.n_embd=64"],
-     ["model.attn_only=true"], ["model.attn_only=true", "model.norm=post", "model.bias=true"]],
-)  # fmt: skip
+    [
+        [],
+        ["model.pos_emb=learned", "model.bias=true"],
+        ["model.norm=post", "model.n_layer=1", "model.n_embd=64"],
+        ["model.attn_only=true"],
+        ["model.attn_only=true", "model.norm=post", "model.bias=true"],
+    ],
+)
 def test_parameter_count_from_the_config_matches_the_model(overrides: list[str]) -> None:
     from minigpt.config.files import load_config
     from minigpt.model import GPT, parameter_count

@@ -52,10 +52,14 @@ def _print_version(value: bool) -> None:
 def _options(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_print_version, is_eager=True, help="Show the versions of minigpt, "
-                     "torch and Python, and exit."),
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Show the versions of minigpt, torch and Python, and exit.",
+        ),
     ] = False,
-) -> None:  # fmt: skip
+) -> None:
     """Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample."""
 
 
@@ -72,15 +76,28 @@ def eval_(
         Path | None, typer.Option("--data", help="Evaluate on all of this file, folder or 'glob', not the val split.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=0, help="Past this many tokens, score an evenly "
-                          "spread sample of whole windows (0 = every position).")] = 0,  # fmt: skip
-    by_position: Annotated[bool, typer.Option("--by-position", help="The mean loss at each position of the "
-                           "context, and the in-context-learning score (late positions minus early ones).")] = False,
-    png: Annotated[Path | None, typer.Option("--png", help="With --by-position: draw the loss curve.",
-                   show_default=False)] = None,
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-tokens",
+            min=0,
+            help="Past this many tokens, score an evenly spread sample of whole windows (0 = every position).",
+        ),
+    ] = 0,
+    by_position: Annotated[
+        bool,
+        typer.Option(
+            "--by-position",
+            help="The mean loss at each position of the "
+            "context, and the in-context-learning score (late positions minus early ones).",
+        ),
+    ] = False,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="With --by-position: draw the loss curve.", show_default=False)
+    ] = None,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
-) -> None:  # fmt: skip
+) -> None:
     """Loss over the whole validation split (or --data FILE), every position scored."""
     from minigpt.infer.evaluate import evaluate
     from minigpt.infer.loading import load_model
@@ -149,8 +166,12 @@ def attention(
     text: Annotated[str | None, typer.Option("--text", help="The text to look at.")] = None,
     file: Annotated[Path | None, typer.Option("--file", help="Look at this UTF-8 file instead.")] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="The picture to write, e.g. attention.png: layers as rows, heads "
-                                  "as columns, the first block_size characters.")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="The picture to write, e.g. attention.png: layers as rows, heads "
+            "as columns, the first block_size characters.",
+        ),
     ] = None,
     html: HtmlOpt = None,
     layer: Annotated[int | None, typer.Option("--layer", help="Only this layer (0-based).")] = None,
@@ -158,7 +179,7 @@ def attention(
     unknown: UnknownOpt = "error",
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
-) -> None:  # fmt: skip
+) -> None:
     """Heat maps of the causal attention weights over TEXT (--out), or the explorer page (--html).
 
     Row i is the character at position i choosing what comes next; column j, how much it looks at character j.
@@ -175,10 +196,22 @@ def attention(
 @app.command(name="export", epilog=epilog("export"))
 def export_cmd(
     target: TargetArg,
-    out: Annotated[Path, typer.Argument(metavar="OUT", autocompletion=cli_help.complete_directory,
-                                        help="The folder to write (created; see --force).")],  # fmt: skip
-    fmt: Annotated[ExportFormat, typer.Option("--format", help="hf: a transformers folder (safetensors, "
-                   "tokenizer.json, model card); onnx: model.onnx + minigpt.json.")] = "hf",  # fmt: skip
+    out: Annotated[
+        Path,
+        typer.Argument(
+            metavar="OUT",
+            autocompletion=cli_help.complete_directory,
+            help="The folder to write (created; see --force).",
+        ),
+    ],
+    fmt: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="hf: a transformers folder (safetensors, "
+            "tokenizer.json, model card); onnx: model.onnx + minigpt.json.",
+        ),
+    ] = "hf",
     dtype: Annotated[ExportDtype, typer.Option("--dtype", help="The weights' precision in the files.")] = "float32",
     force: Annotated[bool, typer.Option("--force", help="Replace what OUT holds.")] = False,
 ) -> None:
@@ -192,9 +225,10 @@ def export_cmd(
 def playground_cmd(
     target: TargetArg,
     out: Annotated[Path, typer.Argument(metavar="OUT.html", help="The page to write (replaced if it exists).")],
-    dtype: Annotated[PlaygroundDtype, typer.Option("--dtype", help="The weights' precision in the page: float16 "
-                     "halves its size.")] = "float32",
-) -> None:  # fmt: skip
+    dtype: Annotated[
+        PlaygroundDtype, typer.Option("--dtype", help="The weights' precision in the page: float16 halves its size.")
+    ] = "float32",
+) -> None:
     """Write one HTML page that runs the model in the browser, offline (docs/playground.md).
 
     It samples (temperature, top-k, top-p, seed) and shows each character's probability and attention.

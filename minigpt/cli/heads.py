@@ -101,8 +101,11 @@ def heads_cmd(
         print(f"wrote {page.save(html)}: {page.summary}", file=sys.stderr)
     if as_json:
         for h in report.heads:
-            print(json.dumps({"layer": h.layer, "head": h.head, "scores": h.scores, "ablation": h.ablation,
-                              "role": h.role}))  # fmt: skip
+            print(
+                json.dumps(
+                    {"layer": h.layer, "head": h.head, "scores": h.scores, "ablation": h.ablation, "role": h.role}
+                )
+            )
     elif html is None:
         colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
         print(heads_table(report, colour))
@@ -128,17 +131,21 @@ def heads_table(report, colour: bool) -> str:
         f"first {c['first']:.2f})",
     ]
     if report.base_loss is not None:
-        lines.append(f"ablation: the rise in loss when a head's output is replaced by its {report.ablation}"
-                     f"{' over the sample' if report.ablation == 'mean' else 's'}, on {report.ablation_tokens:,} "
-                     f"predictions (loss {report.base_loss:.4f} with every head); ~ marks an estimate")  # fmt: skip
+        lines.append(
+            f"ablation: the rise in loss when a head's output is replaced by its {report.ablation}"
+            f"{' over the sample' if report.ablation == 'mean' else 's'}, on {report.ablation_tokens:,} "
+            f"predictions (loss {report.base_loss:.4f} with every head); ~ marks an estimate"
+        )
     header = f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  {'role':<9}"
     if report.base_loss is not None:
         header += f"  {'ablation (nats)':>18}"
     lines += ["", header]
     for h in report.heads:
         s = h.scores
-        row = (f"{h.layer:>5} {h.head:>4}  {s['previous']:>5.2f} {s['duplicate']:>5.2f} {s['induction']:>6.2f} "
-               f"{s['first']:>5.2f} {s['distance']:>5.1f}  ")  # fmt: skip
+        row = (
+            f"{h.layer:>5} {h.head:>4}  {s['previous']:>5.2f} {s['duplicate']:>5.2f} {s['induction']:>6.2f} "
+            f"{s['first']:>5.2f} {s['distance']:>5.1f}  "
+        )
         row += paint(f"{h.role:<9}", ROLE_COLOURS.get(h.role, "0"))
         if h.ablation is not None:
             a = h.ablation
@@ -169,13 +176,23 @@ def by_position_command(loaded, data: Path | None, max_tokens: int, as_json: boo
         draw_loss_by_position(curve, late, early, png, f"{loaded.path}: {label}")
         print(f"wrote {png}", file=sys.stderr)
     if as_json:
-        print(json.dumps({"by_position": [round(float(v), 6) for v in curve], "icl_score": score,
-                          "positions": {"late": late, "early": early}, "unit": loaded.tokenizer.unit}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "by_position": [round(float(v), 6) for v in curve],
+                    "icl_score": score,
+                    "positions": {"late": late, "early": early},
+                    "unit": loaded.tokenizer.unit,
+                }
+            )
+        )
         return
     block = len(curve)
     marks = sorted({0, early, block // 4, block // 2, late, block - 1})
     print(f"loss by position over {label} ({loaded.path}), nats:")
     print("  " + "  ".join(f"{t + 1:>5}" for t in marks) + "   (position: characters of context)")
     print("  " + "  ".join(f"{curve[t]:>5.3f}" for t in marks))
-    print(f"in-context-learning score {score:+.4f} nats: the loss at position {late + 1} minus at {early + 1} "
-          f"(negative: later characters are predicted better)")  # fmt: skip
+    print(
+        f"in-context-learning score {score:+.4f} nats: the loss at position {late + 1} minus at {early + 1} "
+        f"(negative: later characters are predicted better)"
+    )

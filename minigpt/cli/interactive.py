@@ -24,8 +24,15 @@ HELP = """commands (values as for minigpt sample's options):
 a prompt may hold \\n for a line break; Ctrl-C stops a generation"""
 
 # command -> SampleOptions field
-FIELDS = {":temp": "temperature", ":temperature": "temperature", ":top-k": "top_k", ":top-p": "top_p",
-          ":seed": "seed", ":max": "max_new_tokens", ":max-new-tokens": "max_new_tokens"}  # fmt: skip
+FIELDS = {
+    ":temp": "temperature",
+    ":temperature": "temperature",
+    ":top-k": "top_k",
+    ":top-p": "top_p",
+    ":seed": "seed",
+    ":max": "max_new_tokens",
+    ":max-new-tokens": "max_new_tokens",
+}
 
 
 def _value(field: str, text: str) -> Any:
@@ -38,8 +45,13 @@ def _value(field: str, text: str) -> Any:
         raise UserError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
 
 
-def command(line: str, opts: SampleOptions, stops: list[str], check_stop: Callable[[Sequence[str]], None],
-            say: Callable[[str], None]) -> SampleOptions | None:  # fmt: skip
+def command(
+    line: str,
+    opts: SampleOptions,
+    stops: list[str],
+    check_stop: Callable[[Sequence[str]], None],
+    say: Callable[[str], None],
+) -> SampleOptions | None:
     """Apply one ':' command: the new options, or None to quit. Mistakes raise UserError."""
     name, _, arg = line.strip().partition(" ")
     arg = arg.strip()
@@ -66,8 +78,12 @@ def command(line: str, opts: SampleOptions, stops: list[str], check_stop: Callab
     return opts
 
 
-def repl(run: Callable[[str, SampleOptions, Sequence[str]], Any], opts: SampleOptions, stops: Sequence[str],
-         check_stop: Callable[[Sequence[str]], None]) -> int:  # fmt: skip
+def repl(
+    run: Callable[[str, SampleOptions, Sequence[str]], Any],
+    opts: SampleOptions,
+    stops: Sequence[str],
+    check_stop: Callable[[Sequence[str]], None],
+) -> int:
     """The loop. `run(prompt, opts, stops)` generates one streamed sample."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("--interactive needs a terminal; to sample many prompts from a script use --prompts-file FILE")

@@ -28,26 +28,59 @@ VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # as 
 
 
 def lens_cmd(
-    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.",
-                                           autocompletion=cli_help.complete_run_or_checkpoint)],
-    text: Annotated[str | None, typer.Option("--text", help="The text to look at (its first block_size "
-                    "characters).")] = None,
+    target: Annotated[
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR|CHECKPOINT",
+            help="A run directory or a .pt file.",
+            autocompletion=cli_help.complete_run_or_checkpoint,
+        ),
+    ],
+    text: Annotated[
+        str | None, typer.Option("--text", help="The text to look at (its first block_size characters).")
+    ] = None,
     file: Annotated[Path | None, typer.Option("--file", help="Look at this UTF-8 file instead.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: per layer, each position's "
-                       "top 5 and loss (nats).")] = False,
-    html: Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), "
-                    "e.g. lens.html.", show_default=False)] = None,
-    at: Annotated[list[int] | None, typer.Option("--at", metavar="POS", show_default=False, help="Show the top "
-                  "5 at this position (0-based, -1 the last; repeatable). Default: all of a short text.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object: per layer, each position's top 5 and loss (nats).")
+    ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Write one self-contained HTML page (opens offline), e.g. lens.html.", show_default=False
+        ),
+    ] = None,
+    at: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--at",
+            metavar="POS",
+            show_default=False,
+            help="Show the top 5 at this position (0-based, -1 the last; repeatable). Default: all of a short text.",
+        ),
+    ] = None,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours, even on a terminal.")] = False,
-    unknown: Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model "
-                       "never saw.")] = "error",
-    device: Annotated[str, typer.Option("--device", metavar=cli_help.DEVICE_METAVAR,
-                      autocompletion=cli_help.complete_device, help="The device: auto is cuda, else mps, "
-                      "else cpu.")] = "auto",
-    threads: Annotated[int, typer.Option("--threads", min=0, show_default=False,
-                       help="CPU threads (0 = the cores this process may use, less those busy).")] = 0,
-) -> None:  # fmt: skip
+    unknown: Annotated[
+        UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")
+    ] = "error",
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device",
+            metavar=cli_help.DEVICE_METAVAR,
+            autocompletion=cli_help.complete_device,
+            help="The device: auto is cuda, else mps, else cpu.",
+        ),
+    ] = "auto",
+    threads: Annotated[
+        int,
+        typer.Option(
+            "--threads",
+            min=0,
+            show_default=False,
+            help="CPU threads (0 = the cores this process may use, less those busy).",
+        ),
+    ] = 0,
+) -> None:
     """The logit lens: what the model would predict if it stopped after each layer. The final
     LayerNorm and output head are applied to the residual stream after each block; the last layer
     is the model's own output.
@@ -67,8 +100,11 @@ def lens_cmd(
     lens = lens_of(loaded, text, label, unknown)
     positions = detail_positions(len(lens.chars), at)
     if lens.dropped:
-        print(f"note: the lens reads the first {len(lens.chars)} {_units(lens)} (block_size); "
-              f"{lens.dropped:,} more not read", file=sys.stderr)  # fmt: skip
+        print(
+            f"note: the lens reads the first {len(lens.chars)} {_units(lens)} (block_size); "
+            f"{lens.dropped:,} more not read",
+            file=sys.stderr,
+        )
     if html is not None:
         page = lens_html(lens, loaded.tokenizer, source_line(loaded))
         print(f"wrote {page.save(html)}: {page.summary} (from {loaded.path})", file=sys.stderr)
@@ -118,16 +154,17 @@ def lens_terminal(lens: Lens, colour: bool, source: str, positions: list[int], w
     names = _names(lens)
     pad = max(len(n) for n in names) + 2
     unit = "char" if lens.unit == "char" else lens.unit
-    lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "",
-             f"{'layer':<{pad}}bits/{unit}"]  # fmt: skip
+    lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{unit}"]
     lines += [f"{n:<{pad}}{b:>9.3f}" for n, b in zip(names, lens.bits_per_char)]
     painted = " (on its surprise at the character that came)" if colour else ""
     lines += ["", f"each layer's top guess after each character, in line with the character that came{painted}"]
     lines += _grid(lens, names, pad, colour, max(8, width - pad))
     lines += ["", "top 5 guesses at each position; [x] is the character that came"]
     if len(positions) < len(lens.chars):
-        lines[-1] += (f" (positions {_ranges(positions)} of 0..{len(lens.chars) - 1}; --at POS for others, "
-                      "--json or --html for all)")  # fmt: skip
+        lines[-1] += (
+            f" (positions {_ranges(positions)} of 0..{len(lens.chars) - 1}; --at POS for others, "
+            "--json or --html for all)"
+        )
     for i in positions:
         lines += _detail(lens, names, pad, colour, i)
     return "\n".join(lines)
@@ -141,8 +178,11 @@ def _grid(lens: Lens, names: list[str], pad: int, colour: bool, width: int) -> l
     out = []
     for start in range(0, n, width):
         end = min(n, start + width)
-        out += ["", f"{'text':<{pad}}" + "".join(_shown(c) for c in lens.chars[start:end]),
-                f"{'came':<{pad}}" + "".join(came[start:end])]  # fmt: skip
+        out += [
+            "",
+            f"{'text':<{pad}}" + "".join(_shown(c) for c in lens.chars[start:end]),
+            f"{'came':<{pad}}" + "".join(came[start:end]),
+        ]
         for layer, name in enumerate(names):
             cells = []
             for i in range(start, end):

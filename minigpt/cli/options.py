@@ -25,12 +25,22 @@ ThreadsOpt = Annotated[
         help="CPU threads (0 = the cores this process may use, less those busy).",
     ),
 ]
-TargetArg = Annotated[Path, typer.Argument(metavar="RUN_DIR|CHECKPOINT", help="A run directory or a .pt file.",
-                                            autocompletion=cli_help.complete_run_or_checkpoint)]  # fmt: skip
+TargetArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="RUN_DIR|CHECKPOINT",
+        help="A run directory or a .pt file.",
+        autocompletion=cli_help.complete_run_or_checkpoint,
+    ),
+]
 
 
-HtmlOpt = Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), "
-                                             "e.g. page.html.", show_default=False)]  # fmt: skip
+HtmlOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--html", help="Write one self-contained HTML page (opens offline), e.g. page.html.", show_default=False
+    ),
+]
 UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
 
 

@@ -24,9 +24,15 @@ def text_input(text: str | None, file: Path | None) -> tuple[str, str]:
 
 
 def write_attention_files(
-    loaded: LoadedModel, text: str, label: str, out: Path | None, html: Path | None,
-    layer: int | None = None, head: int | None = None, unknown: str = "error",
-) -> list[str]:  # fmt: skip
+    loaded: LoadedModel,
+    text: str,
+    label: str,
+    out: Path | None,
+    html: Path | None,
+    layer: int | None = None,
+    head: int | None = None,
+    unknown: str = "error",
+) -> list[str]:
     """`minigpt attention`: the heat-map picture (`out`, the first block_size characters) and/or the
     explorer page (`html`, the whole text). Every output is checked before any work; returns one
     line per file written."""

@@ -49,8 +49,9 @@ def read_run(run_dir: Path, name: str) -> RunInfo:
     started = (ckpt.init_from or {}).get("path")
     # a final evaluation past train.final_eval_tokens scored a sample: an estimate too (marked ~)
     exact = isinstance(full, (int, float)) and results.get("val_tokens_scored") == results.get("val_tokens")
-    return RunInfo(name, ckpt.step, best, exact, params, results.get("wall_s"), started,
-                   snapshots=len(list_snapshots(run_dir)))  # fmt: skip
+    return RunInfo(
+        name, ckpt.step, best, exact, params, results.get("wall_s"), started, snapshots=len(list_snapshots(run_dir))
+    )
 
 
 def list_runs(root: Path) -> list[RunInfo]:

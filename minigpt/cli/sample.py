@@ -20,27 +20,61 @@ from minigpt.io.textfiles import read_text
 def sample(
     target: TargetArg,
     prompt: Annotated[str | None, typer.Option("--prompt", help="Text to continue (default: a newline).")] = None,
-    prompt_file: Annotated[str | None, typer.Option("--prompt-file", metavar="FILE", show_default=False,
-                           help="The prompt is this UTF-8 file's whole text (- reads stdin).")] = None,  # fmt: skip
-    prompts_file: Annotated[str | None, typer.Option("--prompts-file", metavar="FILE", show_default=False,
-                            help="One prompt per line (\\n: a line break), batched.")] = None,  # fmt: skip
+    prompt_file: Annotated[
+        str | None,
+        typer.Option(
+            "--prompt-file",
+            metavar="FILE",
+            show_default=False,
+            help="The prompt is this UTF-8 file's whole text (- reads stdin).",
+        ),
+    ] = None,
+    prompts_file: Annotated[
+        str | None,
+        typer.Option(
+            "--prompts-file",
+            metavar="FILE",
+            show_default=False,
+            help="One prompt per line (\\n: a line break), batched.",
+        ),
+    ] = None,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")] = 1,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")] = 500,
     temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")] = 0.8,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = 1337,
-    stop: Annotated[list[str] | None, typer.Option("--stop", metavar="TEXT", show_default=False,
-                    help="End a sample where it writes this text (not shown; repeatable).")] = None,  # fmt: skip
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, "
-                                          "seed.")] = False,  # fmt: skip
-    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Prompt after prompt on the terminal, "
-                                              "the model kept loaded (:help for settings).")] = False,  # fmt: skip
+    stop: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--stop",
+            metavar="TEXT",
+            show_default=False,
+            help="End a sample where it writes this text (not shown; repeatable).",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, seed.")
+    ] = False,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            "-i",
+            help="Prompt after prompt on the terminal, the model kept loaded (:help for settings).",
+        ),
+    ] = False,
     unknown: UnknownOpt = "error",
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
-    dtype: Annotated[SampleDtype, typer.Option("--dtype", help="The weights' precision while sampling. auto "
-                     "is bfloat16 where the GPU or CPU has it in hardware (2x faster there).")] = "auto",  # fmt: skip
+    dtype: Annotated[
+        SampleDtype,
+        typer.Option(
+            "--dtype",
+            help="The weights' precision while sampling. auto "
+            "is bfloat16 where the GPU or CPU has it in hardware (2x faster there).",
+        ),
+    ] = "auto",
 ) -> int:
     """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
     from minigpt.config.schema import SampleOptions
@@ -50,8 +84,10 @@ def sample(
     opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
     prompts, label = prompts_from(prompt, prompt_file, prompts_file)
     if interactive and (label != "--prompt" or prompts != [""] or as_json or num_samples != 1):
-        raise UserError("--interactive reads its prompts from the terminal; leave out --prompt, --prompt-file, "
-                        "--prompts-file, --json and --num-samples")  # fmt: skip
+        raise UserError(
+            "--interactive reads its prompts from the terminal; leave out --prompt, --prompt-file, "
+            "--prompts-file, --json and --num-samples"
+        )
     loaded = load_model(target, inference_device(device, threads))
     cast_for_sampling(loaded, dtype, device)
     tok, stops = loaded.tokenizer, stop or []
@@ -80,8 +116,11 @@ def sample(
 def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
     """The prompts of `minigpt sample`: --prompt, the whole --prompt-file, or one per line of
     --prompts-file (at most one of the three); and the flag, for messages."""
-    given = [f for f, v in (("--prompt", prompt), ("--prompt-file", prompt_file), ("--prompts-file", prompts_file))
-             if v is not None]  # fmt: skip
+    given = [
+        f
+        for f, v in (("--prompt", prompt), ("--prompt-file", prompt_file), ("--prompts-file", prompts_file))
+        if v is not None
+    ]
     if len(given) > 1:
         raise UserError(f"give only one of {' and '.join(given)}")
     if prompt_file is not None:

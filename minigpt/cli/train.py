@@ -70,8 +70,14 @@ def train_cmd(
     device: Annotated[
         str | None, device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
     ] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt. "
-                      "--resume auto: start, resume or (exit 0) say it finished, for job scripts.")] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue the run in --out from its last.pt. "
+            "--resume auto: start, resume or (exit 0) say it finished, for job scripts.",
+        ),
+    ] = False,
     init_from: InitFromOpt = None,
     nproc: Annotated[
         int | None,
@@ -129,8 +135,14 @@ def check_config_first(config_path: Path | None, overrides: list) -> None:
     check_overrides(overrides)
 
 
-def launch_processes(nproc: int, args: list[str], flags: dict[str, object], resume: bool | str,
-                      config_path: Path | None, overrides: list[str]) -> None:  # fmt: skip
+def launch_processes(
+    nproc: int,
+    args: list[str],
+    flags: dict[str, object],
+    resume: bool | str,
+    config_path: Path | None,
+    overrides: list[str],
+) -> None:
     """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
     from minigpt.config import MPS_PROCESSES
     from minigpt.config.files import load_config
@@ -157,8 +169,16 @@ def launch_local(nproc: int, argv: list[str]) -> NoReturn:
     processes (standalone rendezvous on a free port), through `runtime/torchrun.py`: SIGUSR1 reaches
     the workers like SIGTERM, and a planned stop's exit code (143, 138, 74, ...) comes back. Nothing
     here imports torch: this process only becomes the launcher (seconds saved a launch: docs/benchmarks.md)."""
-    command = [sys.executable, "-m", "minigpt.runtime.torchrun", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "minigpt", *argv]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "minigpt.runtime.torchrun",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "minigpt",
+        *argv,
+    ]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, command)

@@ -25,8 +25,6 @@ from minigpt.errors import UserError
 DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
 
 
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     n_layer: int = config_field(3, "number of transformer blocks", ge=1)

@@ -72,8 +72,14 @@ def _entry_lock(path: Path) -> Iterator[None]:
         lock.release()
 
 
-def load_or_encode(layout: Layout, cache_dir: Path | None, progress: ProgressFactory | None, desc: str,
-                   key: str, check_vocab: Callable[[int], None] | None = None) -> Encoded:  # fmt: skip
+def load_or_encode(
+    layout: Layout,
+    cache_dir: Path | None,
+    progress: ProgressFactory | None,
+    desc: str,
+    key: str,
+    check_vocab: Callable[[int], None] | None = None,
+) -> Encoded:
     """The encoded corpus from the cache, else encoded into it (a damaged entry is re-encoded with
     a warning). Without a usable cache folder the ids go to a temporary file."""
     if cache_dir is None:
@@ -83,8 +89,10 @@ def load_or_encode(layout: Layout, cache_dir: Path | None, progress: ProgressFac
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        print(f"warning: cannot use the encoding cache {cache_dir} ({e.strerror}); encoding into a temporary file",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: cannot use the encoding cache {cache_dir} ({e.strerror}); encoding into a temporary file",
+            file=sys.stderr,
+        )
         return _encode_to_temp(layout, progress, desc, key, check_vocab)
     with _entry_lock(cache_dir / f"{name}.lock"):
         damaged = None
@@ -111,15 +119,18 @@ def load_or_encode(layout: Layout, cache_dir: Path | None, progress: ProgressFac
                     f"the encoding cache entry {bin_path} is damaged and cannot be rewritten ({e.strerror}); delete "
                     f"{bin_path} and {meta_path} (or the whole cache, {cache_dir}) and run again"
                 ) from None
-            print(f"warning: cannot write the encoding cache {cache_dir} ({e.strerror}); using a temporary file",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"warning: cannot write the encoding cache {cache_dir} ({e.strerror}); using a temporary file",
+                file=sys.stderr,
+            )
             return _encode_to_temp(layout, progress, desc, key, check_vocab)
         warn_skipped(meta["skipped"], desc)
         return _open_entry(bin_path, meta)
 
 
-def _encode_to_temp(layout: Layout, progress: ProgressFactory | None, desc: str, key: str,
-                    check_vocab: Callable[[int], None] | None) -> Encoded:  # fmt: skip
+def _encode_to_temp(
+    layout: Layout, progress: ProgressFactory | None, desc: str, key: str, check_vocab: Callable[[int], None] | None
+) -> Encoded:
     with tempfile.TemporaryFile() as out:  # unlinked: the map keeps it alive, the OS removes it at exit
         tok, meta = encoding.encode(layout, out, progress, desc, check_vocab, key)
         out.flush()

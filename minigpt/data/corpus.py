@@ -106,8 +106,9 @@ def _layout(cfg: DataConfig, index: HashIndex, progress: ProgressFactory | None)
         val_paths = {f.path for f in val}
         files = [f for f in files if f.path not in val_paths]
         if not files:
-            raise UserError(f"data.path: every file of {describe(cfg.path)} is also in data.val_path; "
-                            "nothing is left to train on")  # fmt: skip
+            raise UserError(
+                f"data.path: every file of {describe(cfg.path)} is also in data.val_path; nothing is left to train on"
+            )
         desc += f", validation {describe(cfg.val_path)}" + (f" ({len(val):,} files)" if len(val) > 1 else "")
         files, n_train = files + val, len(files)
     else:
@@ -120,8 +121,13 @@ def _layout(cfg: DataConfig, index: HashIndex, progress: ProgressFactory | None)
     return Layout(files, hashes, n_train, cfg.doc_separator, cfg.tokenizer, vocab), desc
 
 
-def _hashes(files: list[SourceFile], index: HashIndex, kind: str, progress: ProgressFactory | None, desc: str,
-            ) -> tuple[list[str], tuple[set[str], dict[int, str]] | None]:  # fmt: skip
+def _hashes(
+    files: list[SourceFile],
+    index: HashIndex,
+    kind: str,
+    progress: ProgressFactory | None,
+    desc: str,
+) -> tuple[list[str], tuple[set[str], dict[int, str]] | None]:
     """The files' SHA-256s: from the index where it knows them. On a first run (none known) in char
     mode the same read also finds the vocabulary, which encoding then need not read again."""
     unhashed = sum(f.size for f in files if not index.knows(f))
@@ -143,8 +149,9 @@ def _hashes(files: list[SourceFile], index: HashIndex, kind: str, progress: Prog
     return hashes, vocab
 
 
-def encode_corpus(cfg: DataConfig, progress: ProgressFactory | None = None,
-                  check_vocab: Callable[[int], None] | None = None) -> tuple[Encoded, Layout, str]:  # fmt: skip
+def encode_corpus(
+    cfg: DataConfig, progress: ProgressFactory | None = None, check_vocab: Callable[[int], None] | None = None
+) -> tuple[Encoded, Layout, str]:
     """Resolve, hash and encode (through the cache) the configured sources; fetch tiny Shakespeare
     if it is the default and missing."""
     if cfg.path == DEFAULT_DATA_PATH and not Path(DEFAULT_DATA_PATH).exists():
@@ -155,8 +162,12 @@ def encode_corpus(cfg: DataConfig, progress: ProgressFactory | None = None,
     return load_or_encode(layout, cache, progress, desc, "data.path", check_vocab), layout, desc
 
 
-def load_corpus(cfg: DataConfig, block_size: int, progress: ProgressFactory | None = None,
-                check_vocab: Callable[[int], None] | None = None) -> Corpus:  # fmt: skip
+def load_corpus(
+    cfg: DataConfig,
+    block_size: int,
+    progress: ProgressFactory | None = None,
+    check_vocab: Callable[[int], None] | None = None,
+) -> Corpus:
     """The configured corpus, encoded (cached), memory-mapped and split."""
     enc, layout, desc = encode_corpus(cfg, progress, check_vocab)
     n = len(enc.ids)
@@ -184,9 +195,16 @@ class Batcher:
     """
 
     def __init__(
-        self, data: np.ndarray | torch.Tensor, block_size: int, batch_size: int, seed: int, device: torch.device,
-        rank: int = 0, world_size: int = 1, table: np.ndarray | None = None,
-    ):  # fmt: skip
+        self,
+        data: np.ndarray | torch.Tensor,
+        block_size: int,
+        batch_size: int,
+        seed: int,
+        device: torch.device,
+        rank: int = 0,
+        world_size: int = 1,
+        table: np.ndarray | None = None,
+    ):
         if len(data) < block_size + 2:
             raise ValueError(f"split of {len(data)} tokens is too short for block_size {block_size}")
         self.data = data.numpy() if isinstance(data, torch.Tensor) else data

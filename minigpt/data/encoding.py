@@ -149,12 +149,21 @@ def _check_utf8(files: Sequence[SourceFile], bad: dict[int, str], key: str) -> l
 def warn_skipped(skipped: Sequence[str], where: str) -> None:
     if skipped:
         shown = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
-        print(f"warning: {where}: skipped {len(skipped)} file(s) that are not UTF-8 text: {shown} "
-              "(data.tokenizer=byte reads them)", file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: {where}: skipped {len(skipped)} file(s) that are not UTF-8 text: {shown} "
+            "(data.tokenizer=byte reads them)",
+            file=sys.stderr,
+        )
 
 
-def encode(layout: Layout, out: IO[bytes], progress: ProgressFactory | None, desc: str,
-           check_vocab: Callable[[int], None] | None, key: str) -> tuple[Tokenizer, dict]:  # fmt: skip
+def encode(
+    layout: Layout,
+    out: IO[bytes],
+    progress: ProgressFactory | None,
+    desc: str,
+    check_vocab: Callable[[int], None] | None,
+    key: str,
+) -> tuple[Tokenizer, dict]:
     """Stream the layout's documents into `out`: (tokenizer, the entry's metadata)."""
     files, skipped = list(layout.files), []
     total = sum(f.size for f in files)
@@ -187,7 +196,12 @@ def encode(layout: Layout, out: IO[bytes], progress: ProgressFactory | None, des
     if not length:
         raise UserError(f"{key}: {desc} holds no text; give it some text to learn from")
     meta = {
-        "version": CACHE_VERSION, "tokenizer": tok.to_dict(), "dtype": storage_dtype(tok.vocab_size).name,
-        "length": length, "split": split, "documents": len(files), "skipped": skipped,
-    }  # fmt: skip
+        "version": CACHE_VERSION,
+        "tokenizer": tok.to_dict(),
+        "dtype": storage_dtype(tok.vocab_size).name,
+        "length": length,
+        "split": split,
+        "documents": len(files),
+        "skipped": skipped,
+    }
     return tok, meta

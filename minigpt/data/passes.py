@@ -78,8 +78,11 @@ def _read_whole(f: SourceFile) -> bytes:
     return data if len(data) <= f.size else b"".join(chunks(f.path))  # it grew: all of it (then refused)
 
 
-def _batches(files: Sequence[SourceFile], tick: Callable[[int], None], sep: bytes = b"",
-             ) -> Iterator[tuple[bytearray | None, list[tuple[int, int, int]], SourceFile | None]]:  # fmt: skip
+def _batches(
+    files: Sequence[SourceFile],
+    tick: Callable[[int], None],
+    sep: bytes = b"",
+) -> Iterator[tuple[bytearray | None, list[tuple[int, int, int]], SourceFile | None]]:
     """Consecutive small files joined, `sep` before each but the corpus's first: (their bytes,
     [(file index, start, end) in the bytes], None); a large file alone, not read: (None,
     [(index, 0, 0)], the file), for the caller to stream (and to put its separator before)."""
@@ -164,8 +167,9 @@ class _Vocabulary:
                 self._ascii(piece)
                 self._text(part.text)
 
-    def add_streamed(self, i: int, f: SourceFile, tick: Callable[[int], None],
-                     observe: Callable[[bytes], object] | None = None) -> None:  # fmt: skip
+    def add_streamed(
+        self, i: int, f: SourceFile, tick: Callable[[int], None], observe: Callable[[bytes], object] | None = None
+    ) -> None:
         """A large file in chunks; `observe` sees every chunk, even past a fault that ends the scan."""
         decoder = codecs.getincrementaldecoder("utf-8")()
         offset = 0
@@ -243,8 +247,10 @@ def vocabulary(files: Sequence[SourceFile], tick: Callable[[int], None]) -> tupl
     return vocab.chars(), vocab.bad
 
 
-def hashes_and_vocabulary(files: Sequence[SourceFile], tick: Callable[[int], None],
-                          ) -> tuple[list[str], set[str], dict[int, str]]:  # fmt: skip
+def hashes_and_vocabulary(
+    files: Sequence[SourceFile],
+    tick: Callable[[int], None],
+) -> tuple[list[str], set[str], dict[int, str]]:
     """Each file's SHA-256 and `vocabulary`'s result from one read of every file: a first run over
     a corpus reads it twice (hashes and characters, then ids) instead of three times."""
     vocab, hashes = _Vocabulary(), [""] * len(files)
@@ -317,8 +323,14 @@ class _CharWriter:
         return np.frombuffer(chunk.translate(self.translate), np.uint8).astype(self.dtype)
 
 
-def write_ids(out: IO[bytes], files: Sequence[SourceFile], tok: Tokenizer, separator: str,
-               tick: Callable[[int], None], split_at: int | None = None) -> tuple[int, int | None]:  # fmt: skip
+def write_ids(
+    out: IO[bytes],
+    files: Sequence[SourceFile],
+    tok: Tokenizer,
+    separator: str,
+    tick: Callable[[int], None],
+    split_at: int | None = None,
+) -> tuple[int, int | None]:
     """Write every document's ids, joined by the separator's, to `out`, a buffered file (which
     writes all it is given or raises): (ids written, where document `split_at` starts)."""
     dtype = storage_dtype(tok.vocab_size)
@@ -353,8 +365,9 @@ def write_ids(out: IO[bytes], files: Sequence[SourceFile], tok: Tokenizer, separ
     return written, split
 
 
-def _stream_one(put: Callable[[bytes | np.ndarray], None], f: SourceFile, char: _CharWriter | None,
-                tick: Callable[[int], None]) -> None:  # fmt: skip
+def _stream_one(
+    put: Callable[[bytes | np.ndarray], None], f: SourceFile, char: _CharWriter | None, tick: Callable[[int], None]
+) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")()
     size = 0
     for chunk in chunks(f.path):

@@ -68,30 +68,63 @@ def hf_config(cfg: ModelConfig, vocab_size: int, dtype: str) -> dict[str, Any]:
     arch = architecture_for(cfg)
     C, drop = cfg.n_embd, cfg.dropout
     common: dict[str, Any] = {
-        "architectures": [ARCHITECTURES[arch]], "model_type": arch, "vocab_size": vocab_size,
-        "tie_word_embeddings": True, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
-        "use_cache": True, "torch_dtype": dtype,
-    }  # fmt: skip
+        "architectures": [ARCHITECTURES[arch]],
+        "model_type": arch,
+        "vocab_size": vocab_size,
+        "tie_word_embeddings": True,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
+        "use_cache": True,
+        "torch_dtype": dtype,
+    }
     if arch == "gpt_neox":
         specific = {
-            "hidden_size": C, "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
-            "intermediate_size": 4 * C, "hidden_act": cfg.mlp_act, "max_position_embeddings": cfg.block_size,
-            "rotary_pct": 1.0, "rotary_emb_base": 10000.0, "use_parallel_residual": False,
-            "attention_bias": True, "layer_norm_eps": 1e-5, "attention_dropout": drop, "hidden_dropout": drop,
-        }  # fmt: skip
+            "hidden_size": C,
+            "num_hidden_layers": cfg.n_layer,
+            "num_attention_heads": cfg.n_head,
+            "intermediate_size": 4 * C,
+            "hidden_act": cfg.mlp_act,
+            "max_position_embeddings": cfg.block_size,
+            "rotary_pct": 1.0,
+            "rotary_emb_base": 10000.0,
+            "use_parallel_residual": False,
+            "attention_bias": True,
+            "layer_norm_eps": 1e-5,
+            "attention_dropout": drop,
+            "hidden_dropout": drop,
+        }
     elif arch == "gpt2":
         specific = {
-            "n_embd": C, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_inner": 4 * C, "n_positions": cfg.block_size,
-            "n_ctx": cfg.block_size, "activation_function": cfg.mlp_act, "layer_norm_epsilon": 1e-5,
-            "resid_pdrop": drop, "embd_pdrop": drop, "attn_pdrop": drop, "scale_attn_weights": True,
-        }  # fmt: skip
+            "n_embd": C,
+            "n_layer": cfg.n_layer,
+            "n_head": cfg.n_head,
+            "n_inner": 4 * C,
+            "n_positions": cfg.block_size,
+            "n_ctx": cfg.block_size,
+            "activation_function": cfg.mlp_act,
+            "layer_norm_epsilon": 1e-5,
+            "resid_pdrop": drop,
+            "embd_pdrop": drop,
+            "attn_pdrop": drop,
+            "scale_attn_weights": True,
+        }
     else:
         specific = {
-            "hidden_size": C, "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head, "ffn_dim": 4 * C,
-            "word_embed_proj_dim": C, "max_position_embeddings": cfg.block_size, "do_layer_norm_before": False,
-            "activation_function": cfg.mlp_act, "enable_bias": True, "layer_norm_elementwise_affine": True,
-            "dropout": drop, "attention_dropout": drop, "layerdrop": 0.0,
-        }  # fmt: skip
+            "hidden_size": C,
+            "num_hidden_layers": cfg.n_layer,
+            "num_attention_heads": cfg.n_head,
+            "ffn_dim": 4 * C,
+            "word_embed_proj_dim": C,
+            "max_position_embeddings": cfg.block_size,
+            "do_layer_norm_before": False,
+            "activation_function": cfg.mlp_act,
+            "enable_bias": True,
+            "layer_norm_elementwise_affine": True,
+            "dropout": drop,
+            "attention_dropout": drop,
+            "layerdrop": 0.0,
+        }
     return {**common, **specific}
 
 
@@ -157,8 +190,10 @@ def _opt(cfg: ModelConfig, sd: Weights) -> Weights:
     table = position_table(cfg, sd)
     # OPT's position ids start at 2 (its two first rows are never read)
     positions = torch.cat([torch.zeros(2, C, dtype=table.dtype), table])
-    out: Weights = {"model.decoder.embed_tokens.weight": sd["wte.weight"],
-                    "model.decoder.embed_positions.weight": positions}  # fmt: skip
+    out: Weights = {
+        "model.decoder.embed_tokens.weight": sd["wte.weight"],
+        "model.decoder.embed_positions.weight": positions,
+    }
     for i in range(cfg.n_layer):
         src, dst = f"blocks.{i}.", f"model.decoder.layers.{i}."
         w = sd[src + "attn.c_attn.weight"]

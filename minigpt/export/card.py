@@ -26,8 +26,12 @@ def training_data(loaded: LoadedModel) -> dict[str, Any]:
                 count, total = count + len(files), total + sum(f.size for f in files)
     except UserError:
         count = total = None
-    return {"files": count, "bytes": total, "sha256": loaded.checkpoint.data.get("sha256"),
-            "tokenizer": loaded.tokenizer.kind}  # fmt: skip
+    return {
+        "files": count,
+        "bytes": total,
+        "sha256": loaded.checkpoint.data.get("sha256"),
+        "tokenizer": loaded.tokenizer.kind,
+    }
 
 
 def validation_loss(loaded: LoadedModel) -> dict[str, Any]:
@@ -70,12 +74,16 @@ def model_card(facts: dict[str, Any], architecture: str, unknown_rule: str, samp
     data, val, m = facts["trained_on"], facts["val_loss"], facts["model"]
     unit = "char" if data["tokenizer"] == "char" else "byte"
     front = {
-        "library_name": "transformers", "pipeline_tag": "text-generation",
+        "library_name": "transformers",
+        "pipeline_tag": "text-generation",
         "tags": ["minigpt", f"{data['tokenizer']}-level", architecture],
-        "parameters": facts["parameters"], "training_steps": facts["steps"],
-        "training_files": data["files"], "training_bytes": data["bytes"],
-        "val_loss_nats": val["nats"], f"val_bits_per_{unit}": val[f"bits_per_{unit}"],
-    }  # fmt: skip
+        "parameters": facts["parameters"],
+        "training_steps": facts["steps"],
+        "training_files": data["files"],
+        "training_bytes": data["bytes"],
+        "val_loss_nats": val["nats"],
+        f"val_bits_per_{unit}": val[f"bits_per_{unit}"],
+    }
     lines = ["---"]
     for key, value in front.items():
         if isinstance(value, list):
@@ -88,21 +96,35 @@ def model_card(facts: dict[str, Any], architecture: str, unknown_rule: str, samp
     loss = "not recorded"
     if val["nats"] is not None:
         loss = f"{val['nats']} nats, {val[f'bits_per_{unit}']} bits per {unit} ({val['measured_on']})"
-    lines += ["---", "", f"# A {data['tokenizer']}-level GPT trained with minigpt", "",
-              f"- Architecture: `{architecture}`, {m['n_layer']} layers, {m['n_head']} heads, width {m['n_embd']}, "
-              f"context {m['block_size']} tokens (minigpt options: pos_emb {m['pos_emb']}, norm {m['norm']}, "
-              f"bias {str(m['bias']).lower()})",
-              f"- Parameters: {facts['parameters']:,}", f"- Trained on: {size}; {facts['steps']} steps",
-              f"- Validation loss: {loss}", f"- Tokenizer: one token per {unit}; unseen characters: {unknown_rule}",
-              f"- Sampling defaults (generation_config.json): {json.dumps(sampling)}", "",
-              "## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline", "",
-              'tok = AutoTokenizer.from_pretrained("PATH")', 'model = AutoModelForCausalLM.from_pretrained("PATH")',
-              'ids = tok("ROMEO:", return_tensors="pt").input_ids',
-              "out = model.generate(ids, max_new_tokens=40)  # prompt + new tokens <= the context",
-              "print(tok.decode(out[0]))",
-              'print(pipeline("text-generation", model="PATH")("ROMEO:", max_new_tokens=40)[0]["generated_text"])',
-              "```", "",
-              f"The context is {m['block_size']} tokens (`max_position_embeddings`). minigpt's own sampler slides "
-              "its window past it and goes on; transformers does not, so keep prompt plus new tokens within it.",
-              ""]  # fmt: skip
+    lines += [
+        "---",
+        "",
+        f"# A {data['tokenizer']}-level GPT trained with minigpt",
+        "",
+        f"- Architecture: `{architecture}`, {m['n_layer']} layers, {m['n_head']} heads, width {m['n_embd']}, "
+        f"context {m['block_size']} tokens (minigpt options: pos_emb {m['pos_emb']}, norm {m['norm']}, "
+        f"bias {str(m['bias']).lower()})",
+        f"- Parameters: {facts['parameters']:,}",
+        f"- Trained on: {size}; {facts['steps']} steps",
+        f"- Validation loss: {loss}",
+        f"- Tokenizer: one token per {unit}; unseen characters: {unknown_rule}",
+        f"- Sampling defaults (generation_config.json): {json.dumps(sampling)}",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline",
+        "",
+        'tok = AutoTokenizer.from_pretrained("PATH")',
+        'model = AutoModelForCausalLM.from_pretrained("PATH")',
+        'ids = tok("ROMEO:", return_tensors="pt").input_ids',
+        "out = model.generate(ids, max_new_tokens=40)  # prompt + new tokens <= the context",
+        "print(tok.decode(out[0]))",
+        'print(pipeline("text-generation", model="PATH")("ROMEO:", max_new_tokens=40)[0]["generated_text"])',
+        "```",
+        "",
+        f"The context is {m['block_size']} tokens (`max_position_embeddings`). minigpt's own sampler slides "
+        "its window past it and goes on; transformers does not, so keep prompt plus new tokens within it.",
+        "",
+    ]
     return "\n".join(lines)

@@ -29,8 +29,10 @@ def check_request(out: Path, fmt: str, dtype: str, force: bool) -> None:
     if dtype not in DTYPES:
         raise UserError(f"--dtype {dtype!r} is not one of: {', '.join(DTYPES)}")
     if fmt == "onnx" and dtype not in ONNX_DTYPES:
-        raise UserError(f"--format onnx supports --dtype {' or '.join(ONNX_DTYPES)}: onnxruntime has no "
-                        f"{dtype} kernels for the CPU; --format hf keeps {dtype}")  # fmt: skip
+        raise UserError(
+            f"--format onnx supports --dtype {' or '.join(ONNX_DTYPES)}: onnxruntime has no "
+            f"{dtype} kernels for the CPU; --format hf keeps {dtype}"
+        )
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise UserError(f"{out} exists and is not a folder; give a new or empty folder for the export")
     try:

@@ -30,10 +30,15 @@ def generation_config(block_size: int) -> dict[str, Any]:
     transformers' own defaults (top_k 50), and max_length stops generate() at the context."""
     s = sampling_defaults()
     return {
-        "do_sample": s["temperature"] > 0, "temperature": s["temperature"], "top_k": s["top_k"] or 0,
-        "top_p": s["top_p"] or 1.0, "max_length": block_size,
-        "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
-    }  # fmt: skip
+        "do_sample": s["temperature"] > 0,
+        "temperature": s["temperature"],
+        "top_k": s["top_k"] or 0,
+        "top_p": s["top_p"] or 1.0,
+        "max_length": block_size,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
+    }
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -57,9 +57,16 @@ def export_onnx_graph(model: GPT, path: Path, dtype: torch.dtype) -> None:
         with warnings.catch_warnings(), redirect_stdout(io.StringIO()):  # the exporter's progress lines
             warnings.simplefilter("ignore")
             program = torch.onnx.export(
-                wrapped, (example,), None, dynamo=True, input_names=["input_ids"], output_names=["logits"],
-                dynamic_shapes={"input_ids": {0: batch, 1: seq}}, optimize=True, verbose=False,
-            )  # fmt: skip
+                wrapped,
+                (example,),
+                None,
+                dynamo=True,
+                input_names=["input_ids"],
+                output_names=["logits"],
+                dynamic_shapes={"input_ids": {0: batch, 1: seq}},
+                optimize=True,
+                verbose=False,
+            )
     finally:
         quiet.setLevel(level)
     program.save(str(path), external_data=False)
@@ -69,20 +76,24 @@ def minigpt_json(loaded: LoadedModel, dtype: str) -> dict[str, Any]:
     """What a sampler needs besides the graph: the vocabulary, the context, the sampling rule."""
     tok, block = loaded.tokenizer, loaded.config.model.block_size
     return {
-        "format": FORMAT, "version": 1, "dtype": dtype,
+        "format": FORMAT,
+        "version": 1,
+        "dtype": dtype,
         "inputs": {"input_ids": f"int64 (batch, sequence), 1 <= sequence <= {block}"},
         "outputs": {"logits": f"{dtype} (batch, sequence, {tok.vocab_size}): the next token's scores at each position"},
-        "block_size": block, "vocabulary": vocabulary(tok), "unknown_characters": UNKNOWN_RULE[tok.kind],
+        "block_size": block,
+        "vocabulary": vocabulary(tok),
+        "unknown_characters": UNKNOWN_RULE[tok.kind],
         "start_id": tok.start_id,
         "sampling": {
             **sampling_defaults(),
             "rule": "feed the last block_size ids; softmax(logits[:, -1] / temperature) gives the next id's "
-                    "probabilities (temperature 0: the argmax); append it and repeat",
+            "probabilities (temperature 0: the argmax); append it and repeat",
             "minigpt": f"past block_size minigpt keeps the last {half_window(block)} ids and goes on (a KV cache); "
-                       "feeding the last block_size ids each step is the uncached equivalent",
+            "feeding the last block_size ids each step is the uncached equivalent",
         },
         **model_facts(loaded),
-    }  # fmt: skip
+    }
 
 
 def write_onnx(loaded: LoadedModel, folder: Path, dtype: str) -> list[str]:

@@ -67,8 +67,13 @@ def sample_next_token(
     return torch.multinomial(next_token_probs(logits, temperature, top_k, top_p), 1, generator=generator)[:, 0]
 
 
-def _sample_rows(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-                 generators: Sequence[torch.Generator | None]) -> list[int]:  # fmt: skip
+def _sample_rows(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generators: Sequence[torch.Generator | None],
+) -> list[int]:
     """One token per row, row i drawn from generators[i] alone: the same draw as batch 1 gives."""
     if temperature == 0:
         return logits.float().argmax(dim=-1).tolist()

@@ -40,14 +40,24 @@ class EvalResult:
         return math.exp(self.loss)
 
     def to_dict(self) -> dict[str, float | int]:
-        out = {"loss": self.loss, "bpc": self.bpc, "perplexity": self.perplexity, "tokens": self.tokens,
-               "unit": self.unit}  # fmt: skip
+        out = {
+            "loss": self.loss,
+            "bpc": self.bpc,
+            "perplexity": self.perplexity,
+            "tokens": self.tokens,
+            "unit": self.unit,
+        }
         return {**out, "of_tokens": self.of_tokens} if self.sampled else out
 
 
 @torch.no_grad()
-def evaluate_ids(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None,
-                 max_tokens: int = 0, batch_windows: int = 64) -> EvalResult:  # fmt: skip
+def evaluate_ids(
+    model: GPT,
+    ids: np.ndarray | torch.Tensor,
+    table: np.ndarray | None = None,
+    max_tokens: int = 0,
+    batch_windows: int = 64,
+) -> EvalResult:
     """Mean next-token loss over all of `ids`, every one of its len(ids) - 1 predictions scored
     (`text_windows`), or, when `max_tokens` is set and the text has more predictions than that,
     over an evenly spread, deterministic sample of whole windows (`spread_starts`), which
@@ -65,15 +75,22 @@ def evaluate_ids(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray |
 
 
 @torch.no_grad()
-def loss_by_position(model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None,
-                     max_tokens: int = 0, batch_windows: int = 64) -> np.ndarray:  # fmt: skip
+def loss_by_position(
+    model: GPT,
+    ids: np.ndarray | torch.Tensor,
+    table: np.ndarray | None = None,
+    max_tokens: int = 0,
+    batch_windows: int = 64,
+) -> np.ndarray:
     """The mean loss (nats) at each position 0..block_size-1 of the context, over the whole
     windows of `ids` (a spread sample of them past `max_tokens`): position t predicts the
     (t+2)-th character of a window from the t+1 before it."""
     block, n_pred = model.cfg.block_size, len(ids) - 1
     if n_pred < block:
-        raise UserError(f"the text has {n_pred + 1:,} tokens; the loss by position needs one whole window of "
-                        f"block_size + 1 = {block + 1:,}")  # fmt: skip
+        raise UserError(
+            f"the text has {n_pred + 1:,} tokens; the loss by position needs one whole window of "
+            f"block_size + 1 = {block + 1:,}"
+        )
     starts = spread_starts(n_pred, block, max_tokens) or list(range(0, n_pred - block + 1, block))
     total = torch.zeros(block, dtype=torch.float64)
     with evaluating(model):
@@ -99,8 +116,9 @@ def eval_ids_for(loaded: LoadedModel, data: str | None) -> tuple[np.ndarray, np.
     tok = loaded.tokenizer
     dcfg = loaded.config.data
     if data is not None:
-        cfg = DataConfig(path=data, val_path=None, doc_separator=dcfg.doc_separator, tokenizer=tok.kind,
-                         cache_dir=dcfg.cache_dir)  # fmt: skip
+        cfg = DataConfig(
+            path=data, val_path=None, doc_separator=dcfg.doc_separator, tokenizer=tok.kind, cache_dir=dcfg.cache_dir
+        )
         enc, _, desc = encode_corpus(cfg)
         unseen = enc.tokenizer.unknown_to(tok)
         if unseen:

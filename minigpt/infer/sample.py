@@ -47,8 +47,10 @@ class Sample:
     seed: int  # `--num-samples 1 --seed SEED` reproduces this sample alone
 
     def to_json(self) -> str:
-        return json.dumps({"prompt": self.prompt, "text": self.text, "chars": self.chars, "stopped": self.stopped,
-                           "seed": self.seed}, ensure_ascii=False)  # fmt: skip
+        return json.dumps(
+            {"prompt": self.prompt, "text": self.text, "chars": self.chars, "stopped": self.stopped, "seed": self.seed},
+            ensure_ascii=False,
+        )
 
 
 def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
@@ -72,8 +74,9 @@ class SamplePlan:
     stops: Sequence[str]
 
 
-def plan_samples(tok: Tokenizer, prompts: Sequence[str], opts: SampleOptions, stops: Sequence[str] = (),
-                 label: str = "--prompt") -> SamplePlan:  # fmt: skip
+def plan_samples(
+    tok: Tokenizer, prompts: Sequence[str], opts: SampleOptions, stops: Sequence[str] = (), label: str = "--prompt"
+) -> SamplePlan:
     """The one check of a sampling call's inputs, made before anything is generated: the stop
     strings, then every prompt's characters (`opts.unknown`: an error, or skipped). `label` is how
     errors name the prompts (--prompt, --prompts-file, ...)."""
@@ -137,13 +140,23 @@ def batch_memory_error(model: GPT, batch: int) -> str | None:
         return None
     fits = max(1, int(0.8 * available // per_row))
     need = memory.gb(batch * per_row)
-    return (f"sampling {batch:,} samples at once needs about {need} for their key/value cache, more than the "
-            f"{memory.gb(available)} available ({where}); use --num-samples {fits} or fewer")  # fmt: skip
+    return (
+        f"sampling {batch:,} samples at once needs about {need} for their key/value cache, more than the "
+        f"{memory.gb(available)} available ({where}); use --num-samples {fits} or fewer"
+    )
 
 
-def generate_samples(model: GPT, tok: Tokenizer, requests: Sequence[Request], max_new_tokens: int,
-                     temperature: float, top_k: int | None, top_p: float | None, stops: Sequence[str] = (),
-                     output: OrderedOutput | None = None) -> list[Sample]:  # fmt: skip
+def generate_samples(
+    model: GPT,
+    tok: Tokenizer,
+    requests: Sequence[Request],
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    stops: Sequence[str] = (),
+    output: OrderedOutput | None = None,
+) -> list[Sample]:
     """Every request's sample; requests with prompts of the same length share one batch.
 
     `output` receives each sample's text as it becomes final (the shown prompt, then the
@@ -218,16 +231,30 @@ def run_plan(loaded: LoadedModel, plan: SamplePlan, write: Callable[[str], None]
     and '---', each written once it and those before it are complete."""
     o = plan.opts
     output = OrderedOutput(len(plan.requests), write) if write is not None else None
-    samples = generate_samples(loaded.model, loaded.tokenizer, plan.requests, o.max_new_tokens, o.temperature, o.top_k,
-                               o.top_p, plan.stops, output)  # fmt: skip
+    samples = generate_samples(
+        loaded.model,
+        loaded.tokenizer,
+        plan.requests,
+        o.max_new_tokens,
+        o.temperature,
+        o.top_k,
+        o.top_p,
+        plan.stops,
+        output,
+    )
     if write is not None:
         write("\n")
     return samples
 
 
-def sample_records(loaded: LoadedModel, prompts: str | Sequence[str], opts: SampleOptions,
-                   write: Callable[[str], None] | None = None, stops: Sequence[str] = (),
-                   label: str = "--prompt") -> list[Sample]:  # fmt: skip
+def sample_records(
+    loaded: LoadedModel,
+    prompts: str | Sequence[str],
+    opts: SampleOptions,
+    write: Callable[[str], None] | None = None,
+    stops: Sequence[str] = (),
+    label: str = "--prompt",
+) -> list[Sample]:
     """`opts.num_samples` samples for each prompt: plan_samples, then run_plan. An empty prompt
     starts from a newline."""
     prompts = [prompts] if isinstance(prompts, str) else prompts

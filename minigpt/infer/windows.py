@@ -31,9 +31,14 @@ def spread_starts(n_pred: int, block: int, max_tokens: int) -> list[int] | None:
     return [(i * windows // n) * block for i in range(n)]
 
 
-def text_windows(ids: np.ndarray | torch.Tensor, block: int, table: np.ndarray | None = None,
-                 starts: list[int] | None = None, batch_windows: int = 64,
-                 device: torch.device | str = "cpu") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+def text_windows(
+    ids: np.ndarray | torch.Tensor,
+    block: int,
+    table: np.ndarray | None = None,
+    starts: list[int] | None = None,
+    batch_windows: int = 64,
+    device: torch.device | str = "cpu",
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Batches (x, y) of windows of `ids`, y being x shifted by one, on `device`.
 
     Without `starts`: non-overlapping windows of `block` from the first id, and a last shorter

@@ -52,9 +52,13 @@ class AttentionFigure:
         font = max(4.0, min(9.0, cell * (50 if light else 40)))
         self.layers, self.heads = layers, heads
         self.fig, axes = plt.subplots(
-            len(layers), len(heads), figsize=(side * len(heads) + 1.2, side * len(layers) + 0.6), squeeze=False,
-            layout=None if light else "constrained", dpi=72 if light else 100,
-        )  # fmt: skip
+            len(layers),
+            len(heads),
+            figsize=(side * len(heads) + 1.2, side * len(layers) + 0.6),
+            squeeze=False,
+            layout=None if light else "constrained",
+            dpi=72 if light else 100,
+        )
         labels = [visible(c) for c in chars]
         blank = [[0.0] * T for _ in range(T)]
         self.images = {}
@@ -171,8 +175,9 @@ class WindowedAttention:
 
 
 @torch.no_grad()
-def windowed_attention(model: GPT, pieces: list[str], ids: list[int], layers: list[int], heads: list[int],
-                       batch: int = 32) -> WindowedAttention:  # fmt: skip
+def windowed_attention(
+    model: GPT, pieces: list[str], ids: list[int], layers: list[int], heads: list[int], batch: int = 32
+) -> WindowedAttention:
     """`GPT.attention_maps` over every window of `ids` (forward passes of up to `batch` windows at once)."""
     block = model.cfg.block_size
     stride = half_window(block)
@@ -194,8 +199,16 @@ def windowed_attention(model: GPT, pieces: list[str], ids: list[int], layers: li
     return WindowedAttention(pieces, ids, block, stride, layers, heads, maps)
 
 
-def attention_page(model: GPT, tok: Tokenizer, text: str, source: str = "", layer: int | None = None,
-                   head: int | None = None, label: str = "--text", unknown: str = "error") -> HtmlPage:  # fmt: skip
+def attention_page(
+    model: GPT,
+    tok: Tokenizer,
+    text: str,
+    source: str = "",
+    layer: int | None = None,
+    head: int | None = None,
+    label: str = "--text",
+    unknown: str = "error",
+) -> HtmlPage:
     """The interactive attention explorer over `text` (any length up to the page's limit, read
     window by window: WindowedAttention), for all layers and heads or the one `layer` / `head`."""
     layers, heads = chosen_layers_heads(model, layer, head)
@@ -207,5 +220,15 @@ def attention_page(model: GPT, tok: Tokenizer, text: str, source: str = "", laye
     hint = f" with this model's {len(layers)} layers x {len(heads)} heads (one --layer or --head allows more)"
     check_length(len(ids), limit, label, hint if many else "")
     att = windowed_attention(model, tok.pieces(ids), ids, layers, heads)
-    return attention_html(att.pieces, att.weight_bytes(), att.block, att.stride, att.layers, att.heads,
-                          model.cfg.n_layer, model.cfg.n_head, len(att.maps), source)  # fmt: skip
+    return attention_html(
+        att.pieces,
+        att.weight_bytes(),
+        att.block,
+        att.stride,
+        att.layers,
+        att.heads,
+        model.cfg.n_layer,
+        model.cfg.n_head,
+        len(att.maps),
+        source,
+    )

@@ -55,8 +55,11 @@ class HeadPoint:
 
     def to_dict(self) -> dict:
         best = self.strongest()
-        heads = [{"layer": la, "head": h, "induction": s, "previous": self.previous[la][h]}
-                 for la, row in enumerate(self.induction) for h, s in enumerate(row)]  # fmt: skip
+        heads = [
+            {"layer": la, "head": h, "induction": s, "previous": self.previous[la][h]}
+            for la, row in enumerate(self.induction)
+            for h, s in enumerate(row)
+        ]
         return {
             "step": self.step,
             "files": self.files,
@@ -68,8 +71,9 @@ class HeadPoint:
         }
 
 
-def score_point(model: GPT, ids: np.ndarray, table: np.ndarray | None, byte_mode: bool,
-                max_tokens: int = ICL_TOKENS) -> HeadPoint:  # fmt: skip
+def score_point(
+    model: GPT, ids: np.ndarray, table: np.ndarray | None, byte_mode: bool, max_tokens: int = ICL_TOKENS
+) -> HeadPoint:
     """The ICL score over a spread sample of `max_tokens` predictions of `ids` (all of its whole
     windows when it is shorter) and the head scores on repeated random sequences; the model's
     mode is left as it was."""
@@ -126,8 +130,10 @@ def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS)
     n_pred = len(ids) - 1
     starts = spread_starts(n_pred, block, max_tokens)
     sample = f"{len(starts)} spread windows of {block}" if starts else f"every whole window of {block}"
-    about = (f"{run_dir}: ICL score = loss at context position {late + 1} minus position {early + 1}, over {sample} "
-             f"in the {what}")  # fmt: skip
+    about = (
+        f"{run_dir}: ICL score = loss at context position {late + 1} minus position {early + 1}, over {sample} "
+        f"in the {what}"
+    )
     return points, about
 
 
@@ -161,15 +167,21 @@ def formation_table(points: list[HeadPoint], about: str) -> str:
         best = p.strongest()
         head = f"L{best[0]}H{best[1]} {best[2]:.3f}" if best else "-"
         val = f"{p.val_loss:.4f}" if p.val_loss is not None else "-"
-        lines.append(f"{p.step:>8}  {val:>8}  {p.sample_loss:>8.4f}  {p.icl_score:>+7.3f}  {head:<12}  "
-                     f"{', '.join(p.files)}")  # fmt: skip
+        lines.append(
+            f"{p.step:>8}  {val:>8}  {p.sample_loss:>8.4f}  {p.icl_score:>+7.3f}  {head:<12}  {', '.join(p.files)}"
+        )
     phase = phase_change(points)
     if phase:
-        lines += ["", f"phase change: the strongest induction score rises fastest between steps {phase[0]} and "
-                      f"{phase[1]} ({phase[2]:+.3f})"]  # fmt: skip
+        lines += [
+            "",
+            f"phase change: the strongest induction score rises fastest between steps {phase[0]} and "
+            f"{phase[1]} ({phase[2]:+.3f})",
+        ]
     elif ceiling:
-        lines += ["", f"no phase change yet: no induction score reaches {ROLE_MIN * ceiling:.2f} (half a perfect "
-                      "head's)"]  # fmt: skip
+        lines += [
+            "",
+            f"no phase change yet: no induction score reaches {ROLE_MIN * ceiling:.2f} (half a perfect head's)",
+        ]
     return "\n".join(lines)
 
 
@@ -193,11 +205,23 @@ def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
             top.plot(steps, values, color=colours[la], ls=styles[h % len(styles)], marker=".", label=f"L{la}H{h}")
     if points[0].induction_ceiling:
         top.axhline(points[0].induction_ceiling, color="0.5", lw=0.8, ls=":")
-        top.annotate("perfect head", (steps[0], points[0].induction_ceiling), fontsize=7, color="0.4",
-                     textcoords="offset points", xytext=(2, -10))  # fmt: skip
+        top.annotate(
+            "perfect head",
+            (steps[0], points[0].induction_ceiling),
+            fontsize=7,
+            color="0.4",
+            textcoords="offset points",
+            xytext=(2, -10),
+        )
     top.set_ylabel("induction score")
-    top.legend(fontsize=7, ncol=max(1, layers), loc="upper left", bbox_to_anchor=(1.01, 1.0), title="layer/head",
-               title_fontsize=7)  # fmt: skip
+    top.legend(
+        fontsize=7,
+        ncol=max(1, layers),
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        title="layer/head",
+        title_fontsize=7,
+    )
     top.set_title(about, fontsize=7, wrap=True)
     bottom.plot(steps, [p.sample_loss for p in points], color="#4e79a7", marker=".", label="loss on the sample")
     evaluated = [(p.step, p.val_loss) for p in points if p.val_loss is not None]
@@ -214,8 +238,15 @@ def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
     if phase:
         for ax in (top, bottom):
             ax.axvspan(phase[0], phase[1], color="#f28e2b", alpha=0.15, lw=0)
-        top.annotate("phase change", (phase[0], 1.0), xycoords=("data", "axes fraction"), fontsize=7,
-                     color="#c06000", textcoords="offset points", xytext=(3, -20))  # fmt: skip
+        top.annotate(
+            "phase change",
+            (phase[0], 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="#c06000",
+            textcoords="offset points",
+            xytext=(3, -20),
+        )
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
     fig.tight_layout()

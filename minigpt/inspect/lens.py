@@ -116,8 +116,9 @@ def logit_lens(model: GPT, tok: Tokenizer, text: str, top: int = TOP_GUESSES) ->
             top_chars.append([[guess_text(tok, i) for i in row] for row in top_ids[-1]])
     ids_list = ids.tolist()
     names = layer_names(model.cfg.n_layer)
-    return Lens(tok.pieces(ids_list), ids_list, names, top_ids, top_probs, top_chars, losses, tok.unit,
-                model.cfg.norm, dropped)  # fmt: skip
+    return Lens(
+        tok.pieces(ids_list), ids_list, names, top_ids, top_probs, top_chars, losses, tok.unit, model.cfg.norm, dropped
+    )
 
 
 def lens_of(loaded: LoadedModel, text: str, label: str = "the text", unknown: str = "error") -> Lens:
@@ -146,8 +147,10 @@ def lens_html(lens: Lens, tok: Tokenizer, source: str) -> HtmlPage:
     }
     unit = "character" if lens.unit == "char" else lens.unit
     bpc = lens.bits_per_char
-    summary = (f"{len(lens.layers)} layers over {len(lens.chars):,} {unit}s, {bpc[0]:.3f} bits per {unit} "
-               f"from the embeddings to {bpc[-1]:.3f} at the output")  # fmt: skip
+    summary = (
+        f"{len(lens.layers)} layers over {len(lens.chars):,} {unit}s, {bpc[0]:.3f} bits per {unit} "
+        f"from the embeddings to {bpc[-1]:.3f} at the output"
+    )
     return HtmlPage(render("lens", f"logit lens: {_snippet(lens.chars)}", data), "lens", summary, height=640)
 
 

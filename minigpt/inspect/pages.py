@@ -27,9 +27,13 @@ MAX_PAGE_CHARS = 50_000  # one element per character: beyond this a browser lays
 MAX_PAGE_WEIGHTS = 32 * 2**20  # attention weights in one page (one byte each, ~43 MB of HTML at most)
 TOP_GUESSES = 5
 # the scripts each page runs, in order, after common.js (heads.js: head colours, viridis, surprise steps)
-SCRIPTS = {"attention": ("heads.js", "attention.js"), "score": ("heads.js", "score.js"),
-           "playground": ("heads.js", "gpt.js", "playground.js"), "lens": ("heads.js", "lens.js"),
-           "heads_page": ("heads.js", "heads_page.js")}  # fmt: skip
+SCRIPTS = {
+    "attention": ("heads.js", "attention.js"),
+    "score": ("heads.js", "score.js"),
+    "playground": ("heads.js", "gpt.js", "playground.js"),
+    "lens": ("heads.js", "lens.js"),
+    "heads_page": ("heads.js", "heads_page.js"),
+}
 VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
 
 
@@ -105,8 +109,18 @@ def render(kind: str, title: str, data: dict) -> str:
     return template
 
 
-def attention_html(pieces: list[str], weights: bytes, block: int, stride: int, layers: list[int], heads: list[int],
-                   n_layer: int, n_head: int, windows: int, source: str) -> HtmlPage:  # fmt: skip
+def attention_html(
+    pieces: list[str],
+    weights: bytes,
+    block: int,
+    stride: int,
+    layers: list[int],
+    heads: list[int],
+    n_layer: int,
+    n_head: int,
+    windows: int,
+    source: str,
+) -> HtmlPage:
     """The attention explorer: `weights` are bytes (weight x 255, rounded), each window's lower
     triangle, in the order layer, head, window, row, column (`inspect.attention.WindowedAttention`)."""
     data = {

@@ -76,8 +76,12 @@ def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> SnapshotP
     count = 0 if not every else max(0, last // every - from_step // every)
     m = cfg.model
     tensors = 4 + m.n_layer * (6 + 6 * int(m.bias)) + 2 + (1 if m.pos_emb == "learned" else 0)
-    size = (4 * parameter_count(m, vocab_size) + OVERHEAD_BYTES + PER_TENSOR_BYTES * tensors
-            + PER_VOCAB_ENTRY_BYTES * vocab_size)  # fmt: skip
+    size = (
+        4 * parameter_count(m, vocab_size)
+        + OVERHEAD_BYTES
+        + PER_TENSOR_BYTES * tensors
+        + PER_VOCAB_ENTRY_BYTES * vocab_size
+    )
     return SnapshotPlan(count, size)
 
 
@@ -97,8 +101,9 @@ def disk_error(out_dir: Path, needs: Sequence[Need]) -> WriteError | None:
     if free + there >= total:
         return None
     fewer = ", or keep fewer snapshots (a larger train.keep_every, or 0)" if len(needs) > 2 else ""
-    parts = ", ".join(f"{n.label} {n.count} x {size_text(n.each)}" if n.count > 1 else f"{n.label} {size_text(n.each)}"
-                      for n in needs)  # fmt: skip
+    parts = ", ".join(
+        f"{n.label} {n.count} x {size_text(n.each)}" if n.count > 1 else f"{n.label} {size_text(n.each)}" for n in needs
+    )
     return WriteError(
         f"not enough disk space for {out_dir}: the run needs about {size_text(total - there)} more ({parts}) "
         f"but {size_text(free)} is free there; train into another --out or free space{fewer}"

@@ -35,11 +35,25 @@ from minigpt.train.trainer import Trainer, TrainResult
 # keys that may change when a run is resumed: they change neither what the model is nor what it
 # learns from (data.path and data.val_path may change too when the content is the same: its hash is checked)
 MAY_CHANGE_ON_RESUME = (
-    "train.max_steps", "train.eval_interval", "train.ckpt_interval", "train.device", "train.dtype",
-    "train.compile", "train.threads", "train.patience", "train.min_delta", "train.max_time", "train.final_eval",
-    "train.final_eval_tokens", "train.keep_every",
-    "data.cache_dir", "data.path", "data.val_path", "log.", *RATE_KEYS,
-)  # fmt: skip
+    "train.max_steps",
+    "train.eval_interval",
+    "train.ckpt_interval",
+    "train.device",
+    "train.dtype",
+    "train.compile",
+    "train.threads",
+    "train.patience",
+    "train.min_delta",
+    "train.max_time",
+    "train.final_eval",
+    "train.final_eval_tokens",
+    "train.keep_every",
+    "data.cache_dir",
+    "data.path",
+    "data.val_path",
+    "log.",
+    *RATE_KEYS,
+)
 
 
 def start_run(
@@ -78,8 +92,13 @@ def start_run(
     return run_training(cfg, out_dir, init_from=(source, start), started=started)
 
 
-def _resume(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], out_dir: Path,
-            auto: bool = False, started: float | None = None) -> TrainResult | None:  # fmt: skip
+def _resume(
+    config_path: Path | None,
+    overrides: Sequence[str | tuple[str, Any]],
+    out_dir: Path,
+    auto: bool = False,
+    started: float | None = None,
+) -> TrainResult | None:
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
@@ -185,8 +204,9 @@ def prepare_run_dir(out_dir: Path) -> None:
         raise UserError(f"cannot write to the run directory {out_dir}: {e.strerror}; choose another --out") from None
 
 
-def starting_vocabulary(start: Tokenizer, corpus_tok: Tokenizer, new_chars: str, source: Path,
-                        corpus_path: str) -> Tokenizer:  # fmt: skip
+def starting_vocabulary(
+    start: Tokenizer, corpus_tok: Tokenizer, new_chars: str, source: Path, corpus_path: str
+) -> Tokenizer:
     """The fine-tuning run's vocabulary: the starting model's, each character keeping its id, plus
     the new text's unseen characters at the end when data.new_chars is `add` (an error otherwise)."""
     if start.kind != corpus_tok.kind:
@@ -311,8 +331,10 @@ def run_training(
     if split:
         raise UserError(split)
     if cfg.optim.schedule_by == "time" and dist.enabled:
-        raise UserError("optim.schedule_by time trains on one process (each would read its own clock); "
-                        "use optim.schedule_by=steps with --nproc")  # fmt: skip
+        raise UserError(
+            "optim.schedule_by time trains on one process (each would read its own clock); "
+            "use optim.schedule_by=steps with --nproc"
+        )
     from minigpt.runtime.cores import START_LOAD
 
     configure_threads(cfg.train.threads, START_LOAD.others())  # cores busy with others are left to them

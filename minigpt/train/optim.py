@@ -110,9 +110,20 @@ class AdamW(Optimizer):
             if self.fused:
                 try:
                     torch._fused_adamw_(
-                        params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
-                        weight_decay=wd, eps=eps, amsgrad=False, maximize=False,
-                    )  # fmt: skip
+                        params,
+                        grads,
+                        exp_avgs,
+                        exp_avg_sqs,
+                        [],
+                        steps,
+                        lr=lr,
+                        beta1=beta1,
+                        beta2=beta2,
+                        weight_decay=wd,
+                        eps=eps,
+                        amsgrad=False,
+                        maximize=False,
+                    )
                     continue
                 except (RuntimeError, NotImplementedError):  # no kernel for this device or dtype
                     self.fused = False
@@ -201,8 +212,12 @@ NS_SCHEDULE: tuple[tuple[float, float, float], ...] = (
 )
 
 
-def orthogonalize(g: torch.Tensor, steps: int | None = None, dtype: torch.dtype = torch.bfloat16,
-                  schedule: tuple[tuple[float, float, float], ...] | None = None) -> torch.Tensor:  # fmt: skip
+def orthogonalize(
+    g: torch.Tensor,
+    steps: int | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+    schedule: tuple[tuple[float, float, float], ...] | None = None,
+) -> torch.Tensor:
     """An approximately semi-orthogonal matrix (singular values ~0.7 to 1.2) with g's singular
     vectors, for each matrix of a (batch, rows, cols) stack, computed in `dtype`; returned in
     float32. One iteration per (a, b, c) of `schedule` (NS_SCHEDULE; `steps` repeats Jordan's
@@ -272,14 +287,24 @@ class MuonAdamW(Optimizer):
     param_groups[0] is Muon's; the rest are AdamW's, in the order the AdamW optimizer keeps them.
     The state dict holds both in torch.optim's layout, parameters numbered in group order."""
 
-    def __init__(self, muon_params: list[tuple[str, torch.Tensor]], adam: AdamW | torch.optim.AdamW,
-                 lr: float, lr_scale: float, momentum: float = 0.95,
-                 ns_dtype: torch.dtype = torch.bfloat16) -> None:  # fmt: skip
+    def __init__(
+        self,
+        muon_params: list[tuple[str, torch.Tensor]],
+        adam: AdamW | torch.optim.AdamW,
+        lr: float,
+        lr_scale: float,
+        momentum: float = 0.95,
+        ns_dtype: torch.dtype = torch.bfloat16,
+    ) -> None:
         self.adam, self.ns_dtype = adam, ns_dtype
         self.muon_group: dict[str, Any] = {
-            "params": [p for _, p in muon_params], "names": [n for n, _ in muon_params],
-            "lr": lr * lr_scale, "lr_scale": lr_scale, "momentum": momentum, "nesterov": True,
-        }  # fmt: skip
+            "params": [p for _, p in muon_params],
+            "names": [n for n, _ in muon_params],
+            "lr": lr * lr_scale,
+            "lr_scale": lr_scale,
+            "momentum": momentum,
+            "nesterov": True,
+        }
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     @property
@@ -305,8 +330,11 @@ class MuonAdamW(Optimizer):
             for (rows, cols), pairs in by_shape.items():  # one batched orthogonalization per shape
                 ortho = orthogonalize(torch.stack([u for _, u in pairs]), dtype=self.ns_dtype)
                 views = [view for view, _ in pairs]
-                torch._foreach_add_(views, [o.to(v.dtype) for v, o in zip(views, ortho.unbind())],
-                                    alpha=-lr * max(1.0, rows / cols) ** 0.5)  # fmt: skip
+                torch._foreach_add_(
+                    views,
+                    [o.to(v.dtype) for v, o in zip(views, ortho.unbind())],
+                    alpha=-lr * max(1.0, rows / cols) ** 0.5,
+                )
         self.adam.step()
 
     def state_dict(self) -> dict[str, Any]:

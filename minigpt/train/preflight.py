@@ -64,15 +64,21 @@ def preflight(cfg: Config, est: Estimate, available: int | None, where: str, pro
     fits = [
         a for a in range(t.grad_accum_steps, per_rank + 1) if per_rank % a == 0 and est.total(per_rank // a) <= room
     ]
-    need = (f"train.batch_size={t.batch_size} in micro-batches of {micro} (model.block_size "
-            f"{cfg.model.block_size}) needs about {gb(est.total(micro))} ({gb(est.fixed)} weights and optimizer, "
-            f"{gb(micro * est.per_sequence)} activations) but {gb(available)} is {where}")  # fmt: skip
+    need = (
+        f"train.batch_size={t.batch_size} in micro-batches of {micro} (model.block_size "
+        f"{cfg.model.block_size}) needs about {gb(est.total(micro))} ({gb(est.fixed)} weights and optimizer, "
+        f"{gb(micro * est.per_sequence)} activations) but {gb(available)} is {where}"
+    )
     if fits:
         accum = fits[0]
-        return (f"{need}; train.grad_accum_steps={accum} keeps the batch in micro-batches of {per_rank // accum} "
-                f"(about {gb(est.total(per_rank // accum))})")  # fmt: skip
-    return (f"{need}; even one sequence at a time does not fit: lower model.block_size or the model's size "
-            f"(model.n_layer, model.n_embd)")  # fmt: skip
+        return (
+            f"{need}; train.grad_accum_steps={accum} keeps the batch in micro-batches of {per_rank // accum} "
+            f"(about {gb(est.total(per_rank // accum))})"
+        )
+    return (
+        f"{need}; even one sequence at a time does not fit: lower model.block_size or the model's size "
+        f"(model.n_layer, model.n_embd)"
+    )
 
 
 def check(cfg: Config, vocab_size: int, device: torch.device, dtype: torch.dtype, processes: int = 1) -> str | None:

@@ -93,13 +93,22 @@ class HeadsLogger:
                     writer.add_scalar(f"heads/{name}/L{layer}H{head}", score, step)
 
 
-def describe_run(cfg: Config, corpus: Corpus, tok: Tokenizer, model: GPT, device: torch.device,
-                 dtype: torch.dtype, dist: distributed.Dist) -> None:  # fmt: skip
+def describe_run(
+    cfg: Config,
+    corpus: Corpus,
+    tok: Tokenizer,
+    model: GPT,
+    device: torch.device,
+    dtype: torch.dtype,
+    dist: distributed.Dist,
+) -> None:
     """The start-up lines: the data, the model and where it runs, the MFU basis."""
     n_train, n_val = len(corpus.train), len(corpus.val)
     unit = tok.unit + "s"
-    log(f"data: {corpus.description} ({n_train + n_val:,} {unit}, {tok.kind} vocab {tok.vocab_size}; "
-        f"{n_train:,} train / {n_val:,} val)")  # fmt: skip
+    log(
+        f"data: {corpus.description} ({n_train + n_val:,} {unit}, {tok.kind} vocab {tok.vocab_size}; "
+        f"{n_train:,} train / {n_val:,} val)"
+    )
     where = f"{dist.world_size} processes ({device.type}, DDP)" if dist.enabled else f"device {device}"
     log(f"model: {model.num_params() / 1e6:.2f}M parameters | {where} | dtype {runtime.dtype_name(dtype)}")
     peak, peak_source = device_peak(device, cfg.log.peak_tflops)
@@ -117,8 +126,15 @@ class ByteProgress:
     def __init__(self, total: int, desc: str) -> None:
         self.total, self.desc, self.start = total, desc, time.perf_counter()
         show = total >= BIG_ENCODE and distributed.launched().is_main
-        self.bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
-                        disable=not (show and sys.stderr.isatty()))  # fmt: skip
+        self.bar = tqdm(
+            total=total,
+            desc=desc,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            leave=False,
+            disable=not (show and sys.stderr.isatty()),
+        )
         self.show = show
 
     def update(self, n: int) -> None:
@@ -198,10 +214,19 @@ class Reporter:
     The trainer calls `on_log` every log.interval steps, `on_eval` after each evaluation (inside
     `paused()`, so evaluation time stays out of tokens/s), and `close` at the end."""
 
-    def __init__(self, cfg: Config, out_dir: Path, model: GPT, tok: Tokenizer, device: torch.device,
-                 dist: distributed.Dist, start_step: int, start_tokens: int,
-                 time_budget: tuple[float, float] | None = None,
-                 val: tuple[Any, Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: Config,
+        out_dir: Path,
+        model: GPT,
+        tok: Tokenizer,
+        device: torch.device,
+        dist: distributed.Dist,
+        start_step: int,
+        start_tokens: int,
+        time_budget: tuple[float, float] | None = None,
+        val: tuple[Any, Any] | None = None,
+    ) -> None:
         self.cfg, self.out_dir, self.model, self.tok, self.dist = cfg, out_dir, model, tok, dist
         # optim.schedule_by=time: (start, deadline) in perf_counter seconds; progress is time, not steps
         self.time_budget = time_budget
@@ -228,8 +253,15 @@ class Reporter:
         self.heads = HeadsLogger(model, tok, *val) if self.writer is not None and scored else None
         self.mode = progress_mode(cfg.log.progress)
         total = None if time_budget else cfg.train.max_steps  # a step count there is only a cap
-        self.bar = tqdm(total=total, initial=start_step, desc="train", unit="step", file=sys.stderr,
-                        dynamic_ncols=True, disable=not dist.is_main or self.mode != "bar")  # fmt: skip
+        self.bar = tqdm(
+            total=total,
+            initial=start_step,
+            desc="train",
+            unit="step",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            disable=not dist.is_main or self.mode != "bar",
+        )
         if self.mode == "bar":
             self._exit.enter_context(runtime.log_sink(lambda msg: tqdm.write(msg, file=sys.stderr)))
         self.start_step, self.t_start = start_step, time.perf_counter()
@@ -348,9 +380,11 @@ class Reporter:
             took = f"scored in {self.final_seconds:.1f}s"
             exact = f"; whole val split {full.loss:.4f} ({full.bpc:.3f} {self.bits}, {took})"
             if full.sampled:  # past train.final_eval_tokens
-                exact = (f"; val split {full.loss:.4f} ({full.bpc:.3f} {self.bits}) on a spread sample of "
-                         f"{full.tokens:,} of its {full.of_tokens:,} {self.tok.unit}s (train.final_eval_tokens; "
-                         f"{took}; minigpt eval scores them all)")  # fmt: skip
+                exact = (
+                    f"; val split {full.loss:.4f} ({full.bpc:.3f} {self.bits}) on a spread sample of "
+                    f"{full.tokens:,} of its {full.of_tokens:,} {self.tok.unit}s (train.final_eval_tokens; "
+                    f"{took}; minigpt eval scores them all)"
+                )
         out = self.out_dir
         log(
             f"done: {steps} steps in {wall:.1f}s{speed}, best val loss {best_val_loss:.4f} "

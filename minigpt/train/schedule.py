@@ -53,8 +53,10 @@ def replanned_schedule_note(saved: Config, cfg: Config, step: int, changed: list
         return lr * c.optim.muon_lr / c.optim.lr if muon else lr
 
     before = rate(saved, step - 1) if step else 0.0
-    note = (f"note: the {cfg.optim.schedule} schedule is re-planned over {cfg.train.max_steps} steps{why}: "
-            f"the learning rate goes from {before:.3g} to {rate(cfg, step):.3g} at step {step}")  # fmt: skip
+    note = (
+        f"note: the {cfg.optim.schedule} schedule is re-planned over {cfg.train.max_steps} steps{why}: "
+        f"the learning rate goes from {before:.3g} to {rate(cfg, step):.3g} at step {step}"
+    )
     if cfg.optim.optimizer == "muon" and rates:
         muon_before = rate(saved, step - 1, muon=True) if step else 0.0
         note += f" (Muon's from {muon_before:.3g} to {rate(cfg, step, muon=True):.3g})"

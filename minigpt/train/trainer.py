@@ -86,8 +86,16 @@ class StepStats:
 class Trainer:
     """One training process of one run. Under torchrun every rank builds one; rank 0 alone writes."""
 
-    def __init__(self, cfg: Config, corpus: Corpus, tok: Tokenizer, device: torch.device, dtype: torch.dtype,
-                 out_dir: Path, dist: distributed.Dist | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: Config,
+        corpus: Corpus,
+        tok: Tokenizer,
+        device: torch.device,
+        dtype: torch.dtype,
+        out_dir: Path,
+        dist: distributed.Dist | None = None,
+    ) -> None:
         self.cfg, self.corpus, self.tok, self.out_dir = cfg, corpus, tok, out_dir
         self.device, self.dtype, self.dist = device, dtype, dist or distributed.Dist()
         t, rank, world = cfg.train, self.dist.rank, self.dist.world_size
@@ -174,8 +182,11 @@ class Trainer:
         """A sync point (the same steps on every rank): the mean training loss over ranks since the
         last call, whether any rank was asked to stop, and whether any is past train.max_time; the
         only host sync between evals."""
-        flags = [self._loss_sum.float(), self._loss_sum.new_tensor(float(stop.signum or 0)),
-                 self._loss_sum.new_tensor(float(late))]  # fmt: skip
+        flags = [
+            self._loss_sum.float(),
+            self._loss_sum.new_tensor(float(stop.signum or 0)),
+            self._loss_sum.new_tensor(float(late)),
+        ]
         reduced = distributed.all_sum(torch.stack(flags), self.dist)
         mean = reduced[0].item() / self.dist.world_size / max(self._loss_count, 1)
         return mean, reduced[1].item() > 0, reduced[2].item() > 0
@@ -195,8 +206,12 @@ class Trainer:
         extra: dict[str, Any] = {"step": self.state.step, "tokens_seen": self.state.tokens_seen}
         if resumable:
             scaler = self.scaler.state_dict() if self.scaler.is_enabled() else None
-            extra = {"optimizer": self.optimizer.state_dict(), "scaler": scaler, **self.state.state_dict(),
-                     **self.rng.state_dict()}  # fmt: skip
+            extra = {
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": scaler,
+                **self.state.state_dict(),
+                **self.rng.state_dict(),
+            }
         return Checkpoint(
             model=self.model.state_dict(),  # the unwrapped model: loads anywhere, with or without DDP
             config=self.cfg.to_dict(),
@@ -234,8 +249,11 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         micro = t.batch_size // t.grad_accum_steps // self.dist.world_size
-        split = [a for a in range(t.grad_accum_steps + 1, micro * t.grad_accum_steps + 1)
-                 if (t.batch_size // self.dist.world_size) % a == 0]  # fmt: skip
+        split = [
+            a
+            for a in range(t.grad_accum_steps + 1, micro * t.grad_accum_steps + 1)
+            if (t.batch_size // self.dist.world_size) % a == 0
+        ]
         advice = f"; try train.grad_accum_steps={split[0]} (the same batch in smaller micro-batches)" if split else ""
         return UserError(
             f"out of memory on {self.device} at step {self.state.step} with micro-batches of {micro} sequences of "
@@ -292,9 +310,11 @@ class Trainer:
             self._evaluate_and_save(reporter)
             if t.patience and state.evals_since_best >= t.patience:
                 what = "a new best" if not t.min_delta else f"an improvement of more than {t.min_delta:g} (min_delta)"
-                return (f"early stop at step {state.step}: {state.evals_since_best} evaluations without {what} "
-                        f"(train.patience {t.patience}); the best, {state.best_val_loss:.4f}, was at step "
-                        f"{state.best_step}")  # fmt: skip
+                return (
+                    f"early stop at step {state.step}: {state.evals_since_best} evaluations without {what} "
+                    f"(train.patience {t.patience}); the best, {state.best_val_loss:.4f}, was at step "
+                    f"{state.best_step}"
+                )
         elif do_ckpt:
             self.save(LAST)
         if any_late and not last:
@@ -328,31 +348,44 @@ class Trainer:
     def _final_evaluation(self, stop: StopRequest, reporter: Reporter) -> EvalResult:
         """final_eval(), which a stop signal ends at once: last.pt already holds the final step."""
         n, bound = len(self.corpus.val), self.cfg.train.final_eval_tokens
-        what = f"the whole validation split ({n:,} {self.tok.unit}s)" if not bound or n <= bound else (
-            f"a spread sample of about {bound:,} of the validation split's {n:,} {self.tok.unit}s "
-            "(train.final_eval_tokens)")  # fmt: skip
+        what = (
+            f"the whole validation split ({n:,} {self.tok.unit}s)"
+            if not bound or n <= bound
+            else (
+                f"a spread sample of about {bound:,} of the validation split's {n:,} {self.tok.unit}s "
+                "(train.final_eval_tokens)"
+            )
+        )
         log(f"final evaluation: {what}")
         t_full = time.perf_counter()
         try:
             with stop.at_once():
                 full = self.final_eval()
         except StopNow as e:
-            raise TrainingInterrupted(128 + e.signum, f"stopped during the final evaluation; training ended at step "
-                                      f"{self.state.step}, saved in {self.out_dir / LAST}. Score it with: "
-                                      f"minigpt train --out {self.out_dir} --resume auto") from None  # fmt: skip
+            raise TrainingInterrupted(
+                128 + e.signum,
+                f"stopped during the final evaluation; training ended at step "
+                f"{self.state.step}, saved in {self.out_dir / LAST}. Score it with: "
+                f"minigpt train --out {self.out_dir} --resume auto",
+            ) from None
         reporter.on_final(self.state.step, full, time.perf_counter() - t_full)
         return full
 
     def _write_results(self, result: TrainResult, tokens_per_s: float | None) -> None:
         full = result.full
         results = {
-            "steps": result.step, "wall_s": round(result.wall_seconds, 3), "tokens": self.state.tokens_seen,
-            "best_step": self.state.best_step, "best_val_loss": result.best_val_loss,
-            "val_loss_full": full.loss if full else None, "val_bpc_full": full.bpc if full else None,
-            "tokens_per_s": tokens_per_s, "stopped": result.stopped or "max_steps",
+            "steps": result.step,
+            "wall_s": round(result.wall_seconds, 3),
+            "tokens": self.state.tokens_seen,
+            "best_step": self.state.best_step,
+            "best_val_loss": result.best_val_loss,
+            "val_loss_full": full.loss if full else None,
+            "val_bpc_full": full.bpc if full else None,
+            "tokens_per_s": tokens_per_s,
+            "stopped": result.stopped or "max_steps",
             "val_tokens_scored": full.tokens if full else None,
             "val_tokens": (full.of_tokens or full.tokens) if full else None,
-        }  # fmt: skip
+        }
         kept = f"training finished and {self.out_dir / LAST} is saved; score it with: minigpt eval {self.out_dir}"
         write_run_file(self.out_dir / "results.json", json.dumps(results, indent=1) + "\n", kept)
 
@@ -367,8 +400,18 @@ class Trainer:
             self._time_budget = (time.perf_counter(), state.time_progress, deadline)
         budget = (t_start, deadline) if self._time_budget else None
         self._cores = core_share(self.cfg.train.threads, self.device, self.dist.enabled)
-        reporter = Reporter(self.cfg, self.out_dir, self.model, self.tok, self.device, self.dist, state.step,
-                            state.tokens_seen, budget, val=(self.corpus.val, self.corpus.table))  # fmt: skip
+        reporter = Reporter(
+            self.cfg,
+            self.out_dir,
+            self.model,
+            self.tok,
+            self.device,
+            self.dist,
+            state.step,
+            state.tokens_seen,
+            budget,
+            val=(self.corpus.val, self.corpus.table),
+        )
         self.model.train()
         stopped: str | None = None
         full: EvalResult | None = None
@@ -392,8 +435,9 @@ class Trainer:
                     full = self._final_evaluation(stop, reporter)
         finally:
             reporter.close(quiet=sys.exc_info()[0] is not None)
-        result = TrainResult(self.out_dir, state.step, state.best_val_loss, self.val_loss,
-                             time.perf_counter() - t_start, stopped, full)  # fmt: skip
+        result = TrainResult(
+            self.out_dir, state.step, state.best_val_loss, self.val_loss, time.perf_counter() - t_start, stopped, full
+        )
         if self.dist.is_main:
             self._write_results(result, reporter.median_rate())
         reporter.summary(result.step, result.wall_seconds, result.best_val_loss, full)
@@ -446,8 +490,10 @@ def diverged_error(out_dir: Path, cfg: Config, step: int, quantity: str, value: 
     good = find_checkpoint(out_dir, prefer=LAST)
     o, where = cfg.optim, f"training diverged: the {quantity} became {value} at step {step}"
     if good is None:
-        return UserError(f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
-                         "keep optim.grad_clip on, or check the data")  # fmt: skip
+        return UserError(
+            f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
+            "keep optim.grad_clip on, or check the data"
+        )
     return UserError(
         f"{where} (the last good checkpoint is kept: {good}); continue from it at half the learning rate with: "
         f"{lower_rate_command(out_dir, cfg, good)} (halve it again if it diverges again), or check the data"
