@@ -31,7 +31,10 @@ ROLE_MARGIN = 0.2
 LOCAL_DISTANCE = 3.0
 ROLE_NAMES = {"previous": "previous", "duplicate": "duplicate", "induction": "induction", "first": "first"}
 ABLATION_TOKENS = 65_536  # the validation sample head ablation is measured on
-AUTO_EXACT = 12  # --exact auto: every head exactly up to this many heads, else this many
+# --exact auto: exact ablation for the heads whose estimate is at least AUTO_SHARE of the largest, at most AUTO_EXACT
+AUTO_SHARE = 0.25
+AUTO_EXACT = 6
+RERUN_BATCHES = 4  # exact reruns go through the blocks this many estimate batches at a time
 
 
 def repeated_tokens(
@@ -176,7 +179,7 @@ def ablate_heads(
     ids: np.ndarray,
     table: np.ndarray | None,
     mode: str = "mean",
-    exact: int | None = None,
+    exact: int | str | None = None,
     max_tokens: int = ABLATION_TOKENS,
     batch_windows: int = 16,
 ) -> tuple[list[list[dict]], float, int]:
@@ -185,7 +188,8 @@ def ablate_heads(
 
     One forward and backward pass estimates every head's rise (`_estimate`). Exact ablation then
     reruns the blocks from the head's layer up, starting from the kept residual stream, for the
-    `exact` heads with the largest estimates (all heads when None). Returns per layer and head
+    `exact` heads with the largest estimates (all when None; "auto": those whose estimate is at
+    least AUTO_SHARE of the largest, at most AUTO_EXACT). Returns per layer and head
     {loss_delta, stderr, exact} (stderr over the sampled windows; None for an estimate), the
     unablated loss, and the predictions scored."""
     cfg = model.cfg
@@ -205,6 +209,15 @@ def ablate_heads(
     ]
     base = torch.cat([losses for _, losses in kept])  # (W,) each window's mean loss
     order = sorted(np.ndindex(cfg.n_layer, cfg.n_head), key=lambda lh: -float(estimate[lh]))
+    if exact == "auto":
+        top = float(estimate.max())
+        exact = min(AUTO_EXACT, sum(float(estimate[lh]) >= AUTO_SHARE * top for lh in order)) if top > 0 else 0
+    groups = []  # (ids, targets, the stream entering each layer), RERUN_BATCHES batches at a time
+    for i in range(0, len(batches), RERUN_BATCHES):
+        part, streams = batches[i : i + RERUN_BATCHES], [k[0] for k in kept[i : i + RERUN_BATCHES]]
+        layers = [torch.cat([s[layer] for s in streams]) for layer in range(cfg.n_layer)]
+        groups.append((torch.cat([b[0] for b in part]), torch.cat([b[1] for b in part]), layers))
+    del kept
     with torch.no_grad(), evaluating(model):
         for layer, head in order if exact is None else order[:exact]:
             fill = mean[layer, head].to(model.dtype).to(model.device)
@@ -216,7 +229,7 @@ def ablate_heads(
 
             rises = []
             with _heads_edited(model, {layer: replace}):
-                for (idx, y), (streams, _) in zip(batches, kept):
+                for idx, y, streams in groups:
                     _, rope = model.embed(idx)
                     x = model.run_blocks(streams[layer], idx, rope, layer)
                     rises.append(_window_losses(model, x, y).mean(1).cpu())
@@ -289,7 +302,7 @@ def analyze_heads(
     ids: np.ndarray | None = None,
     table: np.ndarray | None = None,
     ablation: str = "mean",
-    exact: int | None = None,
+    exact: int | str | None = None,
     meta: dict | None = None,
 ) -> HeadsReport:
     """Every head's pattern scores and role, and, given validation `ids` and an ablation mode, the
@@ -311,8 +324,7 @@ def analyze_heads(
 
 def heads_of(loaded, data=None, ablation: str = "mean", exact: int | str | None = "auto") -> HeadsReport:
     """`minigpt heads` on a loaded model: every head measured, ablations on the run's validation
-    split (or all of `data`). exact "auto" measures every head exactly in models of up to
-    AUTO_EXACT heads, else the AUTO_EXACT with the largest estimates; None measures all."""
+    split (or all of `data`). exact: "auto" (see ablate_heads), a number of heads, or None for all."""
     from minigpt.infer.evaluate import eval_ids_for
     from minigpt.infer.loading import source_line
     from minigpt.inspect.pages import token_label
@@ -322,8 +334,6 @@ def heads_of(loaded, data=None, ablation: str = "mean", exact: int | str | None 
     label = ""
     if ablation != "none":
         ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
-    if exact == "auto":
-        exact = None if model.cfg.n_layer * model.cfg.n_head <= AUTO_EXACT else AUTO_EXACT
     meta = {"source": source_line(loaded), "ablation_text": label, "unit": loaded.tokenizer.unit}
     report = analyze_heads(model, loaded.tokenizer.kind == "byte", ids, table, ablation, exact, meta)
     report.meta["labels"] = [token_label(loaded.tokenizer, i) for i in report.tokens]  # how the page shows them
