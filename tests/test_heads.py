@@ -176,7 +176,7 @@ def test_the_heads_table_marks_estimates_and_shows_every_head(cli, trained_run: 
 @pytest.mark.parametrize("kind", ["char", "byte"])
 def test_runs_written_by_an_earlier_release_are_measured(cli, kind: str):
     fixtures = Path(__file__).resolve().parent / "fixtures" / "v0_1_runs"
-    result = cli("heads", fixtures / kind, "--data", fixtures / "tiny.txt", "--json")
+    result = cli("heads", fixtures / kind, "--data", fixtures / "tiny.txt", "--json", "--exact", "all")
     assert result.code == 0, result
     heads = [json.loads(line) for line in result.out.splitlines()]
     assert len(heads) == 2
