@@ -48,8 +48,8 @@ def evaluating(model: nn.Module) -> Iterator[nn.Module]:
 
 
 def linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """module(x) without nn.Module's call machinery: the same operation, faster over the many calls a
-    forward makes inside the blocks (docs/benchmarks.md); hooks on these layers are not used."""
+    """module(x) without nn.Module's call machinery: the same operation, and hooks on these layers are
+    not used. Speed trick, kept: decoding 10% faster (6x384 model); training gains nothing (docs/benchmarks.md)."""
     return F.linear(x, module.weight, module.bias)
 
 

@@ -1569,6 +1569,141 @@ def add_startup_args(ap: argparse.ArgumentParser) -> None:
     add_repeats_arg(ap, default=9)
 
 
+# ======================================================================================== tricks
+
+TRICK_FIRST_STEP = """
+import time, torch
+t = time.perf_counter()
+p = torch.nn.Parameter(torch.randn(100, 100)); p.grad = torch.randn(100, 100)
+{make}
+opt.step()
+print(time.perf_counter() - t)
+"""
+TRICK_OPTIMIZERS = {
+    "minigpt AdamW": "from minigpt.train.optim import AdamW; "
+    "opt = AdamW([{'params': [p], 'weight_decay': 0.1}], lr=1e-3, betas=(0.9, 0.99))",
+    "torch AdamW fused": "opt = torch.optim.AdamW([p], lr=1e-3, fused=True)",
+}
+TRICK_EXIT = "import sys, torch\nfrom minigpt.cli.process import exit_fast\n{how}\n"
+
+
+def _module_calls(on: bool) -> None:
+    """model.linear()/norm() through nn.Module.__call__ (on) or functionally (minigpt's trick)."""
+    import torch.nn.functional as F
+
+    import minigpt.model as mm
+
+    if on:
+        mm.linear = lambda m, x: m(x)
+        mm.norm = lambda m, x: m(x)
+    else:
+        mm.linear = lambda m, x: F.linear(x, m.weight, m.bias)
+        mm.norm = lambda m, x: F.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps)
+
+
+def _trick_decoding(repeats: int) -> dict[str, float]:
+    import torch
+
+    from minigpt.config.schema import ModelConfig
+    from minigpt.infer.decode import generate_batch
+    from minigpt.infer.loading import column_major_for_decoding
+    from minigpt.model import GPT
+
+    def rate(model, n: int) -> float:
+        t = time.perf_counter()
+        generate_batch(model, [[1, 2, 3]], n, temperature=1.0, generators=[torch.Generator().manual_seed(0)])
+        return n / (time.perf_counter() - t)
+
+    rates: dict[str, list[float]] = {"tricks on": [], "row-major weights": [], "module calls": []}
+    for _ in range(repeats):
+        for name, runs in rates.items():
+            torch.manual_seed(0)
+            model = GPT(ModelConfig(n_layer=6, n_head=6, n_embd=384, block_size=256), 65).eval()
+            if name != "row-major weights":
+                column_major_for_decoding(model)
+            _module_calls(name == "module calls")
+            rate(model, 20)
+            runs.append(rate(model, 300))
+    _module_calls(False)
+    return {k: statistics.median(v) for k, v in rates.items()}
+
+
+def _trick_training(repeats: int) -> dict[str, float]:
+    import torch
+
+    from minigpt.config.schema import ModelConfig
+    from minigpt.model import GPT
+    from minigpt.train.optim import AdamW
+
+    x, y = torch.randint(0, 65, (32, 64)), torch.randint(0, 65, (32, 64))
+    res: dict[str, list[float]] = {"tricks on": [], "module calls": [], "torch AdamW fused": []}
+    for _ in range(repeats):
+        for name, runs in res.items():
+            torch.manual_seed(0)
+            model = GPT(ModelConfig(), 65)
+            _module_calls(name == "module calls")
+            params = list(model.parameters())
+            if name == "torch AdamW fused":
+                opt = torch.optim.AdamW(params, lr=1e-3, fused=True)
+            else:
+                opt = AdamW([{"params": params, "weight_decay": 0.1}], lr=1e-3, betas=(0.9, 0.99))
+            times = []
+            for i in range(35):
+                t = time.perf_counter()
+                model(x, y)[1].backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if i >= 5:
+                    times.append(time.perf_counter() - t)
+            runs.append(1000 * statistics.median(times))
+    _module_calls(False)
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
+def _in_fresh_processes(codes: dict[str, str], repeats: int, timed: bool) -> dict[str, float]:
+    """Each code in a new interpreter, alternating: its printed number, or (timed) its wall time."""
+    res: dict[str, list[float]] = {k: [] for k in codes}
+    for _ in range(repeats):
+        for name, code in codes.items():
+            t = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            res[name].append(time.perf_counter() - t if timed else float(out.stdout.split()[-1]))
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
+def cmd_tricks(a: argparse.Namespace) -> int:
+    """Issue 36's speed tricks, each on and off, alternating, medians (docs/benchmarks.md).
+
+    decoding: chars/s of a 6x384 context-256 model, with column-major weights and functional
+    linear()/norm() (on), row-major weights, or module calls. training: ms per step of the default
+    model with minigpt's AdamW, module calls, or torch.optim.AdamW(fused=True). first-step: seconds
+    from creating an optimizer to its first step in a fresh process. exit: whole-process seconds
+    of a process that imports torch and exits through exit_fast or sys.exit."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    figures = {
+        "decoding chars/s": _trick_decoding(a.repeats),
+        "training ms/step": _trick_training(a.repeats),
+        "first optimizer step s": _in_fresh_processes(
+            {k: TRICK_FIRST_STEP.format(make=v) for k, v in TRICK_OPTIMIZERS.items()}, a.repeats, timed=False
+        ),
+        "exit process s": _in_fresh_processes(
+            {k: TRICK_EXIT.format(how=v) for k, v in {"exit_fast": "exit_fast(0)", "sys.exit": "sys.exit(0)"}.items()},
+            a.repeats,
+            timed=True,
+        ),
+    }
+    for figure, values in figures.items():
+        print(f"{figure:<24} " + "  ".join(f"{k}: {v:.4g}" for k, v in values.items()))
+    print(json.dumps({"tricks": figures, "repeats": a.repeats, "machine": machine_info()}))
+    return 0
+
+
+def add_tricks_args(ap: argparse.ArgumentParser) -> None:
+    add_repeats_arg(ap, default=5)
+
+
 # ======================================================================================== main
 
 COMMANDS = {  # name: (what adds its options, what runs it)
@@ -1579,6 +1714,7 @@ COMMANDS = {  # name: (what adds its options, what runs it)
     "share": (add_share_args, cmd_share),
     "playground": (add_playground_args, cmd_playground),
     "startup": (add_startup_args, cmd_startup),
+    "tricks": (add_tricks_args, cmd_tricks),
 }
 
 

@@ -20,7 +20,7 @@ from minigpt.cli.lens import lens_cmd
 from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
 from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.cli.sample import sample
-from minigpt.cli.train import TrainCommand, train_cmd
+from minigpt.cli.train import train_cmd
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.runtime.cores import measure_load_from_now
 
@@ -63,7 +63,7 @@ def _options(
     """Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample."""
 
 
-app.command(name="train", cls=TrainCommand)(train_cmd)  # its body: cli/train.py
+app.command(name="train", epilog=cli_help.train_epilog())(train_cmd)  # its body: cli/train.py
 
 
 app.command(epilog=epilog("sample"))(sample)  # its body: cli/sample.py

@@ -73,8 +73,7 @@ def epilog(command: str) -> str:
 
 
 def train_epilog() -> str:
-    """train's examples and the config keys that take fixed values, read from config/schema.py (so only
-    when the help is shown)."""
+    """train's examples and the config keys that take fixed values, read from config/schema.py."""
     from minigpt.config.schema import all_keys
 
     fixed = [f"{k}={'|'.join(f.metadata['choices'])}" for k, f in all_keys().items() if f.metadata.get("choices")]

@@ -37,7 +37,8 @@ def exit_fast(code: int) -> NoReturn:
     type is reported, though none leaked. Without the freeze the report goes away, but the
     collection then walks the compiler's objects too (seconds after a compiled run:
     docs/benchmarks.md), so such a process ends with os._exit after the shutdown steps that matter.
-    """
+    Speed trick, kept: every command ends about 0.2 s sooner (5% of a short one); the nanobind branch
+    is for correctness, no false leak reports (docs/benchmarks.md)."""
     if nanobind_loaded():
         _exit_without_teardown(code)
     gc.freeze()

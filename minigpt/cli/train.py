@@ -12,25 +12,10 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from typer.core import TyperCommand
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.options import device_option
 from minigpt.errors import UserError
-
-
-class TrainCommand(TyperCommand):
-    """`train`, whose help also lists the config keys that take fixed values, read from config/schema.py
-    only when the help is shown: no other command should pay for importing it (docs/benchmarks.md)."""
-
-    @property
-    def epilog(self) -> str:
-        return cli_help.train_epilog()
-
-    @epilog.setter
-    def epilog(self, value: str | None) -> None:  # click's constructor sets it; the property wins
-        pass
-
 
 InitFromOpt = Annotated[
     Path | None,

@@ -1,5 +1,7 @@
 """The cores this process may use and how busy other processes keep them: the thread count a
-command starts with, and the one a CPU training follows while it runs. Standard library only."""
+command starts with, and the one a CPU training follows while it runs. Standard library only.
+Kept on trial: two default trainings at once on 2 cores took 79 s following the load, 589 s with
+fixed threads (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

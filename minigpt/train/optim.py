@@ -12,6 +12,8 @@ docs/benchmarks.md). It runs torch's fused AdamW kernel (`torch._fused_adamw_`, 
 gradient and both moments, where the foreach formulation makes eight (docs/benchmarks.md); the same
 update as foreach operations where the kernel is missing (an older torch, another device). On CUDA
 the trainer uses torch.optim.AdamW(fused=True) instead.
+Speed trick, kept: the first optimizer step is about 5 s sooner (the step itself costs the same as
+torch's fused AdamW); the trial is in docs/benchmarks.md ("Speed tricks on trial").
 
 Muon (Keller Jordan, 2024; the optimizer of the speed-record GPT trainers) keeps a Nesterov
 momentum of each matrix's gradient and replaces the update by its nearest semi-orthogonal matrix,
