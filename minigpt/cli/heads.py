@@ -10,8 +10,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from minigpt.cli import help as cli_help
-from minigpt.cli.options import inference_device
+from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_device
 from minigpt.errors import UserError
 
 Ablation = Literal["mean", "zero", "none"]
@@ -24,14 +23,7 @@ ROLE_COLOURS = {"previous": "36", "induction": "35", "duplicate": "33", "first":
 
 
 def heads_cmd(
-    target: Annotated[
-        Path,
-        typer.Argument(
-            metavar="RUN_DIR|CHECKPOINT",
-            help="A run directory or a .pt file.",
-            autocompletion=cli_help.complete_run_or_checkpoint,
-        ),
-    ],
+    target: TargetArg,
     data: Annotated[
         Path | None,
         typer.Option(
@@ -71,10 +63,8 @@ def heads_cmd(
         Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.", show_default=False)
     ] = None,
     no_color: Annotated[bool, typer.Option("--no-color", help="A plain table.")] = False,
-    device: Annotated[str, typer.Option("--device", metavar=cli_help.DEVICE_METAVAR, help="The device.")] = "auto",
-    threads: Annotated[
-        int, typer.Option("--threads", min=0, show_default=False, help="CPU threads (0 = all free).")
-    ] = 0,
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
 ) -> None:
     """What each attention head does: pattern scores on repeated random text, a role, and the loss its removal costs."""
     from minigpt.inspect.pages import check_output

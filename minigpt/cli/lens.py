@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from minigpt.cli import help as cli_help
 from minigpt.cli.help import UnknownChars
-from minigpt.cli.options import inference_device
+from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_device
 from minigpt.errors import UserError
 
 if TYPE_CHECKING:
@@ -28,14 +27,7 @@ VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # as 
 
 
 def lens_cmd(
-    target: Annotated[
-        Path,
-        typer.Argument(
-            metavar="RUN_DIR|CHECKPOINT",
-            help="A run directory or a .pt file.",
-            autocompletion=cli_help.complete_run_or_checkpoint,
-        ),
-    ],
+    target: TargetArg,
     text: Annotated[
         str | None, typer.Option("--text", help="The text to look at (its first block_size characters).")
     ] = None,
@@ -62,24 +54,8 @@ def lens_cmd(
     unknown: Annotated[
         UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")
     ] = "error",
-    device: Annotated[
-        str,
-        typer.Option(
-            "--device",
-            metavar=cli_help.DEVICE_METAVAR,
-            autocompletion=cli_help.complete_device,
-            help="The device: auto is cuda, else mps, else cpu.",
-        ),
-    ] = "auto",
-    threads: Annotated[
-        int,
-        typer.Option(
-            "--threads",
-            min=0,
-            show_default=False,
-            help="CPU threads (0 = the cores this process may use, less those busy).",
-        ),
-    ] = 0,
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = 0,
 ) -> None:
     """The logit lens: what the model would predict if it stopped after each layer. The final
     LayerNorm and output head are applied to the residual stream after each block; the last layer
