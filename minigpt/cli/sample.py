@@ -79,7 +79,7 @@ def sample(
     """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
     from minigpt.config.schema import SampleOptions
     from minigpt.infer.loading import cast_for_sampling, load_model
-    from minigpt.infer.sample import check_stops, plan_samples, run_plan, sample_records
+    from minigpt.infer.sample import check_stops, plan_samples, run_plan
 
     opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
     prompts, label = prompts_from(prompt, prompt_file, prompts_file)
@@ -90,27 +90,37 @@ def sample(
         )
     loaded = load_model(target, inference_device(device, threads))
     cast_for_sampling(loaded, dtype, device)
-    tok, stops = loaded.tokenizer, stop or []
+    stops = stop or []
     if interactive:
-        check_stops(tok, stops)
-    else:
-        plan = plan_samples(tok, prompts, opts, stops, label)  # every input checked before any output
-    step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
-    val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""
-    print(f"sampling from {loaded.path} (step {step}{val_text})", file=sys.stderr)
-    if interactive:
-        from minigpt.cli.interactive import repl
-
-        def run(prompt: str, o: SampleOptions, s: list[str]) -> None:
-            sample_records(loaded, prompt, o, _write_stdout, s)  # a prompt's unknown characters: an error line
-
-        return repl(run, opts, stops, lambda s: check_stops(tok, s))
+        check_stops(loaded.tokenizer, stops)
+        _announce(loaded)
+        return _interactive(loaded, opts, stops)
+    plan = plan_samples(loaded.tokenizer, prompts, opts, stops, label)  # every input checked before any output
+    _announce(loaded)
     if as_json:
         for s in run_plan(loaded, plan):
             _write_stdout(s.to_json() + "\n")
     else:
         run_plan(loaded, plan, _write_stdout)
     return 0
+
+
+def _announce(loaded) -> None:
+    """The line on stderr naming the model the samples come from."""
+    step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
+    val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""
+    print(f"sampling from {loaded.path} (step {step}{val_text})", file=sys.stderr)
+
+
+def _interactive(loaded, opts, stops: list[str]) -> int:
+    """--interactive: prompt after prompt on the terminal, the model kept loaded."""
+    from minigpt.cli.interactive import repl
+    from minigpt.infer.sample import check_stops, sample_records
+
+    def run(prompt: str, o, s: list[str]) -> None:
+        sample_records(loaded, prompt, o, _write_stdout, s)  # a prompt's unknown characters: an error line
+
+    return repl(run, opts, stops, lambda s: check_stops(loaded.tokenizer, s))
 
 
 def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
