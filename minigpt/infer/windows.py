@@ -17,7 +17,12 @@ def token_losses(model: GPT, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Te
     """The next-token loss in nats at every position of x (B, T) against targets y (B, T), as
     (B, T) float32, and the logits (B, T, V) it came from."""
     logits, _ = model(x)
-    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view(y.shape), logits
+    return losses_of(logits, y), logits
+
+
+def losses_of(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The next-token loss in nats (B, T), float32, of logits (B, T, V) against targets y (B, T)."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view(y.shape)
 
 
 def spread_starts(n_pred: int, block: int, max_tokens: int) -> list[int] | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minigpt.checkpoint import BEST, LAST, list_snapshots, load_checkpoint
+from minigpt.checkpoint import BEST, LAST, SNAPSHOT, list_snapshots, load_checkpoint
 from minigpt.errors import UserError
 from minigpt.infer.evaluate import icl_score, loss_by_position
 from minigpt.infer.windows import spread_starts
@@ -110,7 +110,9 @@ def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS)
     run_dir = target if target.is_dir() else target.parent
     by_step: dict[int, list[Path]] = {}
     for path in run_checkpoints(run_dir):
-        by_step.setdefault(int(load_checkpoint(path).get("step") or 0), []).append(path)
+        named = SNAPSHOT.match(path.name)  # a snapshot's name holds its step: no need to read it twice
+        step = int(named.group(1)) if named else int(load_checkpoint(path).get("step") or 0)
+        by_step.setdefault(step, []).append(path)
     if len(by_step) < 2:
         raise UserError(NO_SNAPSHOTS.format(run=run_dir))
     points: list[HeadPoint] = []

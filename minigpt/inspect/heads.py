@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from minigpt.errors import UserError
-from minigpt.infer.windows import spread_starts, text_windows
+from minigpt.infer.windows import losses_of, spread_starts, text_windows
 from minigpt.model import GPT, evaluating
 
 PATTERNS = ("previous", "duplicate", "induction", "first")
@@ -168,12 +168,6 @@ def _heads_edited(model: GPT, edits: dict[int, object]) -> Iterator[None]:
             block.attn.edit_heads = None
 
 
-def _window_losses(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per-position losses (B, T) from a final residual stream x (B, T, C)."""
-    logits = model.logits(x).float()
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
-
-
 def ablate_heads(
     model: GPT,
     ids: np.ndarray,
@@ -232,7 +226,7 @@ def ablate_heads(
                 for idx, y, streams in groups:
                     _, rope = model.embed(idx)
                     x = model.run_blocks(streams[layer], idx, rope, layer)
-                    rises.append(_window_losses(model, x, y).mean(1).cpu())
+                    rises.append(losses_of(model.logits(x), y).mean(1).cpu())
             deltas = torch.cat(rises).double() - base.double()
             stderr = float(deltas.std() / math.sqrt(len(deltas))) if len(deltas) > 1 else 0.0
             results[layer][head] = {"loss_delta": float(deltas.mean()), "stderr": stderr, "exact": True}
@@ -277,7 +271,7 @@ def _estimate(
                 for layer in range(L):
                     streams.append(x.detach())
                     x = model.run_blocks(x, idx, rope, layer, layer + 1)
-                losses = _window_losses(model, x, y)  # (B, T)
+                losses = losses_of(model.logits(x), y)  # (B, T)
                 grads = torch.autograd.grad(losses.sum(), outs)
             z = torch.stack([o.detach() for o in outs], 1).double().cpu()  # (B, L, nh, T, hs)
             g = torch.stack(grads, 1).double().cpu()
