@@ -82,7 +82,24 @@ class DataConfig:
     val_path: str | list[str] | None = config_field(
         None, "validation text instead of a share of data.path: a file, folder, glob or list", paths=True
     )
-    doc_separator: str = config_field("\n", "text put between two files (documents), so no window glues them mid-line")
+    doc_separator: str = config_field(
+        "\n", "text put between two documents (files, or records of a record file), so no window glues them mid-line"
+    )
+    format: str = config_field(
+        "auto",
+        "how files are read: auto (by extension: .jsonl/.ndjson, .json, .csv, .tsv, .parquet, .arrow and datasets' "
+        "save_to_disk folders are records, anything else text), or one of those formats for every file",
+        ("auto", "text", "jsonl", "json", "csv", "tsv", "parquet", "arrow"),
+    )
+    text_field: str | list[str] = config_field(
+        "text", "the field (column) of each record to train on, or a list of fields joined by data.field_separator"
+    )
+    field_separator: str = config_field(
+        "\n", "text put between the fields of one record when data.text_field is a list"
+    )
+    skip_bad_records: bool = config_field(
+        False, "skip records whose field is missing or not a string (and say how many), instead of an error"
+    )
     tokenizer: str = config_field(
         "char",
         "char (one id per distinct character) or byte (the 256 byte values: any file, any language, a fixed "
@@ -183,6 +200,17 @@ class LogConfig:
         "ROMEO:\nBut, soft! what light",
         "text whose attention maps are logged to TensorBoard as images at each eval (empty = off)",
     )
+    hparams: bool = config_field(
+        True, "write the run's config and final metrics for TensorBoard's HParams dashboard (one table of all runs)"
+    )
+    hparam_keys: list[str] | None = config_field(
+        None,
+        "config keys shown in the HParams dashboard (default: every model, optim and train key; a sweep sets "
+        "the keys it varies)",
+    )
+    embeddings: bool = config_field(
+        True, "write the character embeddings at each eval for TensorBoard's projector, labelled by character class"
+    )
     head_scores: bool = config_field(
         True, "log the ICL score and every head's induction and previous-character scores to TensorBoard at each eval"
     )
@@ -236,14 +264,18 @@ def _suggest(key: str) -> str:
 
 def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
     """Check `value` against the field type, accepting YAML's common spellings."""
-    if key in all_keys() and all_keys()[key].metadata.get("paths"):
+    if list[str] in typing.get_args(typ):
+        paths = key in all_keys() and all_keys()[key].metadata.get("paths")
         if value is None and type(None) in typing.get_args(typ):
             return None
-        if isinstance(value, str) and value:
+        if isinstance(value, str) and value and str in typing.get_args(typ):
             return value
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v for v in value):
             return list(value)
-        raise UserError(f"{source}: {key} must be a path, folder or glob pattern, or a list of them, got {value!r}")
+        what = "a path, folder or glob pattern, or a list of them" if paths else "a name or a list of names"
+        if str not in typing.get_args(typ):
+            what = "a list of names, such as [model.n_layer, optim.lr]"
+        raise UserError(f"{source}: {key} must be {what}, got {value!r}")
     if typing.get_origin(typ) in (typing.Union, types.UnionType):
         if value is None:
             return None
