@@ -1004,6 +1004,25 @@ def build_file(path: Path, mb: int) -> int:
     return path.stat().st_size
 
 
+def build_jsonl(path: Path, mb: int) -> int:
+    """JSON Lines of `mb` MB: tiny Shakespeare's paragraphs as records {"id", "title", "text"}, the
+    play rotated each time it repeats, as a dataset tool writes them."""
+    paragraphs = DEFAULT_DATA.read_text(encoding="utf-8").split("\n\n")
+    target = mb * 1_000_000
+    with open(path, "w", encoding="utf-8") as f:
+        written, i = 0, 0
+        while written < target:
+            k = (i * 7919) % len(paragraphs)
+            for n, text in enumerate(paragraphs[k:] + paragraphs[:k]):
+                line = json.dumps({"id": i * len(paragraphs) + n, "title": text[:20], "text": text}) + "\n"
+                f.write(line)
+                written += len(line.encode("utf-8"))
+                if written >= target:
+                    break
+            i += 1
+    return path.stat().st_size
+
+
 def build_folder(root: Path, mb: int, files: int) -> int:
     """`files` files of equal size, each a different slice of tiny Shakespeare, 1,000 to a folder."""
     text = DEFAULT_DATA.read_text(encoding="utf-8")
@@ -1076,7 +1095,7 @@ def train_on_corpus(data: Path, out: Path, cache: Path) -> dict[str, Any]:
         lines.append(line.rstrip())
         if first_step is None and line.startswith("step 1/"):
             first_step = time.perf_counter() - start
-        m = re.match(r"(hashing|encoding) .*: ([\d,]+) MB in ([\d.]+) s", line)
+        m = re.match(r"(hashing|encoding|reading the records of) .*: ([\d,]+) MB in ([\d.]+) s", line)
         if m:
             prep_s += float(m.group(3))
     _, status, usage = os.wait4(proc.pid, 0)
@@ -1089,7 +1108,7 @@ def train_on_corpus(data: Path, out: Path, cache: Path) -> dict[str, Any]:
         "first_step_s": first_step,
         "prep_s": prep_s,
         "wall_s": wall,
-        "log": [ln for ln in lines if ln.startswith(("data:", "hashing", "encoding", "warning"))],
+        "log": [ln for ln in lines if ln.startswith(("data:", "hashing", "encoding", "reading", "warning"))],
     }
 
 
@@ -1097,7 +1116,8 @@ def cmd_data(a: argparse.Namespace) -> int:
     """Data at scale: peak memory, encoding throughput and time to the first step on large corpora.
 
     Builds the corpora (from tiny Shakespeare, shifted so no two files are identical): by default a
-    2 GB file, a 1 GB folder of 50,000 files and a 1.4 GB source tree of 80,000 files. Then runs
+    2 GB file, a 1 GB folder of 50,000 files, a 1.4 GB source tree of 80,000 files and 2 GB of
+    JSON Lines (--file-mb sets both single files' size). Then runs
     `minigpt train` for 100 steps on each, twice: with an empty encoding cache, then cached. Each run:
     the child's peak RSS, the encoding throughput (the corpus's bytes over the hashing and encoding
     time train reports), and the time from process start to the first step less `import torch`'s.
@@ -1111,8 +1131,14 @@ def cmd_data(a: argparse.Namespace) -> int:
             "file": lambda: build_file(work / "big.txt", a.file_mb),
             "folder": lambda: build_folder(work / "folder", a.folder_mb, a.files),
             "tree": lambda: build_tree(work / "tree", a.tree_mb, a.tree_files),
+            "jsonl": lambda: build_jsonl(work / "big.jsonl", a.file_mb),
         }
-        corpora = {"file": work / "big.txt", "folder": work / "folder", "tree": work / "tree"}
+        corpora = {
+            "file": work / "big.txt",
+            "folder": work / "folder",
+            "tree": work / "tree",
+            "jsonl": work / "big.jsonl",
+        }
 
         def size_of(name: str) -> int:
             path = corpora[name]
@@ -1161,7 +1187,9 @@ def add_data_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--files", type=int, default=50_000, help="files in the folder")
     ap.add_argument("--tree-mb", type=int, default=1400, help="size of the source tree (MB)")
     ap.add_argument("--tree-files", type=int, default=80_000, help="files in the source tree")
-    ap.add_argument("--only", nargs="+", choices=["file", "folder", "tree"], default=["file", "folder", "tree"])
+    ap.add_argument(
+        "--only", nargs="+", choices=["file", "folder", "tree", "jsonl"], default=["file", "folder", "tree", "jsonl"]
+    )
     ap.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the corpora and caches")
     ap.add_argument("--reuse", action="store_true", help="with --workdir: use the corpora already built there")

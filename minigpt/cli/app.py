@@ -125,7 +125,13 @@ def eval_(
 def score(
     target: TargetArg,
     text: Annotated[str | None, typer.Option("--text", help="The text to score.")] = None,
-    file: Annotated[Path | None, typer.Option("--file", help="Score this UTF-8 file instead.")] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            help="Score this UTF-8 file (or JSON Lines, CSV, Parquet... file, by the run's data.text_field) instead.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Plain columns: position, character, bits.")] = False,
     html: HtmlOpt = None,
@@ -144,10 +150,10 @@ def score(
     from minigpt.inspect.pages import check_output
     from minigpt.inspect.surprise import score_page
 
-    text, label = text_input(text, file)
     if html is not None:
         check_output(html)
     loaded = load_model(target, inference_device(device, threads))
+    text, label = text_input(text, file, loaded.config.data)
     if html is not None:
         page = score_page(loaded, text, label, unknown)
         print(f"wrote {page.save(html)}: {page.summary} (from {loaded.path})", file=sys.stderr)
@@ -164,7 +170,12 @@ def score(
 def attention(
     target: TargetArg,
     text: Annotated[str | None, typer.Option("--text", help="The text to look at.")] = None,
-    file: Annotated[Path | None, typer.Option("--file", help="Look at this UTF-8 file instead.")] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", help="Look at this UTF-8 file (or a record file, by the run's data.text_field) instead."
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -187,8 +198,8 @@ def attention(
     from minigpt.cli.pages import text_input, write_attention_files
     from minigpt.infer.loading import load_model
 
-    text, label = text_input(text, file)
     loaded = load_model(target, inference_device(device, threads))
+    text, label = text_input(text, file, loaded.config.data)
     for line in write_attention_files(loaded, text, label, out, html, layer, head, unknown):
         print(f"{line} (from {loaded.path})" if line.startswith("wrote") else line, file=sys.stderr)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from minigpt.config.schema import DataConfig
+from minigpt.data.records import RecordRules, file_format, joined_text
 from minigpt.data.tokenizer import checked_text
 from minigpt.errors import UserError
 from minigpt.infer.loading import LoadedModel, source_line
@@ -14,13 +16,21 @@ from minigpt.inspect.pages import check_output
 from minigpt.io.textfiles import read_text
 
 
-def text_input(text: str | None, file: Path | None) -> tuple[str, str]:
-    """The text of `--text TEXT` or `--file FILE` (exactly one), and how errors name it."""
+def text_input(text: str | None, file: Path | None, data: DataConfig | None = None) -> tuple[str, str]:
+    """The text of `--text TEXT` or `--file FILE` (exactly one), and how errors name it. A record
+    file (JSON Lines, CSV, Parquet, ...) gives its documents joined as in training, by the fields
+    and separators of `data` (the run's data config)."""
     if (text is None) == (file is None):
         raise UserError("give exactly one of --text TEXT or --file FILE")
-    if file is not None:
+    if file is None:
+        return text, "--text"
+    fmt = file_format(str(file), "auto")
+    if fmt is None:
         return read_text(file, "--file"), f"--file {file}"
-    return text, "--text"
+    if not file.is_file():
+        raise UserError(f"--file {file} does not exist or is not a file")
+    data = data or DataConfig()
+    return joined_text(str(file), fmt, RecordRules.of(data), data.doc_separator), f"--file {file}"
 
 
 def write_attention_files(

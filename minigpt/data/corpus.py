@@ -19,6 +19,7 @@ from minigpt.config.schema import DEFAULT_DATA_PATH, DataConfig
 from minigpt.data.cache import load_or_encode
 from minigpt.data.encoding import Encoded, HashIndex, Layout, ProgressFactory
 from minigpt.data.passes import hashes_and_vocabulary
+from minigpt.data.records import text_files
 from minigpt.data.sources import SourceFile, absolute_spec, choose_val_files, describe, resolve_sources
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
@@ -96,9 +97,11 @@ def split_index(n: int, val_fraction: float) -> int:
     return int(n * (1.0 - val_fraction))
 
 
-def _layout(cfg: DataConfig, index: HashIndex, progress: ProgressFactory | None) -> tuple[Layout, str]:
-    """The documents in the order they are encoded (training files, then validation files) and a
-    description of the corpus for messages."""
+def _layout(
+    cfg: DataConfig, index: HashIndex, progress: ProgressFactory | None, cache: Path, whole: bool = False
+) -> tuple[Layout, str]:
+    """The documents in the order they are encoded (training files, then validation files; record
+    files as their extracted text) and a description of the corpus for messages."""
     files = resolve_sources(cfg.path, "data.path")
     desc = describe(cfg.path) + (f" ({len(files):,} files)" if len(files) > 1 else "")
     if cfg.val_path is not None:
@@ -117,6 +120,8 @@ def _layout(cfg: DataConfig, index: HashIndex, progress: ProgressFactory | None)
         if chosen is not None:
             files = [f for f, v in zip(files, chosen) if not v] + [f for f, v in zip(files, chosen) if v]
             n_train = chosen.count(False)
+    split_last = cfg.val_path is None and n_train is None and not whole
+    files, n_train = text_files(files, n_train, cfg, index.sha256, cache / "records", split_last, progress)
     hashes, vocab = _hashes(files, index, cfg.tokenizer, progress, desc)
     return Layout(files, hashes, n_train, cfg.doc_separator, cfg.tokenizer, vocab), desc
 
@@ -150,15 +155,19 @@ def _hashes(
 
 
 def encode_corpus(
-    cfg: DataConfig, progress: ProgressFactory | None = None, check_vocab: Callable[[int], None] | None = None
+    cfg: DataConfig,
+    progress: ProgressFactory | None = None,
+    check_vocab: Callable[[int], None] | None = None,
+    whole: bool = False,
 ) -> tuple[Encoded, Layout, str]:
     """Resolve, hash and encode (through the cache) the configured sources; fetch tiny Shakespeare
-    if it is the default and missing."""
+    if it is the default and missing. `whole`: all of it is wanted (evaluation), so a record file
+    is not split into training and validation records."""
     if cfg.path == DEFAULT_DATA_PATH and not Path(DEFAULT_DATA_PATH).exists():
         fetch_tiny_shakespeare(Path(DEFAULT_DATA_PATH))
     cache = cache_dir_for(cfg)
     index = HashIndex(cache, [absolute_spec(cfg.path), cfg.val_path and absolute_spec(cfg.val_path)])
-    layout, desc = _layout(cfg, index, progress)
+    layout, desc = _layout(cfg, index, progress, cache, whole)
     return load_or_encode(layout, cache, progress, desc, "data.path", check_vocab), layout, desc
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import glob
 import hashlib
+import json
 import os
 import stat
 from collections.abc import Sequence
@@ -96,6 +97,31 @@ def _walk(root: str, key: str) -> list[tuple[str, str, os.stat_result]]:
     return found
 
 
+def saved_dataset(folder: str, key: str) -> list[tuple[str, str, os.stat_result]] | None:
+    """The Arrow files of a folder written by the `datasets` library's save_to_disk, in its order
+    (state.json lists them); None for any other folder."""
+    if os.path.isfile(os.path.join(folder, "dataset_dict.json")):
+        splits = sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+        first = os.path.join(folder, splits[0]) if splits else folder
+        raise UserError(
+            f"{key}: {folder} holds a saved DatasetDict with the splits {', '.join(splits)}; name one, such as "
+            f"{key}={first} (and data.val_path for another)"
+        )
+    state = os.path.join(folder, "state.json")
+    if not os.path.isfile(state):
+        return None
+    try:
+        with open(state, encoding="utf-8") as f:
+            names = [entry["filename"] for entry in json.load(f)["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # not the datasets library's: an ordinary folder
+    found = []
+    for name in names:
+        path = os.path.join(folder, name)
+        found.append((path, name, _stat_file(path, key)))
+    return found
+
+
 def _glob_root(pattern: str) -> str:
     """The folder a pattern's matches are named relative to: its part before the first wildcard."""
     parts = Path(pattern).parts
@@ -109,6 +135,9 @@ def _expand(item: str, key: str) -> list[tuple[str, str, os.stat_result]]:
     if os.path.lexists(path):
         st = _stat_file(path, key)
         if stat.S_ISDIR(st.st_mode):
+            saved = saved_dataset(path, key)
+            if saved is not None:
+                return saved
             files = _walk(path, key)
             if not files:
                 raise UserError(f"{key}: the folder {item} holds no files (hidden files and folders are skipped)")

@@ -116,10 +116,8 @@ def eval_ids_for(loaded: LoadedModel, data: str | None) -> tuple[np.ndarray, np.
     tok = loaded.tokenizer
     dcfg = loaded.config.data
     if data is not None:
-        cfg = DataConfig(
-            path=data, val_path=None, doc_separator=dcfg.doc_separator, tokenizer=tok.kind, cache_dir=dcfg.cache_dir
-        )
-        enc, _, desc = encode_corpus(cfg)
+        cfg = dataclasses.replace(dcfg, path=str(data), val_path=None, tokenizer=tok.kind)
+        enc, _, desc = encode_corpus(cfg, whole=True)
         unseen = enc.tokenizer.unknown_to(tok)
         if unseen:
             raise UserError(f"data {desc} has characters the model never saw in training: {name_chars(unseen)}")

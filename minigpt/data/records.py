@@ -1,0 +1,478 @@
+"""Text kept in records: JSON Lines, a JSON array, CSV and TSV, Parquet, and Arrow (the files of a
+`datasets` save_to_disk folder). Each record's field (or fields, joined) is one document. A record
+file is read once, streaming (a line, a row or a batch at a time), into a plain-text extract in the
+cache: its documents joined by data.doc_separator. From there the corpus is encoded like any text
+file, so a record file gives exactly the ids of the text file that holds the same documents."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import difflib
+import hashlib
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from minigpt.data.encoding import ProgressFactory
+from minigpt.data.sources import SourceFile
+from minigpt.errors import UserError
+from minigpt.io.atomic import atomic_open
+
+EXTRACT_VERSION = 1
+EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+}
+ARROW_EXTRA = "pip install 'minigpt[parquet]' (or uv sync --extra parquet)"
+JSON_READ = 1 << 20  # characters of a JSON array read at a time
+
+
+def file_format(path: str, setting: str) -> str | None:
+    """The record format of a file (by extension under data.format auto), or None for plain text."""
+    if setting == "text":
+        return None
+    if setting != "auto":
+        return setting
+    return EXTENSIONS.get(os.path.splitext(path)[1].lower())
+
+
+@dataclass(frozen=True)
+class RecordRules:
+    """How a record becomes a document: its fields, joined by `field_separator`; a record whose
+    field is missing or not a string is an error, or skipped and counted with `skip_bad`."""
+
+    fields: tuple[str, ...]
+    field_separator: str
+    skip_bad: bool
+
+    @classmethod
+    def of(cls, data: Any) -> RecordRules:
+        """From a DataConfig (or anything with its text_field, field_separator, skip_bad_records)."""
+        field = data.text_field
+        return cls((field,) if isinstance(field, str) else tuple(field), data.field_separator, data.skip_bad_records)
+
+    def key(self) -> list:
+        return [list(self.fields), self.field_separator, self.skip_bad]
+
+    def text(self, record: Any, where: str) -> str | None:
+        """The record's document, or None for a bad record that is to be skipped."""
+        if not isinstance(record, dict):
+            raise UserError(f'{where} is {_json_kind(record)}, not a record with fields ({{"text": ...}})')
+        parts = []
+        for name in self.fields:
+            if name not in record:
+                if self.skip_bad:
+                    return None
+                raise UserError(f"{where} has no field '{name}' ({_fields_hint(name, list(record))})")
+            value = record[name]
+            if not isinstance(value, str):
+                if self.skip_bad:
+                    return None
+                raise UserError(
+                    f"{where}: field '{name}' is {_json_kind(value)}, not text; fix the record, or set "
+                    "data.skip_bad_records: true to skip such records"
+                )
+            parts.append(value)
+        return self.field_separator.join(parts)
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else f"a {type(value).__name__}"
+
+
+def _fields_hint(name: str, have: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, [str(h) for h in have], n=1, cutoff=0.5)
+    shown = ", ".join(str(h) for h in list(have)[:12]) + (", ..." if len(have) > 12 else "")
+    hint = f"it has: {shown}" if have else "it has no fields"
+    return hint + (f"; did you mean data.text_field={close[0]}?" if close else "; set data.text_field to one of them")
+
+
+# ---- readers: (where, record, how far through the file the record starts, 0..1) -------------
+
+
+def _jsonl(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
+    offset = 0
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            start, offset = offset, offset + len(line)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path}, line {number}: not UTF-8 text ({e.reason})") from None
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}, line {number} is not JSON ({e.msg} at column {e.colno})") from None
+            yield f"{path}, line {number}", record, start / max(size, 1)
+
+
+def _json_array(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
+    """The elements of a top-level JSON array, decoded one at a time from a sliding buffer."""
+    decoder = json.JSONDecoder()
+    with open(path, encoding="utf-8", errors="strict") as f:
+        buf, pos, consumed, done = "", 0, 0, False
+
+        def more() -> bool:
+            nonlocal buf, pos, consumed, done
+            chunk = _read_text(f, path)
+            done = not chunk
+            consumed += pos
+            buf, pos = buf[pos:] + chunk, 0
+            return not done
+
+        def skip_space() -> None:
+            nonlocal pos
+            while True:
+                while pos < len(buf) and buf[pos] in " \t\r\n":
+                    pos += 1
+                if pos < len(buf) or not more():
+                    return
+
+        skip_space()
+        if pos >= len(buf) or buf[pos] != "[":
+            raise UserError(
+                f'{path} is not a JSON array of records ([{{"text": ...}}, ...]); for one record per '
+                "line name it .jsonl"
+            )
+        pos += 1
+        number = 0
+        while True:
+            skip_space()
+            if pos < len(buf) and buf[pos] == "]":
+                return
+            if number:
+                if pos >= len(buf) or buf[pos] != ",":
+                    raise UserError(
+                        f"{path}: expected ',' or ']' after record {number} (the array is cut short or malformed)"
+                    )
+                pos += 1
+                skip_space()
+            number += 1
+            while True:
+                try:
+                    record, end = decoder.raw_decode(buf, pos)
+                    if end < len(buf) or done:
+                        break
+                except json.JSONDecodeError as e:
+                    if done:
+                        raise UserError(f"{path}: record {number} is not JSON ({e.msg})") from None
+                if not more():
+                    continue
+            # the record's place: characters before it, a close enough share of the file's bytes
+            yield f"{path}, record {number}", record, (consumed + pos) / max(size, 1)
+            pos = end
+
+
+def _read_text(f: IO[str], path: str) -> str:
+    try:
+        return f.read(JSON_READ)
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text ({e.reason})") from None
+
+
+class _CountingReader(io.RawIOBase):
+    """A binary file that counts the bytes read through it (how far a CSV reader has come)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.count = raw, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self.raw.readinto(b)
+        self.count += n or 0
+        return n or 0
+
+
+def _csv(path: str, size: int, delimiter: str) -> Iterator[tuple[str, Any, float]]:
+    csv.field_size_limit(2**31 - 1)  # a field is a document: often longer than csv's 128 KB default
+    with open(path, "rb") as raw:
+        counter = _CountingReader(raw)
+        text = io.TextIOWrapper(io.BufferedReader(counter), encoding="utf-8", newline="")
+        reader = csv.reader(text, delimiter=delimiter, strict=True)
+        line = 0
+        try:
+            header = next(reader, None)
+            if header is None:
+                return
+            for row in reader:
+                start, line = line + 1, reader.line_num
+                if len(row) != len(header):
+                    if not row:
+                        continue  # a blank line
+                    raise UserError(
+                        f"{path}, line {start}: {len(row)} fields where the header has {len(header)} "
+                        f"({', '.join(header[:8])}); a field holding the delimiter needs quotes"
+                    )
+                yield f"{path}, line {start}", dict(zip(header, row)), counter.count / max(size, 1)
+        except csv.Error as e:
+            raise UserError(f"{path}, line {reader.line_num}: {e} (an unterminated quote?)") from None
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path}: not UTF-8 text ({e.reason}); save it as UTF-8") from None
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        raise UserError(f"reading Parquet and Arrow files needs pyarrow: {ARROW_EXTRA}") from None
+    return pyarrow
+
+
+def _arrow_batches(path: str, fmt: str, fields: Sequence[str]) -> tuple[Any, Iterator[tuple[Any, float, float]]]:
+    """The schema of a Parquet file or an Arrow file or stream (datasets writes streams), and its
+    record batches of the wanted columns, each with where it starts and ends in the file (0..1)."""
+    pa = _pyarrow()
+    try:
+        if fmt == "parquet":
+            pf = pa.parquet.ParquetFile(path)
+            wanted = [f for f in fields if f in pf.schema_arrow.names]
+            rows = max(pf.metadata.num_rows, 1)
+            return pf.schema_arrow, _by_rows(pf.iter_batches(batch_size=4096, columns=wanted), rows)
+        source = pa.memory_map(path)
+        try:
+            reader = pa.ipc.open_file(source)
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]  # mapped, not read
+            return reader.schema, _by_rows(iter(batches), max(sum(b.num_rows for b in batches), 1))
+        except pa.ArrowInvalid:
+            source.seek(0)
+            return pa.ipc.open_stream(source).schema, _stream_batches(source, max(source.size(), 1))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise UserError(f"{path} is not a readable {fmt.capitalize()} file ({e})") from None
+
+
+def _by_rows(batches: Iterator[Any], rows: int) -> Iterator[tuple[Any, float, float]]:
+    done = 0
+    for batch in batches:
+        yield batch, done / rows, (done + batch.num_rows) / rows
+        done += batch.num_rows
+
+
+def _stream_batches(source: Any, size: int) -> Iterator[tuple[Any, float, float]]:
+    pa = _pyarrow()
+    source.seek(0)
+    stream = pa.ipc.open_stream(source)
+    while True:
+        start = source.tell()
+        try:
+            batch = stream.read_next_batch()
+        except StopIteration:
+            return
+        yield batch, start / size, source.tell() / size
+
+
+def _is_string_view(pa: Any, typ: Any) -> bool:
+    return bool(getattr(pa.types, "is_string_view", lambda t: False)(typ))  # pyarrow 16 and later
+
+
+def _arrow(path: str, fmt: str, rules: RecordRules) -> Iterator[tuple[str, Any, float]]:
+    pa = _pyarrow()
+    schema, batches = _arrow_batches(path, fmt, rules.fields)
+    for name in rules.fields:
+        if name not in schema.names:
+            raise UserError(f"{path} has no column '{name}' ({_fields_hint(name, schema.names)})")
+        typ = schema.field(name).type
+        if not (pa.types.is_string(typ) or pa.types.is_large_string(typ) or _is_string_view(pa, typ)):
+            raise UserError(f"{path}: column '{name}' holds {typ}, not strings; set data.text_field to a text column")
+    row = 0
+    for batch, start, end in batches:
+        columns = {name: batch.column(batch.schema.get_field_index(name)).to_pylist() for name in rules.fields}
+        n = batch.num_rows
+        for i in range(n):
+            row += 1
+            yield f"{path}, row {row}", {name: columns[name][i] for name in rules.fields}, start + (end - start) * i / n
+
+
+def records(path: str, fmt: str, rules: RecordRules) -> Iterator[tuple[str, Any, float]]:
+    """The records of one file, in order, each with where it is (for messages) and its place."""
+    size = os.path.getsize(path)
+    if fmt == "jsonl":
+        return _jsonl(path, size)
+    if fmt == "json":
+        return _json_array(path, size)
+    if fmt in ("csv", "tsv"):
+        return _csv(path, size, "," if fmt == "csv" else "\t")
+    return _arrow(path, fmt, rules)
+
+
+def documents(path: str, fmt: str, rules: RecordRules) -> Iterator[tuple[str | None, float]]:
+    """Each record's document (None for a skipped bad record) and its place in the file."""
+    for where, record, place in records(path, fmt, rules):
+        yield rules.text(record, where), place
+
+
+def joined_text(path: str, fmt: str, rules: RecordRules, separator: str) -> str:
+    """A record file's documents joined by `separator`, in memory (for scoring one file)."""
+    texts = [t for t, _ in documents(path, fmt, rules) if t is not None]
+    if not texts:
+        raise UserError(f"{path} holds no records with text in field {', '.join(rules.fields)}")
+    return separator.join(texts)
+
+
+# ---- extraction into the cache --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Extract:
+    """A record file's documents as plain text: the training part, and with a split the
+    validation part (the records from `val_share` of the file's end onward)."""
+
+    train: Path
+    val: Path | None
+    records: int
+    skipped: int
+
+
+def extract(
+    path: str,
+    sha256: str,
+    fmt: str,
+    rules: RecordRules,
+    doc_separator: str,
+    folder: Path,
+    val_share: float | None,
+    progress: ProgressFactory | None = None,
+) -> Extract:
+    """The file's extract from `folder`, written there first if it is not (atomically: a failed
+    read leaves nothing behind)."""
+    settings = [EXTRACT_VERSION, sha256, fmt, rules.key(), doc_separator, val_share]
+    key = hashlib.sha256(json.dumps(settings).encode("utf-8")).hexdigest()[:40]
+    train, val, meta_path = folder / f"{key}.txt", folder / f"{key}.val.txt", folder / f"{key}.json"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if train.exists() and (val_share is None or val.exists()):
+            return Extract(train, val if val_share is not None else None, meta["records"], meta["skipped"])
+    folder.mkdir(parents=True, exist_ok=True)
+    sep = doc_separator.encode("utf-8")
+    counts = [0, 0, 0]  # train records, val records, skipped
+    outs: list[IO[bytes]] = []
+
+    def put(part: int, text: bytes) -> None:
+        if counts[part]:
+            outs[part].write(sep)
+        outs[part].write(text)
+        counts[part] += 1
+
+    with atomic_open(train, fsync=False) as out_train, _maybe(val if val_share is not None else None) as out_val:
+        outs += [out_train, out_val] if out_val is not None else [out_train]
+        held = None  # the last training record, held back: without a record past the share, it is validation
+        size, done = os.path.getsize(path), 0
+        bar = progress(size, f"reading the records of {path}") if progress else None
+        for text, place in documents(path, fmt, rules):
+            if bar is not None and (now := int(place * size)) - done >= 1 << 20:
+                bar.update(now - done)
+                done = now
+            if text is None:
+                counts[2] += 1
+                continue
+            if out_val is None:
+                put(0, text.encode("utf-8"))
+                continue
+            if held is not None:
+                put(0, held)
+                held = None
+            if place >= 1 - val_share:
+                put(1, text.encode("utf-8"))
+            else:
+                held = text.encode("utf-8")
+        if held is not None:
+            put(1 if counts[0] else 0, held)
+        if bar is not None:
+            bar.update(size - done)
+            bar.close()
+        _check_counts(path, fmt, rules, counts, val_share)
+    with atomic_open(meta_path, fsync=False) as f:
+        f.write(json.dumps({"records": counts[0] + counts[1], "skipped": counts[2]}).encode("utf-8"))
+    return Extract(train, val if val_share is not None else None, counts[0] + counts[1], counts[2])
+
+
+@contextlib.contextmanager
+def _maybe(path: Path | None) -> Iterator[IO[bytes] | None]:
+    if path is None:
+        yield None
+        return
+    with atomic_open(path, fsync=False) as f:
+        yield f
+
+
+def _check_counts(path: str, fmt: str, rules: RecordRules, counts: list[int], val_share: float | None) -> None:
+    fields = " and ".join(rules.fields)
+    if not counts[0] + counts[1]:
+        skipped = f" ({counts[2]} skipped as bad)" if counts[2] else ""
+        raise UserError(f"{path} holds no {fmt} records with text in field {fields}{skipped}; give it some records")
+    if val_share is not None and (not counts[0] or not counts[1]):
+        raise UserError(
+            f"{path} has {counts[0] + counts[1]} record(s): validation takes whole records from its end, which leaves "
+            "no records for one side; add records, or set data.val_path to a validation file"
+        )
+
+
+def text_files(
+    files: Sequence[SourceFile],
+    n_train: int | None,
+    data: Any,
+    sha256: Callable[[SourceFile], str],
+    folder: Path,
+    split_last: bool,
+    progress: ProgressFactory | None = None,
+) -> tuple[list[SourceFile], int | None]:
+    """The documents with each record file replaced by its extract (`data` is a DataConfig). With
+    `split_last` (no whole-file validation split) validation is the last records of the last file,
+    about data.val_fraction of the corpus's bytes: whole records, where a text's tail would cut one."""
+    rules, out = RecordRules.of(data), []
+    for i, f in enumerate(files):
+        fmt = file_format(f.path, data.format)
+        if fmt is None:
+            out.append(f)
+            continue
+        share = None
+        if split_last and i == len(files) - 1:
+            share = min(1.0, data.val_fraction * sum(x.size for x in files) / max(f.size, 1))
+        try:
+            ex = extract(f.path, sha256(f), fmt, rules, data.doc_separator, folder, share, progress)
+        except OSError as e:
+            raise UserError(
+                f"cannot write the text of {f.path} to {folder} ({e.strerror}); set data.cache_dir"
+            ) from None
+        warn_skipped_records(f.path, ex.skipped, ex.records)
+        out.append(_source(ex.train, f.name))
+        if ex.val is not None:
+            out.append(_source(ex.val, f"{f.name} (validation records)"))
+            n_train = len(out) - 1
+    return out, n_train
+
+
+def _source(path: Path, name: str) -> SourceFile:
+    st = os.stat(path)
+    return SourceFile(str(path), name, st.st_size, st.st_mtime_ns)
+
+
+def warn_skipped_records(path: str, skipped: int, total: int) -> None:
+    if skipped:
+        print(
+            f"warning: {path}: skipped {skipped} of {skipped + total} records whose field is missing or not text "
+            "(data.skip_bad_records)",
+            file=sys.stderr,
+        )
