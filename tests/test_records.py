@@ -222,3 +222,15 @@ def test_val_path_takes_a_record_file(tmp_path: Path) -> None:
     corpus = load_corpus(DataConfig(path=str(train), val_path=str(val), cache_dir=str(tmp_path / "c")), 8)
     assert corpus.tokenizer.decode(corpus.val.tolist()) == make_text(400, seed=99)
     assert corpus.tokenizer.decode(corpus.train.tolist()) == SEP.join(DOCS) + SEP
+
+
+def test_json_lines_parsed_in_batches_still_name_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from minigpt.data import records
+
+    monkeypatch.setattr(records, "JSONL_BATCH", 50)  # a handful of lines per batch
+    path = _write(tmp_path, "jsonl", DOCS)
+    np.testing.assert_array_equal(_ids(path, tmp_path)[0], _ids(_plain(tmp_path, DOCS), tmp_path)[0])
+    good = json.dumps({"text": "fine text " * 3}) + "\n"
+    (tmp_path := tmp_path / "errors").mkdir()
+    assert "line 9 is not JSON" in _error(tmp_path, good * 8 + '{"text": "a"}, {"text": "b"}\n' + good)
+    assert "line 2 is not JSON" in _error(tmp_path, good + "[1,\n2]\n" + good)  # a value split over lines
