@@ -68,6 +68,18 @@ def train_cmd(
         int | None,
         typer.Option("--nproc", help="Train with N local processes (DDP), launched through torchrun.", min=1),
     ] = None,
+    auto: Annotated[
+        bool,
+        typer.Option(
+            "--auto",
+            help="Choose the model and optimizer for train.max_time from the text and a short speed probe "
+            "(shortcut for train.auto=true; keys you set win).",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the resolved config (after --auto) and the advice; train nothing."),
+    ] = False,
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
     started = time.perf_counter()  # train.max_time counts from here: torch's import is in it
@@ -85,10 +97,12 @@ def train_cmd(
         extra.append(("train.device", device))
     if init_from is not None:
         extra.append(("train.init_from", str(init_from)))
+    if auto:
+        extra.append(("train.auto", True))
     check_config_first(config_path, extra)  # a mistyped key is told before torch is imported
     from minigpt.train.launch import start_run
 
-    start_run(config_path, extra, out, mode, started)
+    start_run(config_path, extra, out, mode, started, dry_run=dry_run)
 
 
 def split_args(args: list[str]) -> tuple[Path | None, list[str]]:

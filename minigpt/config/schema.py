@@ -144,6 +144,11 @@ class TrainConfig:
     max_time: str | None = config_field(
         None, "stop cleanly at the first step past this wall time, e.g. 90s, 10m, 1h (null = no limit)", duration=True
     )
+    auto: bool = config_field(
+        False,
+        "choose the model and optimizer for train.max_time from the text and a short speed probe (keys set "
+        "explicitly win; docs/auto.md); same as --auto",
+    )
     final_eval: bool = config_field(
         True, "score the best checkpoint on the whole validation split at the end (results.json)"
     )
@@ -199,6 +204,9 @@ class LogConfig:
     attention_probe: str = config_field(
         "ROMEO:\nBut, soft! what light",
         "text whose attention maps are logged to TensorBoard as images at each eval (empty = off)",
+    )
+    advice: bool = config_field(
+        True, "print the advisor's lines before a run: what it will see, and where it will likely overfit"
     )
     hparams: bool = config_field(
         True, "write the run's config and final metrics for TensorBoard's HParams dashboard (one table of all runs)"
@@ -398,6 +406,8 @@ def validate(cfg: Config, source: str) -> None:
         fail(f"optim.lr must be > 0, got {o.lr}")
     if o.min_lr > o.lr:
         fail(f"optim.min_lr ({o.min_lr}) must be <= optim.lr ({o.lr})")
+    if t.auto and not t.max_time:
+        fail("train.auto (--auto) sizes the run for a time budget: set train.max_time too (e.g. train.max_time=10m)")
     if o.schedule_by == "time" and not t.max_time:
         fail("optim.schedule_by time needs train.max_time, the budget the decay runs over (e.g. train.max_time=4m)")
 

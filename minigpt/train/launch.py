@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
-from minigpt.config.files import check_overrides, config_text, load_config
+from minigpt.config.files import check_overrides, config_text, load_config, parse_override
 from minigpt.config.schema import Config, ModelConfig, batch_split_error, config_from_dict
 from minigpt.data.corpus import Corpus, load_corpus
 from minigpt.data.sources import absolute_spec
@@ -27,6 +27,7 @@ from minigpt.model import parameter_count
 from minigpt.runtime import distributed
 from minigpt.runtime.device import configure_threads, log, resolve_device, resolve_dtype
 from minigpt.train import disk, preflight
+from minigpt.train.autosize import AUTO_KEYS, advise_and_size
 from minigpt.train.disk import write_run_file
 from minigpt.train.reporting import byte_progress
 from minigpt.train.schedule import RATE_KEYS, replanned_schedule_note
@@ -45,6 +46,7 @@ MAY_CHANGE_ON_RESUME = (
     "train.patience",
     "train.min_delta",
     "train.max_time",
+    "train.auto",
     "train.final_eval",
     "train.final_eval_tokens",
     "train.keep_every",
@@ -62,11 +64,13 @@ def start_run(
     out_dir: Path | None,
     resume: bool | str,
     started: float | None = None,
+    dry_run: bool = False,
 ) -> TrainResult | None:
     """`minigpt train`: resolve the config (a new run's, a fine-tuning run's, or the resumed
     run's), then train. `started` is the perf_counter time the command began (default: now):
     train.max_time and the run's wall times count from it, so a budget covers the command's start-up.
-    `resume` "auto" starts, resumes or (None) finds the run already finished.
+    `resume` "auto" starts, resumes or (None) finds the run already finished. `dry_run`: print
+    the resolved config and the advisor's lines, and train nothing.
     The whole command line is checked before the run directory is looked at."""
     name = config_path.stem if config_path is not None else "default"
     out_dir = out_dir if out_dir is not None else Path("runs") / name
@@ -79,17 +83,31 @@ def start_run(
         log(f"--resume auto: {out_dir} holds no checkpoint; starting a new run")
         resume = False
     if resume:
-        return _resume(config_path, overrides, out_dir, auto=resume == "auto", started=started)
-    if existing is not None:
+        return _resume(config_path, overrides, out_dir, auto=resume == "auto", started=started, dry_run=dry_run)
+    if existing is not None and not dry_run:
         raise UserError(
             f"{out_dir} already holds a run ({existing.name}); continue it with --resume, or pick another --out"
         )
     if cfg.train.init_from is None:
-        return run_training(cfg, out_dir, started=started)
+        return run_training(
+            cfg, out_dir, started=started, explicit=explicit_keys(config_path, overrides), dry_run=dry_run
+        )
+    if cfg.train.auto:
+        raise UserError("train.auto (--auto) sizes a new model; fine-tuning keeps the starting model's shape")
     source = resolve_checkpoint(Path(cfg.train.init_from).expanduser(), prefer=BEST)
     start = Checkpoint.load(source)
     cfg = fine_tuning_config(config_path, overrides, config_from_dict(start.config, str(source)), source)
-    return run_training(cfg, out_dir, init_from=(source, start), started=started)
+    return run_training(cfg, out_dir, init_from=(source, start), started=started, dry_run=dry_run)
+
+
+def explicit_keys(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]) -> frozenset[str]:
+    """The keys a user set: on the command line, or in the CONFIG file with another value than the
+    default (a file that lists every key, as configs/*.yaml do, sets only those it changes)."""
+    keys = {parse_override(o)[0] if isinstance(o, str) else o[0] for o in overrides}
+    if config_path is not None:
+        defaults, filed = Config().flat(), load_config(config_path).flat()
+        keys |= {k for k, v in filed.items() if v != defaults[k]}
+    return frozenset(keys)
 
 
 def _resume(
@@ -98,6 +116,7 @@ def _resume(
     out_dir: Path,
     auto: bool = False,
     started: float | None = None,
+    dry_run: bool = False,
 ) -> TrainResult | None:
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
@@ -110,6 +129,9 @@ def _resume(
     else:  # the run's own config, with the command line's overrides on top
         cfg = load_config(None, [(k, v) for k, v in saved.flat().items()] + list(overrides))
     cfg = same_start(saved, cfg)  # a job script repeats its fine-tuning command's train.init_from
+    if cfg.train.auto:  # what --auto chose is the run's: the command that started it resumes it
+        given = explicit_keys(config_path, overrides)
+        cfg = cfg.replace(**{k: saved.flat()[k] for k in AUTO_KEYS if k not in given})
     changed = resume_changes(saved, cfg, str(config_path) if config_path else "these overrides")
     if changed:
         log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
@@ -120,7 +142,7 @@ def _resume(
     if done:
         log(f"{out_dir} is finished: {done} at step {ckpt.step}; nothing to do")
         return None
-    return run_training(cfg, out_dir, resume_from=ckpt, started=started)
+    return run_training(cfg, out_dir, resume_from=ckpt, started=started, dry_run=dry_run)
 
 
 def finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
@@ -311,7 +333,9 @@ def run_training(
     resume_from: Checkpoint | None = None,
     init_from: tuple[Path, Checkpoint] | None = None,
     started: float | None = None,
-) -> TrainResult:
+    explicit: frozenset[str] = frozenset(),
+    dry_run: bool = False,
+) -> TrainResult | None:
     """Train `cfg` into `out_dir`: fresh, continuing `resume_from`, or starting from the weights
     of `init_from` (its path and checkpoint).
 
@@ -340,6 +364,13 @@ def run_training(
     configure_threads(cfg.train.threads, START_LOAD.others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
     dtype = resolve_dtype(cfg.train.dtype, device)
+    if cfg.train.auto and dist.enabled and resume_from is None:
+        raise UserError("train.auto (--auto) sizes a run for one process; with --nproc, set the model's keys")
+    if resume_from is None and dist.is_main:  # --auto's choice and the advisor's lines: a new run's
+        cfg = advise_and_size(cfg, explicit, corpus, tok, device, dtype, t_start)
+    if dry_run:
+        print(config_text(cfg), end="")
+        return None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
     too_big = preflight.check(cfg, tok.vocab_size, device, dtype, local)
     if too_big:

@@ -1,0 +1,290 @@
+"""The right run for the text, the machine and the time: the advisor's lines before a run starts
+(what it is set up to do, and what is likely wasted), and `--auto` (`train.auto`), which chooses
+the model and optimizer for `train.max_time` from the corpus and a short speed probe. The rules
+and the runs they were fitted to are in docs/auto.md."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from minigpt.config.fields import parse_duration
+from minigpt.config.schema import Config, ModelConfig
+from minigpt.data.corpus import Corpus
+from minigpt.data.tokenizer import Tokenizer
+from minigpt.errors import UserError
+from minigpt.model import GPT, parameter_count
+from minigpt.runtime.device import autocast, log
+from minigpt.runtime.mfu import flops_per_token
+from minigpt.train.optim import build_optimizer
+
+# (n_layer, n_embd, n_head, block_size, batch_size), smallest first. The anchor is
+# configs/cpu_4min.yaml's shape, the winner of a measured grid at ~3,400 steps (docs/benchmarks.md);
+# the 6 x 384 rung is the GPU recipe (configs/shakespeare_char.yaml).
+LADDER = (
+    (2, 64, 4, 64, 16),
+    (2, 96, 4, 128, 16),
+    (3, 96, 4, 128, 16),
+    (3, 128, 4, 128, 16),
+    (3, 192, 6, 128, 16),
+    (4, 256, 8, 128, 16),
+    (6, 256, 8, 256, 32),
+    (6, 384, 6, 256, 64),
+    (8, 512, 8, 256, 64),
+    (12, 768, 12, 256, 64),
+)
+ANCHOR = LADDER[3]
+TOKENS_PER_PARAM = 5  # the largest rung that sees this many tokens per block parameter (docs/auto.md)
+DROPOUT_PASSES = ((30, 0.2), (10, 0.1))  # more passes over the text than this: this dropout
+FINAL_EVAL_SHARE = 0.04  # of the budget kept for the final evaluation and exit
+AUTO_KEYS = (  # every key choose() sets
+    "model.n_layer",
+    "model.n_embd",
+    "model.n_head",
+    "model.block_size",
+    "model.dropout",
+    "train.batch_size",
+    "train.max_steps",
+    "train.eval_interval",
+    "train.patience",
+    "optim.optimizer",
+    "optim.lr",
+    "optim.min_lr",
+    "optim.muon_lr",
+    "optim.warmup_steps",
+    "optim.schedule",
+    "optim.schedule_by",
+    "optim.beta2",
+    "optim.weight_decay",
+)
+
+
+def block_params(m: ModelConfig) -> int:
+    """The transformer blocks' weights: what scaling rules count (embeddings are a small table here)."""
+    return parameter_count(m, 0)
+
+
+def model_of(rung: tuple[int, int, int, int, int], base: ModelConfig) -> ModelConfig:
+    layers, width, heads, block, _ = rung
+    return ModelConfig(**{**base.__dict__, "n_layer": layers, "n_embd": width, "n_head": heads, "block_size": block})
+
+
+PROBE = (LADDER[3], LADDER[5])  # two shapes, 6x apart in work: a step's fixed cost and its cost per FLOP
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How fast this machine trains: a step costs `fixed_s` plus `per_flop_s` per FLOP, fitted to
+    two shapes' measured steps (a small model on a CPU is far from FLOP-bound)."""
+
+    fixed_s: float
+    per_flop_s: float
+    anchor_step_s: float
+
+    def step_seconds(self, m: ModelConfig, vocab: int, batch: int) -> float:
+        return self.fixed_s + self.per_flop_s * step_flops(m, vocab, batch)
+
+
+def step_flops(m: ModelConfig, vocab: int, batch: int) -> float:
+    return flops_per_token(m, vocab) * m.block_size * batch
+
+
+RECIPE = Config().replace(**{"optim.optimizer": "muon"})  # the optimizer --auto trains with
+
+
+def time_steps(
+    m: ModelConfig, vocab: int, batch: int, device: torch.device, dtype: torch.dtype, seconds: float
+) -> float:
+    """Seconds per optimizer step of a shape on random ids, after two warm-up steps."""
+    torch.manual_seed(0)
+    model = GPT(m, vocab).to(device)
+    opt = build_optimizer(model, RECIPE, device)
+    x = torch.randint(vocab, (batch, m.block_size + 1), device=device)
+    steps, start = 0, 0.0
+    while steps < 4 or time.perf_counter() - start < seconds:
+        if steps == 2:
+            start = time.perf_counter()
+        with autocast(device, dtype):
+            _, loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        steps += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return (time.perf_counter() - start) / (steps - 2)
+
+
+def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, seconds: float = 0.8) -> Probe:
+    """Time the two PROBE shapes for about `seconds` each."""
+    (small, b1), (big, b2) = ((model_of(r, cfg.model), r[4]) for r in PROBE)
+    t1, t2 = (time_steps(m, vocab, b, device, dtype, seconds) for m, b in ((small, b1), (big, b2)))
+    f1, f2 = step_flops(small, vocab, b1), step_flops(big, vocab, b2)
+    per_flop = max((t2 - t1) / (f2 - f1), 1e-18)
+    return Probe(max(t1 - per_flop * f1, 0.0), per_flop, t1)
+
+
+@dataclass(frozen=True)
+class Choice:
+    values: dict[str, object]  # the keys --auto sets (explicit keys left out)
+    steps: int  # the steps the budget is expected to allow
+    why: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    rung: tuple[int, int, int, int, int]
+    model: ModelConfig
+    steps: int
+    tokens: int
+    passes: float
+    turn: int  # the step where val loss is expected to stop falling
+
+
+def candidates(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget: float, speed: Probe) -> list:
+    """Each rung of LADDER whose context the text has room for, with its steps in the budget, at
+    the dropout its passes over the text call for."""
+    out = []
+    for rung in LADDER:
+        m = model_of(rung, cfg.model)
+        if m.block_size > min(train_tokens // 8, val_tokens - 2):
+            break  # the text holds too few windows of this context
+        steps = max(int(budget / speed.step_seconds(m, vocab, rung[4])), 1)
+        tokens = steps * m.block_size * rung[4]
+        passes = tokens / max(train_tokens, 1)
+        m = ModelConfig(**{**m.__dict__, "dropout": next((p for over, p in DROPOUT_PASSES if passes > over), 0.0)})
+        out.append(Candidate(rung, m, steps, tokens, passes, turn_step(m, rung[4], train_tokens)))
+    return out
+
+
+def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s: float, speed: Probe) -> Choice:
+    """The config for `budget_s` seconds of training: the largest rung of LADDER that sees
+    TOKENS_PER_PARAM tokens per block parameter in the budget, with dropout by its passes over
+    the text, and patience to stop it where it is expected to overfit before the budget ends (a
+    bigger model stopped at its best beats a smaller one trained to the end: docs/auto.md). The
+    optimizer is the four-minute recipe's, on its schedule over the budget."""
+    found = candidates(cfg, vocab, train_tokens, val_tokens, budget_s * (1 - FINAL_EVAL_SHARE), speed)
+    if not found:
+        raise ValueError("no rung fits")  # the caller checked the text's length for the smallest context
+    c = ([c for c in found if c.tokens >= TOKENS_PER_PARAM * block_params(c.model)] or found[:1])[-1]
+    lasting = c.turn >= c.steps
+    values: dict[str, object] = {
+        "model.n_layer": c.rung[0],
+        "model.n_embd": c.rung[1],
+        "model.n_head": c.rung[2],
+        "model.block_size": c.rung[3],
+        "model.dropout": c.model.dropout,
+        "train.batch_size": c.rung[4],
+        "train.max_steps": max(10 * c.steps, 1000),  # a cap only: the run ends at train.max_time
+        "train.eval_interval": max(50, round(min(c.steps, c.turn) / 16, -1)),
+        "train.patience": 0 if lasting else 3,
+        "optim.optimizer": "muon",
+        "optim.lr": 1e-3,
+        "optim.min_lr": 1e-5,
+        "optim.muon_lr": 0.02,
+        "optim.warmup_steps": min(50, max(c.steps // 20, 1)),
+        "optim.schedule": "cosine",
+        "optim.schedule_by": "time",
+        "optim.beta2": 0.99,
+        "optim.weight_decay": 0.1,
+    }
+    n = block_params(c.model)
+    why = (
+        f"{c.rung[0]} x {c.rung[1]} ({n / 1e6:.2f}M block parameters), context {c.rung[3]}, batch {c.rung[4]}"
+        + (f", dropout {c.model.dropout}" if c.model.dropout else "")
+        + f": ~{c.steps:,} steps in {budget_s:.0f} s here, {c.tokens / n:.0f} tokens per parameter, "
+        f"{c.passes:.1f} passes over the text"
+        + ("" if lasting else f"; the text is small for the time: patience stops it near step {c.turn:,}")
+    )
+    return Choice(values, c.steps, why)
+
+
+# the val loss turns after about OVERFIT_PASSES * sqrt(training tokens per block parameter) passes
+# over the text, times (1 + DROPOUT_GAIN * dropout): fitted in docs/auto.md
+OVERFIT_PASSES = 50.0
+DROPOUT_GAIN = 5.0
+SHORT_DOCUMENTS = 0.5  # documents shorter than this share of the context on average: said so
+
+
+def turn_step(m: ModelConfig, batch: int, train_tokens: int) -> int:
+    """The step after which val loss is expected to stop falling."""
+    passes = OVERFIT_PASSES * math.sqrt(train_tokens / block_params(m)) * (1 + DROPOUT_GAIN * m.dropout)
+    return max(1, int(passes * train_tokens / (batch * m.block_size)))
+
+
+def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, steps: int | None = None) -> list[str]:
+    """The advisor's lines: what the run is set up to do; then, when they apply, the step where it
+    will likely overfit, a model too big for its tokens, and a context longer than most documents.
+    `steps`: those the time budget allows, when known (--auto's probe)."""
+    t, m = cfg.train, cfg.model
+    steps = min(t.max_steps, steps) if steps else t.max_steps
+    n, train_tokens = block_params(m), len(corpus.train)
+    tokens = steps * t.batch_size * m.block_size
+    lines = [
+        f"plan: {parameter_count(m, vocab) / 1e6:.2f}M parameters; {steps:,} steps see {tokens / 1e6:,.1f}M {unit}s, "
+        f"{tokens / n:,.0f} per block parameter, {tokens / max(train_tokens, 1):,.1f} passes over the "
+        f"{train_tokens / 1e6:,.2f}M training {unit}s"
+    ]
+    turn = turn_step(m, t.batch_size, train_tokens)
+    if turn < steps * 0.8:
+        fixes = "train.patience=3" if not t.patience else ""
+        fixes = ", ".join(
+            f for f in (f"model.dropout={min(m.dropout + 0.1, 0.3):.1f}", f"train.max_steps={turn}", fixes) if f
+        )
+        lines.append(
+            f"advice: val loss will likely stop falling near step {turn:,} of {steps:,} (a small text for this "
+            f"model: {tokens / max(train_tokens, 1):,.0f} passes); try {fixes}"
+        )
+    elif tokens < n:
+        lines.append(
+            f"advice: the model is big for this run: under one {unit} per parameter; a smaller model, or --auto "
+            "with train.max_time, learns more in the same time"
+        )
+    mean_doc = len(corpus.ids) / max(corpus.documents, 1)
+    if corpus.documents > 1 and mean_doc < SHORT_DOCUMENTS * m.block_size:
+        lines.append(
+            f"advice: the documents average {mean_doc:,.0f} {unit}s, under half of model.block_size ({m.block_size}): "
+            f"most windows span several documents; a context of {2 ** math.ceil(math.log2(max(mean_doc, 8)))} "
+            "would cost less a step"
+        )
+    return lines
+
+
+def advise_and_size(
+    cfg: Config,
+    explicit: frozenset[str],
+    corpus: Corpus,
+    tok: Tokenizer,
+    device: torch.device,
+    dtype: torch.dtype,
+    started: float,
+) -> Config:
+    """A new run's config, sized by --auto when train.auto is set (explicit keys win), and the
+    advisor's lines (unless log.advice is false)."""
+    steps = None
+    if cfg.train.auto:
+        budget = parse_duration(str(cfg.train.max_time)) or 0.0
+        speed = probe(cfg, tok.vocab_size, device, dtype)
+        left = budget - (time.perf_counter() - started)
+        if left <= 0:
+            raise UserError(
+                f"train.max_time ({cfg.train.max_time}) is spent before training starts (start-up and the speed probe "
+                "took it); give a longer budget"
+            )
+        choice = choose(cfg, tok.vocab_size, len(corpus.train), len(corpus.val), left, speed)
+        kept = {k: v for k, v in choice.values.items() if k not in explicit}
+        cfg = cfg.replace(**kept)
+        steps = choice.steps
+        mine = ", ".join(sorted(k for k in choice.values if k in explicit))
+        log(f"--auto: {choice.why}" + (f"; kept yours: {mine}" if mine else ""))
+        log(
+            f"--auto: a step of the four-minute recipe's shape took {speed.anchor_step_s * 1e3:.1f} ms here "
+            "(the rule: docs/auto.md)"
+        )
+    if cfg.log.advice:
+        for line in advice(cfg, tok.vocab_size, corpus, tok.unit, steps):
+            log(line)
+    return cfg

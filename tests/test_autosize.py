@@ -1,0 +1,107 @@
+"""--auto and the advisor: the choice is a function of the text and the probe's speed, explicit keys
+win, the run's config.yaml and resume repeat it, the advisor speaks up only when a run is set up to
+waste its time, --dry-run trains nothing, and each mistake is one error line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from minigpt.config.schema import Config
+from minigpt.data.corpus import Corpus
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.train.autosize import LADDER, Probe, advice, choose, model_of, step_flops
+from tests.conftest import TINY, make_text
+
+VOCAB = 65
+MB = 1_000_000
+
+
+def _speed(anchor_step_s: float) -> Probe:
+    """A CPU-like machine: a step of the anchor shape takes `anchor_step_s`, a third of it fixed."""
+    anchor = model_of(LADDER[3], Config().model)
+    flops = step_flops(anchor, VOCAB, LADDER[3][4])
+    return Probe(anchor_step_s / 3, anchor_step_s * 2 / 3 / flops, anchor_step_s)
+
+
+def test_the_choice_follows_the_budget_and_is_deterministic() -> None:
+    cfg = Config()
+    shapes = {}
+    for minutes in (1, 4, 15, 60):
+        a = choose(cfg, VOCAB, int(0.9 * MB), int(0.1 * MB), minutes * 60, _speed(0.07))
+        b = choose(cfg, VOCAB, int(0.9 * MB), int(0.1 * MB), minutes * 60, _speed(0.07))
+        assert a == b
+        shapes[minutes] = (a.values["model.n_layer"], a.values["model.n_embd"])
+    # four minutes at the speed where cpu_4min.yaml takes ~3,300 steps: that recipe's shape
+    assert shapes[4] == (3, 128)
+    sizes = [layers * width**2 for layers, width in shapes.values()]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]  # more time, a bigger model
+
+
+def test_a_small_text_gets_dropout_and_patience() -> None:
+    big = choose(Config(), VOCAB, int(0.9 * MB), int(0.1 * MB), 15 * 60, _speed(0.02))
+    small = choose(Config(), VOCAB, 90_000, 10_000, 15 * 60, _speed(0.02))
+    assert big.values["model.dropout"] < small.values["model.dropout"]
+    assert small.values["train.patience"] > 0 and "patience stops it" in small.why
+
+
+def _corpus(n: int, documents: int = 1) -> Corpus:
+    tok = CharTokenizer([chr(32 + i) for i in range(VOCAB)])
+    ids = np.zeros(n, dtype=np.uint8)
+    return Corpus("text", "sha", tok, ids, int(n * 0.9), documents)
+
+
+def test_the_advisor_warns_an_overfitting_run_and_not_the_default() -> None:
+    default = advice(Config(), VOCAB, _corpus(1_115_394), "char")
+    assert len(default) == 1 and default[0].startswith("plan: 0.60M parameters; 480 steps see 1.0M chars")
+    overfit = Config().replace(**{"train.max_steps": 5000})
+    lines = advice(overfit, VOCAB, _corpus(100_000), "char")
+    assert len(lines) == 2 and "val loss will likely stop falling near step" in lines[1]
+    assert "model.dropout=0.1" in lines[1] and "train.patience=3" in lines[1]
+    short_docs = advice(Config(), VOCAB, _corpus(1_000_000, documents=50_000), "char")
+    assert "documents average 20 chars" in short_docs[-1]
+
+
+def test_auto_dry_run_keeps_explicit_keys_and_trains_nothing(tmp_path: Path, cli) -> None:
+    data = tmp_path / "text.txt"
+    data.write_text(make_text(60_000), encoding="utf-8")
+    out = tmp_path / "run"
+    r = cli(
+        "train", "--data", str(data), "--out", str(out), "--auto", "--dry-run", "train.max_time=5m", "model.n_embd=48"
+    )
+    assert r.code == 0, r.err
+    chosen = yaml.safe_load(r.out)
+    assert chosen["model"]["n_embd"] == 48 and chosen["optim"]["optimizer"] == "muon"
+    assert chosen["optim"]["schedule_by"] == "time" and chosen["train"]["auto"] is True
+    assert "--auto: " in r.err and "kept yours: model.n_embd" in r.err and "plan: " in r.err
+    assert not out.exists()
+
+
+def test_auto_run_resumes_as_it_was_chosen(tmp_path: Path, cli) -> None:
+    data = tmp_path / "text.txt"
+    data.write_text(make_text(60_000), encoding="utf-8")
+    out = tmp_path / "run"
+    args = ["train", "--data", str(data), "--out", str(out), "--auto", "train.max_time=10m", *TINY[4:]]
+    r = cli(*args, "train.max_steps=4", "train.eval_interval=2", "train.threads=1")
+    assert r.code == 0, r.err
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["optim"]["optimizer"] == "muon" and saved["train"]["max_steps"] == 4
+    r = cli(*args, "train.max_steps=6", "train.eval_interval=2", "train.threads=1", "--resume")
+    assert r.code == 0, r.err
+    assert "resuming" in r.err and "--auto: " not in r.err  # the choice is not made again
+    again = yaml.safe_load((out / "config.yaml").read_text())
+    assert again["model"] == saved["model"] and again["train"]["max_steps"] == 6
+
+
+def test_auto_mistakes_are_one_line(tmp_path: Path, cli, trained_run: Path) -> None:
+    r = cli("train", "--auto", "--out", str(tmp_path / "a"))
+    assert r.code == 2 and r.err.count("\n") == 1 and "train.auto (--auto) sizes the run for a time budget" in r.err
+    r = cli("train", "--auto", "train.max_time=5m", "--init-from", str(trained_run), "--out", str(tmp_path / "b"))
+    assert r.code == 2 and "fine-tuning keeps the starting model's shape" in r.err
+    data = tmp_path / "text.txt"
+    data.write_text(make_text(60_000), encoding="utf-8")
+    r = cli("train", "--data", str(data), "--auto", "train.max_time=0.01s", "--out", str(tmp_path / "c"))
+    assert r.code == 2 and "is spent before training starts" in r.err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
