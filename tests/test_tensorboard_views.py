@@ -21,11 +21,11 @@ METRICS = ["val/loss", "val/bpc", "val/loss_full", "val/bpc_full"]
 EXTRA = "Act 3:\tExit, pursued by a bear. \u4e2d\u20ac\x0b\n"
 
 
-def train(cli, tmp_path: Path, *args: str | Path) -> Path:
+def train(cli, tmp_path: Path, *overrides: str) -> Path:
     data = tmp_path / "text.txt"
     data.write_text(EXTRA + make_text(), encoding="utf-8")
     out = tmp_path / "run"
-    r = cli("train", "--data", data, "--out", out, *TINY, "train.max_steps=10", "train.eval_interval=5", *args)
+    r = cli("train", "--data", data, "--out", out, *TINY, "train.max_steps=10", "train.eval_interval=5", *overrides)
     assert r.code == 0, r
     return out
 
@@ -125,9 +125,8 @@ def test_a_byte_model_labels_its_256_bytes_and_log_hparams_false_writes_none(cli
 def test_hparam_keys_restrict_the_dashboard_and_log_embeddings_false_writes_none(cli, tmp_path: Path) -> None:
     from tensorboard.plugins.hparams import metadata
 
-    config = tmp_path / "keys.yaml"  # (the command line takes single values only)
-    config.write_text("log:\n  hparam_keys: [model.n_layer, optim.lr, data.tokenizer, data.path]\n")
-    run = train(cli, tmp_path, config, "log.embeddings=false", "train.max_steps=5")
+    keys = "log.hparam_keys=[model.n_layer, optim.lr, data.tokenizer, data.path]"
+    run = train(cli, tmp_path, keys, "log.embeddings=false", "train.max_steps=5")
     records = hparams_data(run)
     names = [h.name for h in records[metadata.EXPERIMENT_TAG].hparam_infos]
     assert names == ["model.n_layer", "optim.lr", "data.tokenizer", "data.path"]
@@ -138,9 +137,7 @@ def test_hparam_keys_restrict_the_dashboard_and_log_embeddings_false_writes_none
 
 
 def test_a_bad_hparam_key_is_one_error_line(cli, tmp_path: Path) -> None:
-    config = tmp_path / "keys.yaml"
-    config.write_text("log:\n  hparam_keys: [model.n_layer, model.n_layr]\n")
-    r = cli("train", config, "--out", tmp_path / "run", *TINY)
+    r = cli("train", "--out", tmp_path / "run", *TINY, "log.hparam_keys=[model.n_layer,model.n_layr]")
     assert r.code == 2, r
     lines = [line for line in r.err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), r
