@@ -4,19 +4,28 @@
     uv run python scripts/screenshots.py explorer runs/default     # docs/img/explorer_*.png (docs/attention.md)
     uv run python scripts/screenshots.py playground runs/default   # docs/img/playground_*.png (docs/playground.md)
     uv run python scripts/screenshots.py playground runs/default --out /tmp   # elsewhere
+    uv run python scripts/screenshots.py tensorboard runs/sweep    # docs/img/tensorboard_*.png (docs/tensorboard.md)
 
 explorer: the attention explorer (layer 1, a character pinned, another hovered, its tooltip open) and
 the surprise page (a character hovered). playground: the playground mid-generation (a hovered
 generated character shows its top guesses) and with a clicked character's attention shown.
+tensorboard: TensorBoard served on localhost over a folder of runs (docs/tensorboard.md says how
+the docs' four were trained): the HParams table, and the projector with the last embeddings of
+the run with the lowest val/loss_full in 2-D, the character e selected: every point labelled, its
+nearest neighbours listed.
 Needs /usr/bin/chromium (apt-get install chromium) and the dev dependencies (playwright).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import socket
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -90,10 +99,86 @@ def playground(m: Any, page: Any, out: Path) -> None:
         print(f"wrote {shot}")
 
 
+def serve_tensorboard(logdir: Path) -> tuple[subprocess.Popen, str]:
+    """TensorBoard on a free localhost port, once it lists the runs under `logdir`."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        str(logdir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/data/runs") as r:
+                if json.load(r):
+                    return server, url
+        except OSError:
+            pass
+        time.sleep(0.5)
+    server.terminate()
+    raise SystemExit(f"TensorBoard listed no runs under {logdir} within 2 minutes")
+
+
+def best_run(logdir: Path) -> str:
+    """The run (its folder's name under `logdir`) with the lowest whole-split val loss."""
+    scored = {p.parent: json.loads(p.read_text())["val_loss_full"] for p in logdir.glob("*/results.json")}
+    return min((v, k.relative_to(logdir).as_posix()) for k, v in scored.items() if v is not None)[1]
+
+
+def tensorboard(logdir: Path, page: Any, out: Path) -> None:
+    server, url = serve_tensorboard(logdir)
+    try:
+        page.set_viewport_size({"width": 1600, "height": 480})
+        page.goto(f"{url}/#hparams")
+        page.wait_for_selector("text=Trial ID", timeout=60_000)
+        page.wait_for_timeout(1500)  # the metric columns fill in after the rows
+        shot = out / "tensorboard_hparams.png"
+        page.screenshot(path=shot)
+        print(f"wrote {shot}")
+
+        page.set_viewport_size({"width": 1280, "height": 860})
+        page.goto(f"{url}/#projector")
+        while not any("projector_binary" in f.url for f in page.frames):
+            page.wait_for_timeout(200)  # the projector is a page in a frame in a frame
+        frame = next(f for f in page.frames if "projector_binary" in f.url)
+        dropdowns = frame.locator("vz-projector-data-panel paper-dropdown-menu")
+        frame.wait_for_selector("vz-projector-data-panel paper-dropdown-menu")
+        # the run, the tensor (None: the last step's) and what colours the points
+        for index, choice in ((0, best_run(logdir)), (1, None), (3, "class")):
+            dropdowns.nth(index).click()
+            items = dropdowns.nth(index).locator("paper-item")
+            (items.last if choice is None else items.filter(has_text=choice).first).click()
+            page.wait_for_timeout(1500)
+        frame.locator("#z-checkbox").click()  # 2-D
+        page.wait_for_timeout(1000)
+        # select 'e' as a click on its point would (its place on the canvas is not in the page):
+        # every point is then labelled, shaded by its distance to e, and the nearest are listed
+        select = "p => p.notifySelectionChanged([p.dataSet.points.findIndex(q => q.metadata.token === 'e')])"
+        frame.locator("vz-projector").evaluate(select)
+        page.wait_for_timeout(2000)
+        shot = out / "tensorboard_projector.png"
+        page.screenshot(path=shot)
+        print(f"wrote {shot}")
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("pages", choices=["explorer", "playground"], help="which pages to photograph")
-    ap.add_argument("run", help="a run directory or checkpoint")
+    ap.add_argument("pages", choices=["explorer", "playground", "tensorboard"], help="which pages to photograph")
+    ap.add_argument("run", help="a run directory or checkpoint (tensorboard: a folder of runs)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="folder for the PNG files")
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     args = ap.parse_args(argv)
@@ -101,11 +186,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import minigpt
 
-    m = minigpt.load(args.run, device="cpu")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=args.chromium, args=ARGS)
         page = browser.new_page(device_scale_factor=1)
-        {"explorer": explorer, "playground": playground}[args.pages](m, page, args.out)
+        if args.pages == "tensorboard":
+            tensorboard(Path(args.run), page, args.out)
+        else:
+            m = minigpt.load(args.run, device="cpu")
+            {"explorer": explorer, "playground": playground}[args.pages](m, page, args.out)
         browser.close()
     return 0
 

@@ -20,6 +20,7 @@ from minigpt.cli.lens import lens_cmd
 from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
 from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.cli.sample import sample
+from minigpt.cli.sweep import sweep_cmd
 from minigpt.cli.train import train_cmd
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.runtime.cores import measure_load_from_now
@@ -64,6 +65,7 @@ def _options(
 
 
 app.command(name="train", epilog=cli_help.train_epilog())(train_cmd)  # its body: cli/train.py
+app.command(name="sweep", epilog=epilog("sweep"))(sweep_cmd)  # its body: cli/sweep.py
 
 
 app.command(epilog=epilog("sample"))(sample)  # its body: cli/sample.py
@@ -262,17 +264,37 @@ def runs(
         ),
     ] = Path("runs"),
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per run, one per line.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            metavar="PAGE",
+            show_default=False,
+            help="Write one offline page instead: the val loss curves together (by step or wall time), a "
+            "sortable table with the keys that differ marked, each run's config.",
+        ),
+    ] = None,
 ) -> None:
     """List the runs under DIR: steps, best val loss, parameters, wall time and where a fine-tuned run started.
 
     A ~ before a loss marks the fixed-batch estimate; without it, the loss is over the whole validation split.
+    A sweep's folder (minigpt sweep) lists its runs best first, with the keys it varies as columns.
     """
-    from minigpt.cli.runs_table import format_runs, list_runs
+    from minigpt.cli.runs_table import format_runs, format_sweep, list_runs, sweep_rows
+    from minigpt.train.sweep import sweep_of
 
-    found = list_runs(folder)
+    if html is not None:
+        from minigpt.cli.runs_table import runs_page
+
+        print(runs_page(folder, html), file=sys.stderr)
+        return
+    sweep = sweep_of(folder) if folder.is_dir() else None
+    found = sweep_rows(sweep) if sweep is not None else list_runs(folder)
     if as_json:
         for run in found:
             print(json.dumps(run.to_dict()))
+    elif sweep is not None:
+        print(format_sweep(found))
     elif found:
         print(format_runs(found))
     else:

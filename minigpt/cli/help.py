@@ -63,8 +63,12 @@ minigpt export runs/default exported_onnx/ --format onnx
 minigpt export runs/default exported_bf16/ --dtype bfloat16 --force""",
     "playground": """minigpt playground runs/default playground.html     # for any browser, offline
 minigpt playground runs/big big.html --dtype float16   # half the size""",
+    "sweep": """minigpt sweep configs/cpu_4min.yaml model.n_layer=2,4 optim.lr=1e-3,3e-3
+minigpt sweep configs/cpu_4min.yaml optim.lr=3e-4,1e-3,3e-3 model.n_embd=64,128 --random 3
+minigpt sweep configs/cpu_4min.yaml optim.lr=1e-3,3e-3 --max-total-time 30m --out runs/lr""",
     "runs": """minigpt runs
-minigpt runs experiments/ --json""",
+minigpt runs experiments/ --json
+minigpt runs runs/lr --html runs.html     # curves, a sortable table, each run's config""",
 }
 
 

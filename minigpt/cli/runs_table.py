@@ -1,18 +1,23 @@
 """`minigpt runs`: what the run directories under a folder hold, one row each, read from their
-checkpoints (memory-mapped: no weights are read) and results.json."""
+checkpoints (memory-mapped: no weights are read) and results.json; a sweep's folder (`minigpt
+sweep`) as its points sorted by loss, the keys it varies as columns; and `--html`'s data: each
+run's config, results and val-loss curve."""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, list_snapshots
 from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
 from minigpt.model import parameter_count
+
+if TYPE_CHECKING:
+    from minigpt.train.sweep import Sweep
 
 
 @dataclass
@@ -26,9 +31,13 @@ class RunInfo:
     started_from: str | None  # a fine-tuned run's starting checkpoint
     problem: str | None = None  # why the run could not be read
     snapshots: int = 0  # weights-only step_NNNNNNN.pt files (train.keep_every)
+    config: dict[str, Any] | None = field(default=None, repr=False)  # flat: {'model.n_layer': 4, ...}
+    results: dict[str, Any] | None = field(default=None, repr=False)  # results.json, when there is one
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        del row["config"], row["results"]
+        return row
 
 
 def read_run(run_dir: Path, name: str) -> RunInfo:
@@ -39,7 +48,8 @@ def read_run(run_dir: Path, name: str) -> RunInfo:
         pass
     try:
         ckpt = Checkpoint.load(find_checkpoint(run_dir, prefer=LAST))
-        params = parameter_count(config_from_dict(ckpt.config, name).model, ckpt.model["wte.weight"].shape[0])
+        cfg = config_from_dict(ckpt.config, name)
+        params = parameter_count(cfg.model, ckpt.model["wte.weight"].shape[0])
     except UserError as e:
         return RunInfo(name, None, None, False, None, None, None, problem=str(e))
     full = results.get("val_loss_full")
@@ -50,16 +60,32 @@ def read_run(run_dir: Path, name: str) -> RunInfo:
     # a final evaluation past train.final_eval_tokens scored a sample: an estimate too (marked ~)
     exact = isinstance(full, (int, float)) and results.get("val_tokens_scored") == results.get("val_tokens")
     return RunInfo(
-        name, ckpt.step, best, exact, params, results.get("wall_s"), started, snapshots=len(list_snapshots(run_dir))
+        name,
+        ckpt.step,
+        best,
+        exact,
+        params,
+        results.get("wall_s"),
+        started,
+        snapshots=len(list_snapshots(run_dir)),
+        config=cfg.flat(),
+        results=results or None,
     )
 
 
-def list_runs(root: Path) -> list[RunInfo]:
+def run_dirs(root: Path) -> list[Path]:
     """Every run directory under `root` (at any depth; `root` itself too), in path order."""
     if not root.is_dir():
         raise UserError(f"{root} is not a directory of runs (train one with: minigpt train --out {root}/NAME)")
-    dirs = sorted({p.parent for name in (LAST, BEST) for p in root.rglob(name)})
-    return [read_run(d, str(d.relative_to(root)) if d != root else ".") for d in dirs]
+    return sorted({p.parent for name in (LAST, BEST) for p in root.rglob(name)})
+
+
+def run_name(root: Path, run_dir: Path) -> str:
+    return str(run_dir.relative_to(root)) if run_dir != root else "."
+
+
+def list_runs(root: Path) -> list[RunInfo]:
+    return [read_run(d, run_name(root, d)) for d in run_dirs(root)]
 
 
 def format_runs(runs: list[RunInfo]) -> str:
@@ -68,10 +94,95 @@ def format_runs(runs: list[RunInfo]) -> str:
         if r.problem:
             rows.append((r.run, "-", "-", "-", "-", "-", f"unreadable: {r.problem}"))
             continue
-        val = "-" if r.best_val_loss is None else f"{r.best_val_loss:.4f}" + ("" if r.best_val_loss_is_full else "~")
+        val = loss_text(r)
         params = "-" if r.params is None else f"{r.params / 1e6:.2f}M"
         wall = "-" if r.wall_s is None else f"{r.wall_s:.0f}s"
         rows.append((r.run, str(r.steps), val, params, wall, str(r.snapshots), r.started_from or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:6], widths)) + "  " + row[6] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def loss_text(r: RunInfo) -> str:
+    return "-" if r.best_val_loss is None else f"{r.best_val_loss:.4f}" + ("" if r.best_val_loss_is_full else "~")
+
+
+@dataclass
+class SweepRow:
+    """One point of a sweep: its run (None before it starts), the values of the keys that vary
+    (its config's; as written on the command line for a run not started) and a note."""
+
+    run: str
+    info: RunInfo | None
+    values: dict[str, Any]
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**(self.info.to_dict() if self.info else {"run": self.run}), "values": self.values, "note": self.note}
+
+
+def sweep_rows(sweep: Sweep, notes: dict[str, str] | None = None) -> list[SweepRow]:
+    """The sweep's runs, best whole-split val loss first (estimates, marked ~, among them by
+    their value), then the runs with no loss yet, then the points of its last draw not run.
+    `notes`: what the command that just ran did with each run."""
+    notes = notes or {}
+    drawn = {point.name for point in sweep.points()}
+    rows = []
+    for point in replace(sweep, random=None).points():  # runs of an earlier --random draw too
+        run_dir = sweep.out / point.name
+        info = read_run(run_dir, point.name) if find_checkpoint(run_dir, prefer=LAST) else None
+        if info is None and point.name not in drawn:
+            continue
+        config = info.config if info is not None and info.config else sweep.config_of(point).flat()
+        values = {k: config.get(k) for k in sweep.varying}
+        rows.append(SweepRow(point.name, info, values, notes.get(point.name, "" if info else "not run")))
+
+    def order(row: SweepRow) -> tuple[int, float]:
+        if row.info is None:
+            return (2, 0.0)
+        loss = row.info.best_val_loss
+        return (0, loss) if loss is not None else (1, 0.0)
+
+    return sorted(rows, key=order)
+
+
+def value_text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def format_sweep(rows: list[SweepRow]) -> str:
+    from minigpt.train.sweep import short_keys
+
+    keys = list(rows[0].values) if rows else []
+    short = short_keys(keys)
+    table = [("run", *(short[k] for k in keys), "steps", "best val", "params", "wall", "")]
+    for row in rows:
+        r, values = row.info, [value_text(row.values[k]) for k in keys]
+        if r is None or r.problem:
+            note = row.note if r is None else f"unreadable: {r.problem}"
+            table.append((row.run, *values, "-", "-", "-", "-", note))
+            continue
+        params = "-" if r.params is None else f"{r.params / 1e6:.2f}M"
+        wall = "-" if r.wall_s is None else f"{r.wall_s:.0f}s"
+        table.append((row.run, *values, str(r.steps), loss_text(r), params, wall, row.note))
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table)
+
+
+def runs_page(folder: Path, out: Path) -> str:
+    """`minigpt runs DIR --html PAGE`: every run's config, results and val loss curve (from its
+    TensorBoard events, or results.json's last point without them) on one page; the line to print."""
+    from minigpt.inspect.pages import check_output
+    from minigpt.inspect.runs_page import runs_html
+    from minigpt.train.events import scalar_curve
+
+    check_output(out)
+    runs = []
+    for run_dir in run_dirs(folder):
+        info = read_run(run_dir, run_name(folder, run_dir))
+        curve = scalar_curve(run_dir) if info.problem is None else None
+        runs.append({**info.to_dict(), "config": info.config, "results": info.results, "curve": curve})
+    if not runs:
+        raise UserError(f"no runs under {folder} (train one with: minigpt train --out {folder}/NAME)")
+    page = runs_html(str(folder), runs)
+    return f"wrote {page.save(out)}: {page.summary}"

@@ -28,9 +28,17 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text  # not YAML: keep the raw string and let the type check decide
-    if isinstance(value, (dict, list)):
+    if isinstance(value, dict) or isinstance(value, list) and not takes_list(key):
         raise UserError(f"command line: override '{item}' must have a single value, not a YAML collection")
     return key, value
+
+
+def takes_list(key: str) -> bool:
+    """Whether a key's value may be a list (data.path, data.text_field, log.hparam_keys, ...)."""
+    if key.count(".") != 1 or key not in all_keys():
+        return False
+    section, name = key.split(".")
+    return list[str] in typing.get_args(typing.get_type_hints(SECTIONS[section])[name])
 
 
 def read_yaml(path: Path) -> Any:

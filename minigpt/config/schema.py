@@ -410,6 +410,9 @@ def validate(cfg: Config, source: str) -> None:
         fail("train.auto (--auto) sizes the run for a time budget: set train.max_time too (e.g. train.max_time=10m)")
     if o.schedule_by == "time" and not t.max_time:
         fail("optim.schedule_by time needs train.max_time, the budget the decay runs over (e.g. train.max_time=4m)")
+    for key in cfg.log.hparam_keys or []:
+        if key not in all_keys():
+            fail(f"log.hparam_keys names an unknown key '{key}'{_suggest(key)}")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ SCRIPTS = {
     "playground": ("heads.js", "gpt.js", "playground.js"),
     "lens": ("heads.js", "lens.js"),
     "heads_page": ("heads.js", "heads_page.js"),
+    "runs": ("heads.js", "runs.js"),
 }
 VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
 

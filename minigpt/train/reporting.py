@@ -1,15 +1,18 @@
 """What a training run shows and records about itself: the start-up lines, the progress bar,
-TensorBoard scalars, text samples and attention images, tokens/s and MFU, and the summary.
-The only module that draws progress or writes TensorBoard events; rank 0 only."""
+TensorBoard scalars, text samples, attention images, the HParams dashboard's record and the
+projector's embeddings, tokens/s and MFU, and the summary. The only module that draws progress
+or writes TensorBoard events; rank 0 only (docs/tensorboard.md)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import statistics
 import sys
 import threading
 import time
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from minigpt.config.schema import Config
+from minigpt.config.schema import Config, all_keys
 from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import WriteError
@@ -91,6 +94,102 @@ class HeadsLogger:
             for layer, row in enumerate(grid):
                 for head, score in enumerate(row):
                     writer.add_scalar(f"heads/{name}/L{layer}H{head}", score, step)
+
+
+HPARAM_METRICS = ("val/loss", "val/bpc", "val/loss_full", "val/bpc_full")  # scalars on_eval and on_final log
+HPARAM_SECTIONS = ("model", "optim", "train")  # the keys shown unless log.hparam_keys names others
+
+
+def config_text(value: Any) -> str:
+    """A config value as YAML and the command line spell it: true/false, null, a text with line
+    breaks or edge spaces in double quotes ("\\n"), anything else as str() writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str) and (not value.isprintable() or value != value.strip()):
+        return json.dumps(value)  # YAML's double-quoted form: "\n" stays a newline
+    return str(value)
+
+
+def hparam_summaries(cfg: Config) -> tuple[Any, Any, Any]:
+    """The HParams plugin's experiment, session-start and (success) session-end summaries for this
+    run: log.hparam_keys (default every model, optim and train key), numbers as numbers and the rest
+    as config.yaml spells them; keys with choices, and true/false, are categories."""
+    from torch.utils.tensorboard.summary import hparams
+
+    fields = all_keys()
+    keys = cfg.log.hparam_keys or [k for k in fields if k.split(".")[0] in HPARAM_SECTIONS]
+    flat = cfg.flat()
+    values: dict[str, Any] = {}
+    domains: dict[str, list[str]] = {}
+    for key in keys:
+        value = flat[key]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        values[key] = value if number else config_text(value)
+        choices = fields[key].metadata.get("choices") or (("false", "true") if isinstance(value, bool) else None)
+        if choices:
+            domains[key] = list(choices)
+    return hparams(values, dict.fromkeys(HPARAM_METRICS), domains)
+
+
+def token_class(tok: Tokenizer, i: int) -> str:
+    """What kind of character token `i` is, for colouring the projector: lower-case letter, capital,
+    digit, whitespace, punctuation (symbols too: $ + |), other; a byte model's bytes past ASCII
+    are "non-ASCII byte"."""
+    if tok.kind == "byte" and i >= 128:
+        return "non-ASCII byte"
+    c = chr(i) if tok.kind == "byte" else tok.pieces([i])[0]
+    if c.isspace():
+        return "whitespace"
+    if c.isdigit():
+        return "digit"
+    if c.islower():
+        return "lower-case letter"
+    if c.isupper():
+        return "capital"
+    return "punctuation" if unicodedata.category(c)[0] in "PS" else "other"
+
+
+def embedding_metadata(tok: Tokenizer) -> list[list[str]]:
+    """One [token, class] row per id: the token as the pages label it (whitespace made visible,
+    a byte model's other bytes as 0xC3), with any character left that cannot be read escaped
+    (\\x0b), so that no label breaks a line of the projector's TSV file."""
+    from minigpt.inspect.pages import token_label
+
+    rows = []
+    for i in range(tok.vocab_size):
+        label = token_label(tok, i)
+        if not label.isprintable():
+            label = label.encode("unicode_escape").decode("ascii")
+        rows.append([label, token_class(tok, i)])
+    return rows
+
+
+class EmbeddingLogger:
+    """The token embedding matrix for TensorBoard's projector at each eval: RUN/NNNNN/embeddings/
+    holds tensors.tsv and metadata.tsv (folders without event files, so no extra runs) and
+    RUN/projector_config.pbtxt lists every step. One row per vocabulary entry: small next to an eval."""
+
+    def __init__(self, model: GPT, tok: Tokenizer, writer: Any, out_dir: Path) -> None:
+        self.model, self.rows, self.writer, self.out_dir = model, embedding_metadata(tok), writer, out_dir
+        config = out_dir / "projector_config.pbtxt"
+        if config.exists():
+            # the writer rewrites the whole config at each add_embedding from what it holds: a
+            # resumed run starts from the steps already listed, or they would drop out of it
+            from google.protobuf import text_format
+            from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig
+
+            writer._projector_config = text_format.Parse(config.read_text(encoding="utf-8"), ProjectorConfig())
+
+    def log(self, step: int) -> None:
+        """Written at once (not by the event thread): a failure names the step's folder."""
+        weight = self.model.wte.weight.detach().float().cpu()  # (vocab, n_embd)
+        after = _EVENTS_AFTER.replace("DIR", str(self.out_dir))
+        with write_errors(self.out_dir / f"{step:05d}", 16 * weight.numel(), after):  # ~16 characters a number
+            self.writer.add_embedding(
+                weight, metadata=self.rows, metadata_header=["token", "class"], global_step=step, tag="embeddings"
+            )
 
 
 def describe_run(
@@ -192,20 +291,25 @@ class GuardedWriter:
         self.path = Path(getattr(event_writer, "_file_name", writer.get_logdir()))
         self._after = _EVENTS_AFTER.replace("DIR", str(self.path.parent))
 
+    def _guarded(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.failed:
+            return None
+        try:
+            with write_errors(self.path, _EVENT_BYTES, self._after):
+                return method(*args, **kwargs)
+        except WriteError:
+            self.failed = True
+            raise
+
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._writer, name)
+        return lambda *args, **kwargs: self._guarded(method, *args, **kwargs)
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self.failed:
-                return None
-            try:
-                with write_errors(self.path, _EVENT_BYTES, self._after):
-                    return method(*args, **kwargs)
-            except WriteError:
-                self.failed = True
-                raise
-
-        return call
+    def add_summaries(self, summaries: Any, step: int) -> None:
+        """Ready-made summaries (the HParams plugin's) into the run's own event file, where
+        `add_hparams` would start a folder of its own, which TensorBoard lists as another run."""
+        for summary in summaries:
+            self._guarded(self._writer.file_writer.add_summary, summary, step)
 
 
 class Reporter:
@@ -238,6 +342,8 @@ class Reporter:
         self.t_log, self.tokens_at_log = time.perf_counter(), start_tokens
         self._exit = contextlib.ExitStack()
         self.writer: Any = None
+        self.embeddings: EmbeddingLogger | None = None
+        self.session_end: Any = None  # the HParams session's end (success), written once the run finishes
         if cfg.log.tensorboard and dist.is_main:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -246,6 +352,13 @@ class Reporter:
             with write_errors(out_dir / "events.out.tfevents.*", _EVENT_BYTES, _EVENTS_AFTER):
                 writer = SummaryWriter(log_dir=str(out_dir), purge_step=start_step + 1 if start_step else None)
             self.writer = GuardedWriter(writer)
+            if cfg.log.embeddings:
+                self.embeddings = EmbeddingLogger(model, tok, writer, out_dir)
+            if cfg.log.hparams:
+                # a resumed run writes its start again: TensorBoard keeps a run's first (the first
+                # metadata of a tag), so the dashboard shows the values the run started with
+                experiment, start, self.session_end = hparam_summaries(cfg)
+                self.writer.add_summaries([experiment, start], start_step)
         probe = cfg.log.attention_probe
         self.attention = AttentionLogger(model, tok, probe) if self.writer is not None and probe else None
         # val: the validation split's ids and their table into the vocabulary, for the heads' scores
@@ -338,6 +451,16 @@ class Reporter:
         if self.heads is not None:
             self.heads.log(self.writer, step)
         self.writer.flush()
+        if self.embeddings is not None:  # after the events, whose failure (a full disk) comes first
+            self.embeddings.log(step)
+
+    def end_session(self, step: int) -> None:
+        """The run finished (max_steps, patience or max_time): its HParams session ends with
+        success. A run stopped by a signal or an error writes no end, so it shows as unknown: as
+        with the start, TensorBoard would keep the first end, and an 'aborted' would outlive the
+        resume that finishes the run."""
+        if self.writer is not None and self.session_end is not None:
+            self.writer.add_summaries([self.session_end], step)
 
     def end_progress(self) -> None:
         """Close the progress bar (and give status lines back to plain stderr); idempotent."""

@@ -43,7 +43,7 @@ from minigpt.runtime.distributed import wrap_ddp
 from minigpt.train.disk import write_run_file
 from minigpt.train.interrupts import StopNow, StopRequest
 from minigpt.train.optim import build_optimizer, load_optimizer_state
-from minigpt.train.reporting import Reporter, describe_run
+from minigpt.train.reporting import Reporter, config_text, describe_run
 from minigpt.train.schedule import lr_at, time_progress
 from minigpt.train.state import RngStreams, TrainState
 
@@ -433,6 +433,7 @@ class Trainer:
                     log(stopped)
                 if t.final_eval and self.dist.is_main:
                     full = self._final_evaluation(stop, reporter)
+                reporter.end_session(state.step)
         finally:
             reporter.close(quiet=sys.exc_info()[0] is not None)
         result = TrainResult(
@@ -451,15 +452,7 @@ class Trainer:
 
 def _override(key: str, value: Any) -> str:
     """KEY=VALUE as the command line reads it back (a text key is taken as written)."""
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif value is None:
-        text = "null"
-    elif isinstance(value, str) and (not value.isprintable() or value != value.strip()):
-        text = json.dumps(value)  # YAML's double-quoted form: "\n" stays a newline
-    else:
-        text = str(value)
-    return shlex.quote(f"{key}={text}")
+    return shlex.quote(f"{key}={config_text(value)}")
 
 
 def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:

@@ -1,0 +1,76 @@
+"""`minigpt sweep`, from its flags to `train.sweep`: the CONFIG and KEY=V1,V2 arguments, every
+point's config checked before torch is imported, the runs, and the table sorted by loss at the end.
+Registered in app.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from minigpt.cli import help as cli_help
+from minigpt.cli.train import split_args
+from minigpt.errors import UserError
+
+
+def sweep_cmd(
+    args: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="CONFIG KEY=V1,V2",
+            help="A YAML config (default: the built-in one), then keys with the values to try, comma-separated "
+            "(model.n_layer=2,4 optim.lr=1e-3,3e-3); a key with one value is fixed for every run. Only top-level "
+            "commas separate: one inside [...], {...} or a quoted value stays in it.",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            autocompletion=cli_help.complete_directory,
+            show_default=False,
+            help="The sweep's folder, one run directory per point in it (default: runs/<config name>-sweep).",
+        ),
+    ] = None,
+    draw: Annotated[
+        int | None,
+        typer.Option(
+            "--random", min=1, show_default=False, help="Train N distinct points of the grid, drawn by --seed."
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="The seed of --random's draw.")] = 0,
+    max_total_time: Annotated[
+        str | None,
+        typer.Option(
+            "--max-total-time",
+            show_default=False,
+            help="A budget for the whole command (90s, 30m, 2h): a run gets at most what is left as its "
+            "train.max_time, and runs with nothing left are not started.",
+        ),
+    ] = None,
+) -> None:
+    """Train one run per combination of values, one after another, and print them sorted by val loss.
+
+    Each run is an ordinary run in OUT/<its values> (e.g. runs/x-sweep/n_layer=2,lr=1e-3). Run the same command
+    again after an interruption: finished runs are skipped and an interrupted one resumes (docs/runs.md).
+    """
+    from minigpt.config.fields import parse_duration
+    from minigpt.train.sweep import plan_sweep
+
+    started = time.perf_counter()  # --max-total-time counts from here: torch's import is in it
+    budget = None
+    if max_total_time is not None:
+        budget = parse_duration(max_total_time)
+        if budget is None:
+            raise UserError(f"--max-total-time must be a duration such as 90s, 30m or 2h, got {max_total_time!r}")
+    config_path, items = split_args(args)
+    sweep = plan_sweep(config_path, items, out, draw, seed)  # every point checked: before torch, before any run
+    from minigpt.cli.runs_table import format_sweep, sweep_rows
+    from minigpt.train.sweep import run_sweep
+
+    outcomes = run_sweep(sweep, budget, started)
+    notes = {o.point.name: o.note for o in outcomes}
+    print(format_sweep(sweep_rows(sweep, notes)))

@@ -1,0 +1,32 @@
+"""A run's TensorBoard event files read back with TensorBoard's own reader: what `minigpt runs
+--html` draws. reporting.py writes them; this module only reads (TensorBoard is imported here, in
+train/, and only when a page is made)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EVENTS = "events.out.tfevents.*"
+# keep every scalar; parse one of everything else (images, embeddings, text): nothing here shows them
+_SIZES = {"scalars": 0, "images": 1, "audio": 1, "histograms": 1, "compressedHistograms": 1, "tensors": 1}
+
+
+def scalar_curve(run_dir: Path, tag: str = "val/loss") -> dict[str, list[float]] | None:
+    """`tag`'s points in the run's event files: {"step": [...], "seconds": [...], "value": [...]},
+    seconds counted from the run's first event (a resumed run's pause is in them); None when the
+    run has no event files (log.tensorboard off), an empty curve when they hold no such tag."""
+    if not any(run_dir.glob(EVENTS)):
+        return None
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance=_SIZES)
+    acc.Reload()
+    curve: dict[str, list[float]] = {"step": [], "seconds": [], "value": []}
+    if tag not in acc.Tags().get("scalars", []):
+        return curve
+    start = acc.FirstEventTimestamp()
+    for event in acc.Scalars(tag):
+        curve["step"].append(event.step)
+        curve["seconds"].append(round(event.wall_time - start, 3))
+        curve["value"].append(event.value)
+    return curve

@@ -1,0 +1,353 @@
+"""`minigpt sweep`: one config trained at every point of a grid of values (or at N points drawn
+from it), one run after another, each an ordinary run in `OUT/<its values>` that every other
+command reads. The runs are started by `launch.start_run`, the one way a run starts.
+
+A sweep is one command a job script can repeat, like `minigpt train --resume auto`: the folder's
+`sweep.yaml` holds its definition (a different grid into the same folder is refused), and each run's
+own files say where it stands, so nothing else has to survive a crash between runs. A run is
+finished when `launch.finished` says so (its results.json records its last step and max_steps,
+patience or its own train.max_time ended it); one with a checkpoint is resumed; one without
+starts. A stop signal (SIGINT, SIGTERM, SIGUSR1) during a run lets the trainer save last.pt and
+ends the sweep with the trainer's exit code; between runs it ends the sweep at once."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import random
+import re
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from minigpt.config.files import check_overrides, load_config, parse_override
+from minigpt.config.schema import Config
+from minigpt.errors import TrainingInterrupted, UserError, WriteError
+
+DEFINITION = "sweep.yaml"
+MAX_VALUE_CHARS = 24  # a value longer than this is shortened in a run's name (with a hash, so names stay apart)
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str  # the run's directory under the sweep's folder
+    values: tuple[tuple[str, str], ...]  # (key, value as written on the command line)
+
+    def overrides(self) -> list[str]:
+        return [f"{key}={value}" for key, value in self.values]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What a sweep is: the config, the keys every run shares and each varying key's values (as
+    written on the command line), and which points of the grid run."""
+
+    out: Path
+    config: Path | None
+    fixed: dict[str, str]  # key -> value, for every run
+    grid: dict[str, list[str]]  # key -> its values (two or more), in command-line order
+    random: int | None = None  # draw this many distinct points of the grid
+    seed: int = 0
+
+    @property
+    def varying(self) -> list[str]:
+        """The keys that vary: a run's name, a table's columns, the HParams' keys."""
+        return list(self.grid)
+
+    def points(self) -> list[Point]:
+        """Every point of the grid in order (the last key changing fastest), or `random` of them
+        drawn with `seed`, kept in grid order."""
+        combos = list(itertools.product(*self.grid.values()))
+        if self.random is not None:
+            if self.random > len(combos):
+                raise UserError(
+                    f"--random {self.random}: the grid has only {len(combos)} points; drop --random to run them all"
+                )
+            combos = [combos[i] for i in sorted(random.Random(self.seed).sample(range(len(combos)), self.random))]
+        labels = {key: value_labels(values) for key, values in self.grid.items()}
+        short = short_keys(self.varying)
+        return [
+            Point(
+                ",".join(f"{short[k]}={labels[k][v]}" for k, v in zip(self.grid, combo)), tuple(zip(self.grid, combo))
+            )
+            for combo in combos
+        ]
+
+    def overrides(self, point: Point) -> list[str | tuple[str, Any]]:
+        """A run's overrides: the HParams keys (so a fixed log.hparam_keys may still replace them),
+        the fixed keys, then the point's values."""
+        fixed = [f"{key}={value}" for key, value in self.fixed.items()]
+        return [("log.hparam_keys", self.varying), *fixed, *point.overrides()]
+
+    def config_of(self, point: Point) -> Config:
+        return load_config(self.config, self.overrides(point))
+
+    def definition(self) -> dict[str, Any]:
+        config = str(self.config.resolve()) if self.config is not None else None
+        return {"config": config, "fixed": self.fixed, "grid": self.grid, "random": self.random, "seed": self.seed}
+
+
+def split_values(text: str) -> list[str]:
+    """'1e-3,3e-3' -> ['1e-3', '3e-3']. Only top-level commas split: one inside brackets or braces
+    ('[a,b]', a glob's '{a,b}') or inside a value that starts with a quote ('"a,b"') stays in it."""
+    values, depth, quote, start = [], 0, "", 0
+    for i, c in enumerate(text):
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'" and i == start:
+            quote = c
+        elif c in "[{(":
+            depth += 1
+        elif c in "]})":
+            depth = max(0, depth - 1)
+        elif c == "," and depth == 0:
+            values.append(text[start:i])
+            start = i + 1
+    return [*values, text[start:]]
+
+
+def parse_grid(items: list[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """['optim.lr=1e-3,3e-3', 'train.max_steps=500'] -> ({'train.max_steps': '500'}, {'optim.lr':
+    ['1e-3', '3e-3']}): the fixed keys and the grid, each value checked on its own (key, type,
+    bounds, choices) as a KEY=VALUE override is."""
+    fixed: dict[str, str] = {}
+    grid: dict[str, list[str]] = {}
+    for item in items:
+        key, _, text = item.partition("=")
+        key = key.strip()
+        values = split_values(text)
+        if key in fixed or key in grid:
+            raise UserError(f"command line: {key} is given twice; list its values once, e.g. {key}=V1,V2")
+        if len(values) > 1 and "" in values:
+            raise UserError(f"command line: {item} has an empty value; separate the values with single commas")
+        seen: list[tuple[Any, str]] = []
+        for value in values:
+            check_overrides([f"{key}={value}"])
+            same = [text for parsed, text in seen if parsed == same_value(key, value)]
+            if same:
+                raise UserError(f"command line: {key} lists the same value twice ({same[0]} and {value})")
+            seen.append((same_value(key, value), value))
+        if len(values) == 1:
+            fixed[key] = values[0]
+        else:
+            grid[key] = values
+    if not grid:
+        raise UserError(
+            "nothing to sweep: give at least one key with two or more values, e.g. model.n_layer=2,4 optim.lr=1e-3,3e-3"
+        )
+    return fixed, grid
+
+
+def same_value(key: str, value: str) -> Any:
+    """What `value` means for `key`, for telling two values apart: 1e-3 and 0.001 are one number
+    (YAML reads 1e-3 as text; the config's check makes it a float)."""
+    parsed = parse_override(f"{key}={value}")[1]
+    if isinstance(parsed, str):
+        try:
+            return float(parsed)
+        except ValueError:
+            return parsed
+    return parsed
+
+
+def short_keys(keys: list[str]) -> dict[str, str]:
+    """Each key by its last part in run names (n_layer), or whole where two keys share that part."""
+    tails = [k.rsplit(".", 1)[-1] for k in keys]
+    return {k: t if tails.count(t) == 1 else k for k, t in zip(keys, tails)}
+
+
+def value_labels(values: list[str]) -> dict[str, str]:
+    """Each value as a run's name shows it: letters, digits and . _ + - kept, anything else '_',
+    and past MAX_VALUE_CHARS (or where two values would look alike) a hash of the value added."""
+
+    def tag(v: str) -> str:
+        return hashlib.sha1(v.encode("utf-8")).hexdigest()[:6]
+
+    safe = {v: re.sub(r"[^A-Za-z0-9._+-]", "_", v).strip("_") or tag(v) for v in values}
+    for v, s in safe.items():
+        if len(s) > MAX_VALUE_CHARS:
+            safe[v] = f"{s[: MAX_VALUE_CHARS - 7]}-{tag(v)}"
+    clash = {s for s in safe.values() if list(safe.values()).count(s) > 1}
+    return {v: f"{s}-{tag(v)}" if s in clash else s for v, s in safe.items()}
+
+
+def plan_sweep(config: Path | None, items: list[str], out: Path | None, draw: int | None, seed: int) -> Sweep:
+    """The sweep the command line describes, every point's whole config checked (before anything
+    is written or any run starts), and the folder checked against what it already holds."""
+    fixed, grid = parse_grid(items)
+    name = config.stem if config is not None else "default"
+    sweep = Sweep(out if out is not None else Path("runs") / f"{name}-sweep", config, fixed, grid, draw, seed)
+    for point in sweep.points():
+        try:
+            sweep.config_of(point)
+        except UserError as e:
+            raise UserError(f"sweep point {point.name}: {e}") from None
+    check_folder(sweep)
+    return sweep
+
+
+def read_definition(folder: Path) -> dict[str, Any] | None:
+    """The sweep.yaml of `folder` as written, or None when it holds none."""
+    path = folder / DEFINITION
+    if not path.is_file():
+        return None
+    try:
+        found = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+    if not isinstance(found, dict) or not isinstance(found.get("grid"), dict):
+        raise UserError(f"{path} is not a minigpt sweep definition (it has no grid)")
+    return found
+
+
+def sweep_of(folder: Path) -> Sweep | None:
+    """The sweep whose runs `folder` holds (from its sweep.yaml), or None."""
+    found = read_definition(folder)
+    if found is None:
+        return None
+    config = Path(found["config"]) if found.get("config") else None
+    fixed = {str(k): str(v) for k, v in (found.get("fixed") or {}).items()}
+    grid = {str(k): [str(v) for v in values] for k, values in found["grid"].items()}
+    return Sweep(folder, config, fixed, grid, found.get("random"), int(found.get("seed") or 0))
+
+
+def check_folder(sweep: Sweep) -> None:
+    """A folder holds one grid: the same config, fixed keys and values again continue it (another
+    --random draw of it included: each run's name says its values); a different one, or runs
+    that are not a sweep's, are refused (a new grid goes into another --out)."""
+    before = read_definition(sweep.out)
+    if before is not None:
+        now = sweep.definition()
+        differ = [k for k in ("config", "fixed", "grid") if before.get(k) != now[k]]
+        if differ:
+            shown = "; ".join(definition_change(k, before.get(k), now[k]) for k in differ)
+            raise UserError(
+                f"{sweep.out} holds another sweep ({shown}); sweep into another --out, or repeat the command "
+                f"that {sweep.out / DEFINITION} records to continue that one"
+            )
+        return
+    if sweep.out.is_dir():
+        held = sorted(str(p.parent) for pattern in ("last.pt", "best.pt") for p in sweep.out.rglob(pattern))
+        if held:
+            raise UserError(f"{sweep.out} already holds runs that are not a sweep's ({held[0]}); give another --out")
+
+
+def definition_change(part: str, before: Any, now: Any) -> str:
+    """What differs in one part of two definitions, key by key for the grid and the fixed keys."""
+    if not (isinstance(before, dict) and isinstance(now, dict)):
+        return f"{part} {before!r} there, {now!r} here"
+
+    def shown(values: Any) -> str:
+        return ",".join(values) if isinstance(values, list) else "unset" if values is None else str(values)
+
+    keys = [k for k in dict.fromkeys([*before, *now]) if before.get(k) != now.get(k)]
+    return ", ".join(f"{part} {k} {shown(before.get(k))} there, {shown(now.get(k))} here" for k in keys)
+
+
+def save_definition(sweep: Sweep) -> None:
+    from minigpt.train.disk import write_run_file
+
+    sweep.out.mkdir(parents=True, exist_ok=True)
+    text = "# minigpt sweep: run the same command again to continue it; each run is a folder here\n"
+    write_run_file(sweep.out / DEFINITION, text + yaml.safe_dump(sweep.definition(), sort_keys=False))
+
+
+@dataclass
+class Outcome:
+    point: Point
+    note: str  # what happened to the run in this command: trained, resumed, finished before, not run...
+
+
+def run_sweep(sweep: Sweep, max_total: float | None, started: float) -> list[Outcome]:
+    """Train every point not finished yet, one at a time, into `sweep.out / point.name`.
+    `max_total`: seconds for the whole command from `started` (a perf_counter time): a run gets at
+    most what is left as its train.max_time; runs with nothing left are not started."""
+    from minigpt.runtime.device import log
+
+    save_definition(sweep)
+    points = sweep.points()
+    deadline = started + max_total if max_total else None
+    outcomes: list[Outcome] = []
+    with stop_between_runs(sweep, points, outcomes):
+        for i, point in enumerate(points, 1):
+            left = deadline - time.perf_counter() if deadline is not None else None
+            if left is not None and left < 1:
+                outcomes.append(Outcome(point, "not run: --max-total-time ran out"))
+                continue
+            log(f"sweep: run {i} of {len(points)}: {sweep.out / point.name}")
+            outcomes.append(Outcome(point, train_point(sweep, point, left)))
+    return outcomes
+
+
+def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
+    """Start, resume or skip one point's run, as `--resume auto` decides, except that a run cut
+    short by --max-total-time alone is resumed; what happened, in a few words."""
+    from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint
+    from minigpt.runtime.device import log
+    from minigpt.train.launch import finished, start_run
+
+    out, overrides = sweep.out / point.name, sweep.overrides(point)
+    cfg = sweep.config_of(point)
+    existing = find_checkpoint(out, prefer=LAST)
+    if existing is not None:
+        ckpt = Checkpoint.load(existing)
+        done = finished(out, ckpt, cfg)  # judged without the cap below: the cap is this command's alone
+        if done:
+            log(f"{out} is finished: {done} at step {ckpt.step}; skipping it")
+            return "finished before"
+    own = cfg.train.max_time
+    capped = left is not None and (own is None or left < parse_seconds(own))
+    if capped:
+        overrides.append(("train.max_time", f"{left:.1f}s"))
+    try:
+        result = start_run(sweep.config, overrides, out, existing is not None, time.perf_counter())
+    except UserError as e:
+        if isinstance(e, WriteError) or not str(e).startswith("training diverged"):
+            raise
+        log(f"error: {e}")  # a rate too high is an outcome of a sweep, not a mistake in the command: go on
+        return "diverged"
+    verb = "resumed" if existing is not None else "trained"
+    if result is not None and capped and result.stopped and "train.max_time" in result.stopped:
+        return f"{verb}; cut short by --max-total-time"
+    return verb
+
+
+def parse_seconds(duration: str) -> float:
+    from minigpt.config.fields import parse_duration
+
+    return parse_duration(duration) or 0.0
+
+
+@contextlib.contextmanager
+def stop_between_runs(sweep: Sweep, points: list[Point], outcomes: list[Outcome]) -> Iterator[None]:
+    """A stop signal while no run is training (between runs, or while one starts up) ends the
+    sweep at once; during a run, the trainer's own handler saves last.pt first. Either way the
+    sweep ends with the trainer's exit code, 128 + the signal's number, saying how to go on."""
+    from minigpt.train.interrupts import STOP_SIGNALS
+
+    def stop(signum: int, frame: Any) -> None:
+        raise TrainingInterrupted(128 + signum, signal.Signals(signum).name)
+
+    previous = {}
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(ValueError):  # not the main thread (a test runner's): signals stay as they were
+            previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    except TrainingInterrupted as e:
+        n = len(outcomes)
+        where = f"in run {n + 1} of {len(points)} ({sweep.out / points[n].name})" if n < len(points) else "at its end"
+        raise TrainingInterrupted(
+            e.exit_code,
+            f"sweep {sweep.out} stopped {where}; {n} run(s) done. Run the same minigpt sweep command again to go "
+            "on: finished runs are skipped, an interrupted one resumes from its last.pt",
+        ) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
