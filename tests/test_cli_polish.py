@@ -25,7 +25,7 @@ from .conftest import TINY
 from .test_cli import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = ["train", "sample", "eval", "score", "attention", "export", "runs"]
+COMMANDS = ["train", "sweep", "sample", "eval", "score", "attention", "export", "runs"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
 
 
@@ -158,7 +158,7 @@ def test_bash_completion_offers_commands_options_choices_and_run_directories(tmp
     (tmp_path / "other").mkdir()
     script = minigpt("--show-completion", "bash").stdout
     cases = {
-        "minigpt ''": "train sample eval score attention export playground heads lens runs",
+        "minigpt ''": "train sweep sample eval score attention export playground heads lens runs",
         "minigpt train --": "--out --data --device --resume --init-from --nproc --help",
         "minigpt sample x --dtype ''": "auto float32 bfloat16",
         "minigpt eval x --device c": "cpu cuda",

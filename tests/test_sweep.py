@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from minigpt.checkpoint import Checkpoint
-from minigpt.train.sweep import Sweep, split_values, value_labels
+from minigpt.train.sweep import RunBudget, Sweep, split_values, value_labels
 
 from .conftest import TINY, make_text
 from .test_cli import one_error_line
@@ -144,5 +144,30 @@ def test_random_draws_distinct_points_the_same_way_each_time(tmp_path: Path, tex
     assert [o["best_val_loss"] for o in objects] == sorted(o["best_val_loss"] for o in objects)
     assert set(objects[0]["values"]) == {"model.n_layer", "optim.lr"} and objects[0]["steps"] == 6
 
+    # the whole grid now, with no time for a run: the two drawn are finished, the others not started
+    r = cli("sweep", *args, "--max-total-time", "1s")
+    assert r.code == 0, r
+    notes = [" ".join(row.split()[7:]) for row in r.out.strip().splitlines()[1:]]
+    assert notes == ["finished before"] * 2 + ["not run: --max-total-time ran out"] * 2, r.out
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(chosen)
+
     line = one_error_line(cli("sweep", *args[:-4], "model.n_layer=1,3", "optim.lr=1e-3,3e-3", "--out", out))
     assert f"{out} holds another sweep (grid model.n_layer 1,2 there, 1,3 here)" in line
+
+
+def test_the_budget_stops_a_run_as_sigusr1_does_and_only_while_it_runs() -> None:
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    try:
+        with RunBudget(0.05) as budget:
+            time.sleep(0.3)
+        assert budget.ran_out and seen == [signal.SIGUSR1]
+        with RunBudget(0.05) as budget:
+            budget.active = False  # the run ended: its stop is no longer the budget's to make
+            time.sleep(0.3)
+        assert not budget.ran_out and seen == [signal.SIGUSR1]
+        with RunBudget(None) as budget:
+            pass
+        assert not budget.ran_out
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

@@ -9,15 +9,13 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, list_snapshots
 from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
 from minigpt.model import parameter_count
-
-if TYPE_CHECKING:
-    from minigpt.train.sweep import Sweep
+from minigpt.train.sweep import Sweep, short_keys
 
 
 @dataclass
@@ -94,23 +92,24 @@ def format_runs(runs: list[RunInfo]) -> str:
         if r.problem:
             rows.append((r.run, "-", "-", "-", "-", "-", f"unreadable: {r.problem}"))
             continue
-        val = loss_text(r)
-        params = "-" if r.params is None else f"{r.params / 1e6:.2f}M"
-        wall = "-" if r.wall_s is None else f"{r.wall_s:.0f}s"
-        rows.append((r.run, str(r.steps), val, params, wall, str(r.snapshots), r.started_from or "-"))
+        rows.append((r.run, *run_cells(r), str(r.snapshots), r.started_from or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:6], widths)) + "  " + row[6] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
 
 
-def loss_text(r: RunInfo) -> str:
-    return "-" if r.best_val_loss is None else f"{r.best_val_loss:.4f}" + ("" if r.best_val_loss_is_full else "~")
+def run_cells(r: RunInfo) -> tuple[str, str, str, str]:
+    """steps, best val (~: an estimate), params and wall time as the tables show them."""
+    val = "-" if r.best_val_loss is None else f"{r.best_val_loss:.4f}" + ("" if r.best_val_loss_is_full else "~")
+    params = "-" if r.params is None else f"{r.params / 1e6:.2f}M"
+    wall = "-" if r.wall_s is None else f"{r.wall_s:.0f}s"
+    return str(r.steps), val, params, wall
 
 
 @dataclass
 class SweepRow:
     """One point of a sweep: its run (None before it starts), the values of the keys that vary
-    (its config's; as written on the command line for a run not started) and a note."""
+    (from its config) and a note."""
 
     run: str
     info: RunInfo | None
@@ -151,8 +150,6 @@ def value_text(value: Any) -> str:
 
 
 def format_sweep(rows: list[SweepRow]) -> str:
-    from minigpt.train.sweep import short_keys
-
     keys = list(rows[0].values) if rows else []
     short = short_keys(keys)
     table = [("run", *(short[k] for k in keys), "steps", "best val", "params", "wall", "")]
@@ -162,9 +159,7 @@ def format_sweep(rows: list[SweepRow]) -> str:
             note = row.note if r is None else f"unreadable: {r.problem}"
             table.append((row.run, *values, "-", "-", "-", "-", note))
             continue
-        params = "-" if r.params is None else f"{r.params / 1e6:.2f}M"
-        wall = "-" if r.wall_s is None else f"{r.wall_s:.0f}s"
-        table.append((row.run, *values, str(r.steps), loss_text(r), params, wall, row.note))
+        table.append((row.run, *values, *run_cells(r), row.note))
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table)
 

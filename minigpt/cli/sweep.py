@@ -46,6 +46,7 @@ def sweep_cmd(
         str | None,
         typer.Option(
             "--max-total-time",
+            metavar="DURATION",
             show_default=False,
             help="A budget for the whole command (90s, 30m, 2h): a run gets at most what is left as its "
             "train.max_time, and runs with nothing left are not started.",

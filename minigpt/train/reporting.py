@@ -100,7 +100,7 @@ HPARAM_METRICS = ("val/loss", "val/bpc", "val/loss_full", "val/bpc_full")  # sca
 HPARAM_SECTIONS = ("model", "optim", "train")  # the keys shown unless log.hparam_keys names others
 
 
-def config_text(value: Any) -> str:
+def value_text(value: Any) -> str:
     """A config value as YAML and the command line spell it: true/false, null, a text with line
     breaks or edge spaces in double quotes ("\\n"), anything else as str() writes it."""
     if isinstance(value, bool):
@@ -126,7 +126,7 @@ def hparam_summaries(cfg: Config) -> tuple[Any, Any, Any]:
     for key in keys:
         value = flat[key]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        values[key] = value if number else config_text(value)
+        values[key] = value if number else value_text(value)
         choices = fields[key].metadata.get("choices") or (("false", "true") if isinstance(value, bool) else None)
         if choices:
             domains[key] = list(choices)

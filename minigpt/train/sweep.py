@@ -266,62 +266,93 @@ class Outcome:
 
 def run_sweep(sweep: Sweep, max_total: float | None, started: float) -> list[Outcome]:
     """Train every point not finished yet, one at a time, into `sweep.out / point.name`.
-    `max_total`: seconds for the whole command from `started` (a perf_counter time): a run gets at
-    most what is left as its train.max_time; runs with nothing left are not started."""
+    `max_total`: seconds for the whole command from `started` (a perf_counter time): the run in
+    progress when they run out is stopped (`RunBudget`), and the runs after it are not started."""
     from minigpt.runtime.device import log
 
+    if max_total is not None and not hasattr(signal, "setitimer"):
+        raise UserError("--max-total-time needs a POSIX system (its timer stops the run in progress); leave it out")
     save_definition(sweep)
     points = sweep.points()
     deadline = started + max_total if max_total else None
     outcomes: list[Outcome] = []
     with stop_between_runs(sweep, points, outcomes):
         for i, point in enumerate(points, 1):
-            left = deadline - time.perf_counter() if deadline is not None else None
-            if left is not None and left < 1:
-                outcomes.append(Outcome(point, "not run: --max-total-time ran out"))
-                continue
             log(f"sweep: run {i} of {len(points)}: {sweep.out / point.name}")
+            left = deadline - time.perf_counter() if deadline is not None else None
             outcomes.append(Outcome(point, train_point(sweep, point, left)))
     return outcomes
 
 
 def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
-    """Start, resume or skip one point's run, as `--resume auto` decides, except that a run cut
-    short by --max-total-time alone is resumed; what happened, in a few words."""
+    """Start, resume or skip one point's run, as `--resume auto` decides; `left`: the seconds
+    left to the sweep (under one: the run is not started). What happened, in a few words."""
     from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint
     from minigpt.runtime.device import log
     from minigpt.train.launch import finished, start_run
 
-    out, overrides = sweep.out / point.name, sweep.overrides(point)
-    cfg = sweep.config_of(point)
+    out = sweep.out / point.name
     existing = find_checkpoint(out, prefer=LAST)
     if existing is not None:
         ckpt = Checkpoint.load(existing)
-        done = finished(out, ckpt, cfg)  # judged without the cap below: the cap is this command's alone
+        done = finished(out, ckpt, sweep.config_of(point))
         if done:
             log(f"{out} is finished: {done} at step {ckpt.step}; skipping it")
             return "finished before"
-    own = cfg.train.max_time
-    capped = left is not None and (own is None or left < parse_seconds(own))
-    if capped:
-        overrides.append(("train.max_time", f"{left:.1f}s"))
-    try:
-        result = start_run(sweep.config, overrides, out, existing is not None, time.perf_counter())
-    except UserError as e:
-        if isinstance(e, WriteError) or not str(e).startswith("training diverged"):
-            raise
-        log(f"error: {e}")  # a rate too high is an outcome of a sweep, not a mistake in the command: go on
-        return "diverged"
-    verb = "resumed" if existing is not None else "trained"
-    if result is not None and capped and result.stopped and "train.max_time" in result.stopped:
-        return f"{verb}; cut short by --max-total-time"
-    return verb
+    if left is not None and left < 1:
+        log(f"{out} is not started: --max-total-time ran out")
+        return "not run: --max-total-time ran out"
+    with RunBudget(left) as budget:
+        try:
+            start_run(sweep.config, sweep.overrides(point), out, existing is not None, time.perf_counter())
+            budget.active = False
+        except TrainingInterrupted:
+            if not budget.ran_out:
+                raise
+            return "cut short by --max-total-time"
+        except UserError as e:
+            if isinstance(e, WriteError) or not str(e).startswith("training diverged"):
+                raise
+            log(f"error: {e}")  # a rate too high is an outcome of a sweep, not a mistake in the command: go on
+            return "diverged"
+    return "resumed" if existing is not None else "trained"
 
 
-def parse_seconds(duration: str) -> float:
-    from minigpt.config.fields import parse_duration
+class RunBudget:
+    """The seconds one run may take: when they run out, the run is stopped as SIGUSR1 stops it
+    (the trainer finishes its step, saves last.pt and raises TrainingInterrupted; the next command
+    resumes it). A timer rather than a train.max_time override, which the run would keep in its
+    config and obey again when resumed by hand. None: no limit."""
 
-    return parse_duration(duration) or 0.0
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.active = False  # the run is in progress: a stop now is the budget's
+        self.ran_out = False
+        self._previous: Any = None
+
+    def __enter__(self) -> RunBudget:
+        if self.seconds is not None:
+            self.active = True
+            self._previous = signal.signal(signal.SIGALRM, self._alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.active = False
+        if self.seconds is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+
+    def _alarm(self, signum: int, frame: Any) -> None:
+        from minigpt.runtime.device import log
+
+        if not self.active:
+            return
+        self.ran_out = True
+        log("sweep: --max-total-time ran out; stopping the run in progress (it saves last.pt and resumes next time)")
+        handler = signal.getsignal(signal.SIGUSR1)  # the trainer's, or between its steps stop_between_runs'
+        if callable(handler):
+            handler(signal.SIGUSR1, frame)
 
 
 @contextlib.contextmanager

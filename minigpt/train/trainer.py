@@ -43,7 +43,7 @@ from minigpt.runtime.distributed import wrap_ddp
 from minigpt.train.disk import write_run_file
 from minigpt.train.interrupts import StopNow, StopRequest
 from minigpt.train.optim import build_optimizer, load_optimizer_state
-from minigpt.train.reporting import Reporter, config_text, describe_run
+from minigpt.train.reporting import Reporter, describe_run, value_text
 from minigpt.train.schedule import lr_at, time_progress
 from minigpt.train.state import RngStreams, TrainState
 
@@ -452,7 +452,7 @@ class Trainer:
 
 def _override(key: str, value: Any) -> str:
     """KEY=VALUE as the command line reads it back (a text key is taken as written)."""
-    return shlex.quote(f"{key}={config_text(value)}")
+    return shlex.quote(f"{key}={value_text(value)}")
 
 
 def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:
