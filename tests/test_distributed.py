@@ -51,7 +51,9 @@ def test_two_processes_match_one_and_checkpoints_move_between_them(text_file: Pa
     # rank 0 alone wrote the run: one event file, one progress report
     names = sorted(p.name for p in ddp.iterdir())
     expected = [".lock", "best.pt", "config.yaml", "last.pt", "results.json"]
-    assert [n for n in names if not n.startswith("events")] == expected
+    projector = [n for n in names if n.isdigit() or n == "projector_config.pbtxt"]  # rank 0's embeddings
+    assert [n for n in names if not n.startswith("events") and n not in projector] == expected
+    assert "projector_config.pbtxt" in projector and len(projector) > 1
     assert sum(n.startswith("events.out.tfevents") for n in names) == 1
     assert err.count("data: ") == 1 and err.count("step 12: val loss") == 1
     assert "2 processes (cpu, DDP)" in err

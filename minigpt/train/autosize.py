@@ -204,7 +204,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
 
 # the val loss turns after about OVERFIT_PASSES * sqrt(training tokens per block parameter) passes
 # over the text, times (1 + DROPOUT_GAIN * dropout): fitted in docs/auto.md
-OVERFIT_PASSES = 50.0
+OVERFIT_PASSES = 20.0
 DROPOUT_GAIN = 5.0
 SHORT_DOCUMENTS = 0.5  # documents shorter than this share of the context on average: said so
 
@@ -253,7 +253,7 @@ def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, steps: int | None
     return lines
 
 
-def advise_and_size(
+def auto_size(
     cfg: Config,
     explicit: frozenset[str],
     corpus: Corpus,
@@ -261,30 +261,23 @@ def advise_and_size(
     device: torch.device,
     dtype: torch.dtype,
     started: float,
-) -> Config:
-    """A new run's config, sized by --auto when train.auto is set (explicit keys win), and the
-    advisor's lines (unless log.advice is false)."""
-    steps = None
-    if cfg.train.auto:
-        budget = parse_duration(str(cfg.train.max_time)) or 0.0
-        speed = probe(cfg, tok.vocab_size, device, dtype)
-        left = budget - (time.perf_counter() - started)
-        if left <= 0:
-            raise UserError(
-                f"train.max_time ({cfg.train.max_time}) is spent before training starts (start-up and the speed probe "
-                "took it); give a longer budget"
-            )
-        choice = choose(cfg, tok.vocab_size, len(corpus.train), len(corpus.val), left, speed)
-        kept = {k: v for k, v in choice.values.items() if k not in explicit}
-        cfg = cfg.replace(**kept)
-        steps = choice.steps
-        mine = ", ".join(sorted(k for k in choice.values if k in explicit))
-        log(f"--auto: {choice.why}" + (f"; kept yours: {mine}" if mine else ""))
-        log(
-            f"--auto: a step of the four-minute recipe's shape took {speed.anchor_step_s * 1e3:.1f} ms here "
-            "(the rule: docs/auto.md)"
+) -> tuple[Config, int]:
+    """--auto: the config sized for what is left of train.max_time (explicit keys win), and the
+    steps it is expected to take."""
+    budget = parse_duration(str(cfg.train.max_time)) or 0.0
+    speed = probe(cfg, tok.vocab_size, device, dtype)
+    left = budget - (time.perf_counter() - started)
+    if left <= 0:
+        raise UserError(
+            f"train.max_time ({cfg.train.max_time}) is spent before training starts (start-up and the speed probe "
+            "took it); give a longer budget"
         )
-    if cfg.log.advice:
-        for line in advice(cfg, tok.vocab_size, corpus, tok.unit, steps):
-            log(line)
-    return cfg
+    choice = choose(cfg, tok.vocab_size, len(corpus.train), len(corpus.val), left, speed)
+    cfg = cfg.replace(**{k: v for k, v in choice.values.items() if k not in explicit})
+    mine = ", ".join(sorted(k for k in choice.values if k in explicit))
+    log(f"--auto: {choice.why}" + (f"; kept yours: {mine}" if mine else ""))
+    log(
+        f"--auto: a step of the four-minute recipe's shape took {speed.anchor_step_s * 1e3:.1f} ms here "
+        "(the rule: docs/auto.md)"
+    )
+    return cfg, choice.steps
