@@ -179,7 +179,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
         "model.dropout": c.model.dropout,
         "train.batch_size": c.rung[4],
         "train.max_steps": max(10 * c.steps, 1000),  # a cap only: the run ends at train.max_time
-        "train.eval_interval": max(50, round(min(c.steps, c.turn) / 16, -1)),
+        "train.eval_interval": max(50, round(min(c.steps, c.turn) / 10, -1)),
         "train.patience": 0 if lasting else 3,
         "optim.optimizer": "muon",
         "optim.lr": 1e-3,
@@ -205,7 +205,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
 # the val loss turns after about OVERFIT_PASSES * sqrt(training tokens per block parameter) passes
 # over the text, times (1 + DROPOUT_GAIN * dropout): fitted in docs/auto.md
 OVERFIT_PASSES = 20.0
-DROPOUT_GAIN = 5.0
+DROPOUT_GAIN = 20.0
 SHORT_DOCUMENTS = 0.5  # documents shorter than this share of the context on average: said so
 
 
