@@ -12,7 +12,7 @@ import yaml
 from minigpt.config.schema import Config
 from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import CharTokenizer
-from minigpt.train.autosize import LADDER, Probe, advice, choose, model_of, step_flops
+from minigpt.train.autosize import PROBE, Probe, advice, choose, model_of, step_flops
 from tests.conftest import TINY, make_text
 
 VOCAB = 65
@@ -20,10 +20,12 @@ MB = 1_000_000
 
 
 def _speed(anchor_step_s: float) -> Probe:
-    """A CPU-like machine: a step of the anchor shape takes `anchor_step_s`, a third of it fixed."""
-    anchor = model_of(LADDER[3], Config().model)
-    flops = step_flops(anchor, VOCAB, LADDER[3][4])
-    return Probe(anchor_step_s / 3, anchor_step_s * 2 / 3 / flops, anchor_step_s)
+    """A CPU-like machine: a step of the anchor shape takes `anchor_step_s`, a small shape's half
+    of that, a large one's in proportion to its work."""
+    cfg = Config().model
+    small, anchor, large = (step_flops(model_of(r, cfg), VOCAB, r[4]) for r in PROBE)
+    large_s = anchor_step_s * large / anchor
+    return Probe(((small, anchor_step_s / 2), (anchor, anchor_step_s), (large, large_s)), anchor_step_s)
 
 
 def test_the_choice_follows_the_budget_and_is_deterministic() -> None:

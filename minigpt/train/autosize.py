@@ -6,6 +6,7 @@ and the runs they were fitted to are in docs/auto.md."""
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -72,20 +73,24 @@ def model_of(rung: tuple[int, int, int, int, int], base: ModelConfig) -> ModelCo
     return ModelConfig(**{**base.__dict__, "n_layer": layers, "n_embd": width, "n_head": heads, "block_size": block})
 
 
-PROBE = (LADDER[3], LADDER[5])  # two shapes, 6x apart in work: a step's fixed cost and its cost per FLOP
+PROBE = (LADDER[0], LADDER[3], LADDER[5])  # a small, the anchor and a large shape, 0.1x to 6x its work
 
 
 @dataclass(frozen=True)
 class Probe:
-    """How fast this machine trains: a step costs `fixed_s` plus `per_flop_s` per FLOP, fitted to
-    two shapes' measured steps (a small model on a CPU is far from FLOP-bound)."""
+    """How fast this machine trains: the measured seconds a step of each PROBE shape took, by its
+    FLOPs; another shape's time is read off the line through them on log-log axes (a small model
+    on a CPU is far from FLOP-bound, so no single rate fits all)."""
 
-    fixed_s: float
-    per_flop_s: float
+    points: tuple[tuple[float, float], ...]  # (FLOPs a step, seconds a step), by FLOPs
     anchor_step_s: float
 
     def step_seconds(self, m: ModelConfig, vocab: int, batch: int) -> float:
-        return self.fixed_s + self.per_flop_s * step_flops(m, vocab, batch)
+        flops, pts = step_flops(m, vocab, batch), self.points
+        i = 1 if flops <= pts[1][0] else len(pts) - 1  # the segment it falls in (or the end one beyond)
+        (f0, t0), (f1, t1) = pts[i - 1], pts[i]
+        slope = math.log(t1 / t0) / math.log(f1 / f0)
+        return t0 * (flops / f0) ** slope
 
 
 def step_flops(m: ModelConfig, vocab: int, batch: int) -> float:
@@ -98,33 +103,38 @@ RECIPE = Config().replace(**{"optim.optimizer": "muon"})  # the optimizer --auto
 def time_steps(
     m: ModelConfig, vocab: int, batch: int, device: torch.device, dtype: torch.dtype, seconds: float
 ) -> float:
-    """Seconds per optimizer step of a shape on random ids, after two warm-up steps."""
+    """Seconds an optimizer step of a shape takes on random ids: the median step over about
+    `seconds`, after two warm-up steps (a median, as one slow step is common on a busy machine)."""
     torch.manual_seed(0)
     model = GPT(m, vocab).to(device)
     opt = build_optimizer(model, RECIPE, device)
     x = torch.randint(vocab, (batch, m.block_size + 1), device=device)
-    steps, start = 0, 0.0
-    while steps < 4 or time.perf_counter() - start < seconds:
-        if steps == 2:
-            start = time.perf_counter()
+    times: list[float] = []
+    end, warm_up = 0.0, 2
+    while warm_up or len(times) < 3 or time.perf_counter() < end:
+        start = time.perf_counter()
         with autocast(device, dtype):
             _, loss = model(x[:, :-1], x[:, 1:])
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        steps += 1
         if device.type == "cuda":
             torch.cuda.synchronize()
-    return (time.perf_counter() - start) / (steps - 2)
+        if warm_up:
+            warm_up -= 1
+            end = time.perf_counter() + seconds
+        else:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
-def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, seconds: float = 0.8) -> Probe:
-    """Time the two PROBE shapes for about `seconds` each."""
-    (small, b1), (big, b2) = ((model_of(r, cfg.model), r[4]) for r in PROBE)
-    t1, t2 = (time_steps(m, vocab, b, device, dtype, seconds) for m, b in ((small, b1), (big, b2)))
-    f1, f2 = step_flops(small, vocab, b1), step_flops(big, vocab, b2)
-    per_flop = max((t2 - t1) / (f2 - f1), 1e-18)
-    return Probe(max(t1 - per_flop * f1, 0.0), per_flop, t1)
+def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, seconds: float = 0.4) -> Probe:
+    """Time the PROBE shapes for about `seconds` each."""
+    points = []
+    for rung in PROBE:
+        m = model_of(rung, cfg.model)
+        points.append((step_flops(m, vocab, rung[4]), time_steps(m, vocab, rung[4], device, dtype, seconds)))
+    return Probe(tuple(points), points[1][1])
 
 
 @dataclass(frozen=True)
