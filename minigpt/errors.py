@@ -20,6 +20,11 @@ class WriteError(UserError):
     exit_code = 74
 
 
+class Diverged(UserError):
+    """Training stopped on a non-finite loss or gradient; the message names the last good checkpoint
+    and the command that continues it at a lower rate. A sweep records it and goes on."""
+
+
 class TrainingInterrupted(Exception):
     """Training stopped on a signal after saving last.pt; exit_code is 128 + the signal number."""
 

@@ -28,7 +28,7 @@ import yaml
 
 from minigpt.config.files import check_overrides, load_config, parse_override
 from minigpt.config.schema import Config
-from minigpt.errors import TrainingInterrupted, UserError, WriteError
+from minigpt.errors import Diverged, TrainingInterrupted, UserError
 
 DEFINITION = "sweep.yaml"
 MAX_VALUE_CHARS = 24  # a value longer than this is shortened in a run's name (with a hash, so names stay apart)
@@ -310,9 +310,7 @@ def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
             if not budget.ran_out:
                 raise
             return "cut short by --max-total-time"
-        except UserError as e:
-            if isinstance(e, WriteError) or not str(e).startswith("training diverged"):
-                raise
+        except Diverged as e:
             log(f"error: {e}")  # a rate too high is an outcome of a sweep, not a mistake in the command: go on
             return "diverged"
     return "resumed" if existing is not None else "trained"

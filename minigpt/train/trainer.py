@@ -32,7 +32,7 @@ from minigpt.config.fields import parse_duration
 from minigpt.config.schema import Config, config_from_dict
 from minigpt.data.corpus import Batcher, Corpus
 from minigpt.data.tokenizer import Tokenizer
-from minigpt.errors import TrainingInterrupted, UserError
+from minigpt.errors import Diverged, TrainingInterrupted, UserError
 from minigpt.infer.evaluate import EvalResult, evaluate_ids
 from minigpt.infer.windows import token_losses
 from minigpt.model import GPT, evaluating
@@ -260,7 +260,7 @@ class Trainer:
             f"{self.cfg.model.block_size}{advice}, or a smaller model; {self.out_dir / LAST} is unchanged"
         )
 
-    def _diverged(self, what: str, value: float) -> UserError:
+    def _diverged(self, what: str, value: float) -> Diverged:
         return diverged_error(self.out_dir, self.cfg, self.state.step, what, value)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -477,17 +477,17 @@ def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:
     return " ".join(["minigpt", "train", "--out", shlex.quote(str(out_dir)), "--resume", *kept, *lowered])
 
 
-def diverged_error(out_dir: Path, cfg: Config, step: int, quantity: str, value: float) -> UserError:
+def diverged_error(out_dir: Path, cfg: Config, step: int, quantity: str, value: float) -> Diverged:
     """The error a non-finite loss or gradient ends a run with: where the last good checkpoint is,
     and the command that continues from it at half the rate."""
     good = find_checkpoint(out_dir, prefer=LAST)
     o, where = cfg.optim, f"training diverged: the {quantity} became {value} at step {step}"
     if good is None:
-        return UserError(
+        return Diverged(
             f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
             "keep optim.grad_clip on, or check the data"
         )
-    return UserError(
+    return Diverged(
         f"{where} (the last good checkpoint is kept: {good}); continue from it at half the learning rate with: "
         f"{lower_rate_command(out_dir, cfg, good)} (halve it again if it diverges again), or check the data"
     )
