@@ -12,7 +12,7 @@ import yaml
 from minigpt.config.schema import Config
 from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import CharTokenizer
-from minigpt.train.autosize import PROBE, Probe, advice, choose, model_of, step_flops
+from minigpt.train.autosize import AUTO_KEYS, PROBE, Probe, advice, choose, model_of, step_flops
 from tests.conftest import TINY, make_text
 
 VOCAB = 65
@@ -35,6 +35,7 @@ def test_the_choice_follows_the_budget_and_is_deterministic() -> None:
         a = choose(cfg, VOCAB, int(0.9 * MB), int(0.1 * MB), minutes * 60, _speed(0.07))
         b = choose(cfg, VOCAB, int(0.9 * MB), int(0.1 * MB), minutes * 60, _speed(0.07))
         assert a == b
+        assert set(a.values) == set(AUTO_KEYS)  # what a resume takes back from the saved run
         shapes[minutes] = (a.values["model.n_layer"], a.values["model.n_embd"])
     # four minutes at the speed where cpu_4min.yaml takes ~3,300 steps: that recipe's shape
     assert shapes[4] == (3, 128)

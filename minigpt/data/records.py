@@ -280,7 +280,8 @@ def _arrow_batches(path: str, fmt: str, fields: Sequence[str]) -> tuple[Any, Ite
             return reader.schema, _by_rows(iter(batches), max(sum(b.num_rows for b in batches), 1))
         except pa.ArrowInvalid:
             source.seek(0)
-            return pa.ipc.open_stream(source).schema, _stream_batches(source, max(source.size(), 1))
+            stream = pa.ipc.open_stream(source)
+            return stream.schema, _stream_batches(stream, source, max(source.size(), 1))
     except (pa.ArrowInvalid, OSError) as e:
         raise UserError(f"{path} is not a readable {fmt.capitalize()} file ({e})") from None
 
@@ -292,10 +293,7 @@ def _by_rows(batches: Iterator[Any], rows: int) -> Iterator[tuple[Any, float, fl
         done += batch.num_rows
 
 
-def _stream_batches(source: Any, size: int) -> Iterator[tuple[Any, float, float]]:
-    pa = _pyarrow()
-    source.seek(0)
-    stream = pa.ipc.open_stream(source)
+def _stream_batches(stream: Any, source: Any, size: int) -> Iterator[tuple[Any, float, float]]:
     while True:
         start = source.tell()
         try:
