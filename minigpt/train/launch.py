@@ -375,10 +375,10 @@ def run_training(
         raise UserError(too_big)
     kept = disk.snapshot_needs(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)
     disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
-    if cfg.log.advice and resume_from is None:
-        for line in advice(cfg, tok.vocab_size, corpus, tok.unit, steps):
-            log(line)
+    advised = advice(cfg, tok.vocab_size, corpus, tok.unit, steps) if cfg.log.advice and resume_from is None else []
     if dry_run:
+        for line in advised:
+            log(line)
         print(config_text(cfg), end="")
         return None
     distributed.init(dist, device)
@@ -390,7 +390,9 @@ def run_training(
             existing = find_checkpoint(out_dir, prefer=LAST)
             if resume_from is None and existing is not None:  # written while this process was starting
                 raise UserError(f"{out_dir} already holds a run ({existing.name}); pick another --out")
-        trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist)
+        trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist)  # says what the data and model are
+        for line in advised:  # then what the run will do with them
+            log(line)
         if resume_from is not None:
             trainer.load_state_dict(resume_from.to_dict())
             log(f"resuming {out_dir} from step {trainer.state.step} (best val loss {trainer.state.best_val_loss:.4f})")
