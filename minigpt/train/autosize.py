@@ -60,6 +60,7 @@ AUTO_KEYS = (  # every key choose() sets
     "optim.schedule_by",
     "optim.beta2",
     "optim.weight_decay",
+    "log.attention_probe",
 )
 
 
@@ -200,6 +201,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
         "optim.schedule_by": "time",
         "optim.beta2": 0.99,
         "optim.weight_decay": 0.1,
+        "log.attention_probe": "",  # its images cost ~0.5 s an eval; `minigpt attention` draws them after
     }
     n = block_params(c.model)
     why = (
