@@ -67,6 +67,23 @@ def test_the_advisor_warns_an_overfitting_run_and_not_the_default() -> None:
     assert "documents average 20 chars" in short_docs[-1]
 
 
+def test_the_advisor_says_what_the_time_budget_does_to_the_schedule() -> None:
+    text = _corpus(1_115_394)
+    budget = Config().replace(**{"train.max_time": "2m", "train.max_steps": 5000})
+    cut = advice(budget, VOCAB, text, "char", allowed=1400)
+    assert "allows about 1,400 of train.max_steps 5,000" in cut[1] and "28% into its cosine decay" in cut[1]
+    assert "optim.schedule_by=time" in cut[1] and "plan: 0.60M parameters; 1,400 steps" in cut[0]
+    by_time = budget.replace(**{"optim.schedule_by": "time"})
+    assert len(advice(by_time, VOCAB, text, "char", allowed=1400)) == 1  # the decay follows the clock
+    capped = advice(by_time, VOCAB, text, "char", allowed=20_000)
+    assert "train.max_steps (5,000) ends the run before train.max_time (2m) does, about 25%" in capped[1]
+    warm = advice(by_time.replace(**{"optim.warmup_steps": 500}), VOCAB, text, "char", allowed=1400)
+    assert "warm-up, optim.warmup_steps 500, is 36% of the ~1,400 steps" in warm[1]
+    assert len(advice(budget, VOCAB, text, "char")) == 1  # no time budget known: nothing to say
+    crowded = budget.replace(**{"train.max_steps": 50_000})
+    assert len(advice(crowded, VOCAB, _corpus(100_000, documents=10_000), "char", allowed=20_000)) == 3
+
+
 def test_auto_dry_run_keeps_explicit_keys_and_trains_nothing(tmp_path: Path, cli) -> None:
     data = tmp_path / "text.txt"
     data.write_text(make_text(60_000), encoding="utf-8")
@@ -80,6 +97,20 @@ def test_auto_dry_run_keeps_explicit_keys_and_trains_nothing(tmp_path: Path, cli
     assert chosen["optim"]["schedule_by"] == "time" and chosen["train"]["auto"] is True
     assert "--auto: " in r.err and "kept yours: model.n_embd" in r.err and "plan: " in r.err
     assert not out.exists()
+    # without --auto, a time budget is measured with one timed step of the run's own shape
+    r = cli(
+        "train",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--dry-run",
+        "train.max_time=20s",
+        *TINY,
+        "train.max_steps=100000",
+    )
+    assert r.code == 0, r.err
+    assert "allows about" in r.err and "into its cosine decay" in r.err and not out.exists()
 
 
 def test_auto_run_resumes_as_it_was_chosen(tmp_path: Path, cli) -> None:

@@ -38,8 +38,9 @@ LADDER = (
     (12, 768, 12, 256, 64),
 )
 ANCHOR = LADDER[3]
-TOKENS_PER_PARAM = 5  # the largest rung that sees this many tokens per block parameter (docs/auto.md)
+TOKENS_PER_PARAM = 4  # the largest rung that sees this many tokens per block parameter (docs/auto.md)
 DROPOUT_PASSES = ((30, 0.2), (10, 0.1))  # more passes over the text than this: this dropout
+EVAL_SECONDS = 15  # an evaluation per this much of the budget, 3 to 10 a run
 FINAL_EVAL_SHARE = 0.04  # of the budget kept for the final evaluation and exit
 AUTO_KEYS = (  # every key choose() sets
     "model.n_layer",
@@ -102,13 +103,19 @@ RECIPE = Config().replace(**{"optim.optimizer": "muon"})  # the optimizer --auto
 
 
 def time_steps(
-    m: ModelConfig, vocab: int, batch: int, device: torch.device, dtype: torch.dtype, seconds: float
+    m: ModelConfig,
+    vocab: int,
+    batch: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    seconds: float,
+    recipe: Config = RECIPE,
 ) -> float:
     """Seconds an optimizer step of a shape takes on random ids: the median step over about
     `seconds`, after two warm-up steps (a median, as one slow step is common on a busy machine)."""
     torch.manual_seed(0)
     model = GPT(m, vocab).to(device)
-    opt = build_optimizer(model, RECIPE, device)
+    opt = build_optimizer(model, recipe, device)
     x = torch.randint(vocab, (batch, m.block_size + 1), device=device)
     times: list[float] = []
     end, warm_up = 0.0, 2
@@ -136,6 +143,20 @@ def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, sec
         m = model_of(rung, cfg.model)
         points.append((step_flops(m, vocab, rung[4]), time_steps(m, vocab, rung[4], device, dtype, seconds)))
     return Probe(tuple(points), points[1][1])
+
+
+def budget_steps(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, started: float) -> int | None:
+    """The steps train.max_time leaves room for, from this run's own step timed here (about 0.3 s),
+    for the advisor; None without a time budget, or compiled (the first steps would time the
+    compiler)."""
+    t = cfg.train
+    if not t.max_time or t.compile:
+        return None
+    step_s = t.grad_accum_steps * time_steps(
+        cfg.model, vocab, t.batch_size // t.grad_accum_steps, device, dtype, 0.3, cfg
+    )
+    left = (parse_duration(str(t.max_time)) or 0.0) - (time.perf_counter() - started)
+    return max(int(left * (1 - FINAL_EVAL_SHARE) / step_s), 1)
 
 
 @dataclass(frozen=True)
@@ -182,6 +203,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
         raise ValueError("no rung fits")  # the caller checked the text's length for the smallest context
     c = ([c for c in found if c.tokens >= TOKENS_PER_PARAM * block_params(c.model)] or found[:1])[-1]
     lasting = c.turn >= c.steps
+    evals = min(10, max(3, int(budget_s // EVAL_SECONDS)))  # each costs about a second: few in a short run
     values: dict[str, object] = {
         "model.n_layer": c.rung[0],
         "model.n_embd": c.rung[1],
@@ -190,7 +212,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
         "model.dropout": c.model.dropout,
         "train.batch_size": c.rung[4],
         "train.max_steps": max(10 * c.steps, 1000),  # a cap only: the run ends at train.max_time
-        "train.eval_interval": max(50, round(min(c.steps, c.turn) / 10, -1)),
+        "train.eval_interval": max(50, round(min(c.steps, c.turn) / evals, -1)),
         "train.patience": 0 if lasting else 3,
         "optim.optimizer": "muon",
         "optim.lr": 1e-3,
@@ -218,7 +240,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
 # over the text, times (1 + DROPOUT_GAIN * dropout): fitted in docs/auto.md
 OVERFIT_PASSES = 20.0
 DROPOUT_GAIN = 20.0
-SHORT_DOCUMENTS = 0.5  # documents shorter than this share of the context on average: said so
+SHORT_DOCUMENTS = 1.0  # documents shorter than this share of the context on average: said so (docs/auto.md)
 
 
 def turn_step(m: ModelConfig, batch: int, train_tokens: int) -> int:
@@ -227,12 +249,13 @@ def turn_step(m: ModelConfig, batch: int, train_tokens: int) -> int:
     return max(1, int(passes * train_tokens / (batch * m.block_size)))
 
 
-def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, steps: int | None = None) -> list[str]:
-    """The advisor's lines: what the run is set up to do; then, when they apply, the step where it
-    will likely overfit, a model too big for its tokens, and a context longer than most documents.
-    `steps`: those the time budget allows, when known (--auto's probe)."""
+def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, allowed: int | None = None) -> list[str]:
+    """The advisor's lines, three at most: what the run is set up to do; then, when they apply,
+    the step where it will likely overfit, a model too big for its tokens, what train.max_time
+    does to the schedule, and a context longer than most documents. `allowed`: the steps the time
+    budget allows, when known (--auto's probe, or budget_steps)."""
     t, m = cfg.train, cfg.model
-    steps = min(t.max_steps, steps) if steps else t.max_steps
+    steps = min(t.max_steps, allowed) if allowed else t.max_steps
     n, train_tokens = block_params(m), len(corpus.train)
     tokens = steps * t.batch_size * m.block_size
     lines = [
@@ -255,14 +278,41 @@ def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, steps: int | None
             f"advice: the model is big for this run: under one {unit} per parameter; a smaller model, or --auto "
             "with train.max_time, learns more in the same time"
         )
+    lines += schedule_advice(cfg, allowed)
     mean_doc = len(corpus.ids) / max(corpus.documents, 1)
     if corpus.documents > 1 and mean_doc < SHORT_DOCUMENTS * m.block_size:
         lines.append(
-            f"advice: the documents average {mean_doc:,.0f} {unit}s, under half of model.block_size ({m.block_size}): "
-            f"most windows span several documents; a context of {2 ** math.ceil(math.log2(max(mean_doc, 8)))} "
+            f"advice: the documents average {mean_doc:,.0f} {unit}s, under model.block_size ({m.block_size}): "
+            f"most windows span several documents; a context of {2 ** math.floor(math.log2(max(mean_doc, 8)))} "
             "would cost less a step"
         )
-    return lines
+    return lines[:3]
+
+
+def schedule_advice(cfg: Config, allowed: int | None) -> list[str]:
+    """When train.max_time and the schedule disagree: the time runs out early in a decay planned
+    over train.max_steps, train.max_steps ends a decay planned over the time, or the warm-up takes
+    much of the steps the time allows."""
+    t, o = cfg.train, cfg.optim
+    if not allowed:
+        return []
+    if o.schedule_by == "steps" and o.schedule != "constant" and allowed < 0.8 * t.max_steps:
+        return [
+            f"advice: train.max_time ({t.max_time}) allows about {allowed:,} of train.max_steps {t.max_steps:,} here: "
+            f"the run stops {allowed / t.max_steps:.0%} into its {o.schedule} decay, at a high learning rate; "
+            f"set optim.schedule_by=time (the decay follows the clock) or train.max_steps={allowed}"
+        ]
+    if o.schedule_by == "time" and t.max_steps < 0.8 * allowed:
+        return [
+            f"advice: train.max_steps ({t.max_steps:,}) ends the run before train.max_time ({t.max_time}) does, "
+            f"about {t.max_steps / allowed:.0%} into its decay by time; raise train.max_steps (a cap only here)"
+        ]
+    if o.warmup_steps > 0.2 * allowed:
+        return [
+            f"advice: the warm-up, optim.warmup_steps {o.warmup_steps:,}, is {o.warmup_steps / allowed:.0%} of the "
+            f"~{allowed:,} steps train.max_time allows here; try optim.warmup_steps={max(allowed // 20, 1)}"
+        ]
+    return []
 
 
 def auto_size(

@@ -27,7 +27,7 @@ from minigpt.model import parameter_count
 from minigpt.runtime import distributed
 from minigpt.runtime.device import configure_threads, log, resolve_device, resolve_dtype
 from minigpt.train import disk, preflight
-from minigpt.train.autosize import AUTO_KEYS, advice, auto_size
+from minigpt.train.autosize import AUTO_KEYS, advice, auto_size, budget_steps
 from minigpt.train.disk import write_run_file
 from minigpt.train.reporting import byte_progress
 from minigpt.train.schedule import RATE_KEYS, replanned_schedule_note
@@ -366,7 +366,7 @@ def run_training(
     dtype = resolve_dtype(cfg.train.dtype, device)
     if cfg.train.auto and dist.enabled and resume_from is None:
         raise UserError("train.auto (--auto) sizes a run for one process; with --nproc, set the model's keys")
-    steps = None  # the steps --auto expects the budget to allow
+    steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
     if cfg.train.auto and resume_from is None:
         cfg, steps = auto_size(cfg, explicit, corpus, tok, device, dtype, t_start)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
@@ -375,7 +375,11 @@ def run_training(
         raise UserError(too_big)
     kept = disk.snapshot_needs(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)
     disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
-    advised = advice(cfg, tok.vocab_size, corpus, tok.unit, steps) if cfg.log.advice and resume_from is None else []
+    advised = []
+    if cfg.log.advice and resume_from is None:
+        if steps is None and not dist.enabled:
+            steps = budget_steps(cfg, tok.vocab_size, device, dtype, t_start)
+        advised = advice(cfg, tok.vocab_size, corpus, tok.unit, steps)
     if dry_run:
         for line in advised:
             log(line)
