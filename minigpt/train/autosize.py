@@ -315,6 +315,25 @@ def schedule_advice(cfg: Config, allowed: int | None) -> list[str]:
     return []
 
 
+def run_advice(
+    cfg: Config,
+    corpus: Corpus,
+    tok: Tokenizer,
+    device: torch.device,
+    dtype: torch.dtype,
+    steps: int | None,
+    started: float,
+    timed: bool,
+) -> list[str]:
+    """The advisor's lines for a new run: `steps` those --auto expects, else (`timed`: one process)
+    those a timed step says train.max_time allows."""
+    if not cfg.log.advice:
+        return []
+    if steps is None and timed:
+        steps = budget_steps(cfg, tok.vocab_size, device, dtype, started)
+    return advice(cfg, tok.vocab_size, corpus, tok.unit, steps)
+
+
 def auto_size(
     cfg: Config,
     explicit: frozenset[str],

@@ -27,7 +27,7 @@ from minigpt.model import parameter_count
 from minigpt.runtime import distributed
 from minigpt.runtime.device import configure_threads, log, resolve_device, resolve_dtype
 from minigpt.train import disk, preflight
-from minigpt.train.autosize import AUTO_KEYS, advice, auto_size, budget_steps
+from minigpt.train.autosize import AUTO_KEYS, auto_size, run_advice
 from minigpt.train.disk import write_run_file
 from minigpt.train.reporting import byte_progress
 from minigpt.train.schedule import RATE_KEYS, replanned_schedule_note
@@ -375,11 +375,9 @@ def run_training(
         raise UserError(too_big)
     kept = disk.snapshot_needs(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)
     disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
-    advised = []
-    if cfg.log.advice and resume_from is None:
-        if steps is None and not dist.enabled:
-            steps = budget_steps(cfg, tok.vocab_size, device, dtype, t_start)
-        advised = advice(cfg, tok.vocab_size, corpus, tok.unit, steps)
+    advised = (
+        run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled) if resume_from is None else []
+    )
     if dry_run:
         for line in advised:
             log(line)
