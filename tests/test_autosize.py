@@ -4,6 +4,7 @@ waste its time, --dry-run trains nothing, and each mistake is one error line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +140,13 @@ def test_auto_mistakes_are_one_line(tmp_path: Path, cli, trained_run: Path) -> N
     r = cli("train", "--data", str(data), "--auto", "train.max_time=0.01s", "--out", str(tmp_path / "c"))
     assert r.code == 2 and "is spent before training starts" in r.err
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+
+
+def test_the_advisor_counts_each_record_as_a_document(tmp_path: Path, cli) -> None:
+    # 600 records of ~50 characters in one JSON Lines file: short documents for a context of 128
+    data = tmp_path / "notes.jsonl"
+    lines = (json.dumps({"text": make_text(50 + i % 7)}) for i in range(600))
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    r = cli("train", "--data", str(data), "--out", str(tmp_path / "run"), "--dry-run", *TINY, "model.block_size=128")
+    assert r.code == 0, r.err
+    assert "advice: the documents average 5" in r.err and "a context of 32" in r.err

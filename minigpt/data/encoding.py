@@ -201,7 +201,7 @@ def encode(
         "dtype": storage_dtype(tok.vocab_size).name,
         "length": length,
         "split": split,
-        "documents": len(files),
+        "documents": sum(f.documents for f in files),
         "skipped": skipped,
     }
     return tok, meta

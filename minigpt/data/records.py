@@ -363,6 +363,7 @@ class Extract:
     val: Path | None
     records: int
     skipped: int
+    val_records: int = 0
 
 
 def extract(
@@ -383,7 +384,8 @@ def extract(
     with contextlib.suppress(OSError, ValueError, KeyError):
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if train.exists() and (val_share is None or val.exists()):
-            return Extract(train, val if val_share is not None else None, meta["records"], meta["skipped"])
+            held_out = meta.get("val_records", 0)
+            return Extract(train, val if val_share is not None else None, meta["records"], meta["skipped"], held_out)
     folder.mkdir(parents=True, exist_ok=True)
     sep = doc_separator.encode("utf-8")
     counts = [0, 0, 0]  # train records, val records, skipped
@@ -424,8 +426,9 @@ def extract(
             bar.close()
         _check_counts(path, fmt, rules, counts, val_share)
     with atomic_open(meta_path, fsync=False) as f:
-        f.write(json.dumps({"records": counts[0] + counts[1], "skipped": counts[2]}).encode("utf-8"))
-    return Extract(train, val if val_share is not None else None, counts[0] + counts[1], counts[2])
+        meta = {"records": counts[0] + counts[1], "skipped": counts[2], "val_records": counts[1]}
+        f.write(json.dumps(meta).encode("utf-8"))
+    return Extract(train, val if val_share is not None else None, counts[0] + counts[1], counts[2], counts[1])
 
 
 @contextlib.contextmanager
@@ -477,16 +480,16 @@ def text_files(
                 f"cannot write the text of {f.path} to {folder} ({e.strerror}); set data.cache_dir"
             ) from None
         warn_skipped_records(f.path, ex.skipped, ex.records)
-        out.append(_source(ex.train, f.name))
+        out.append(_source(ex.train, f.name, ex.records - ex.val_records))
         if ex.val is not None:
-            out.append(_source(ex.val, f"{f.name} (validation records)"))
+            out.append(_source(ex.val, f"{f.name} (validation records)", max(ex.val_records, 1)))
             n_train = len(out) - 1
     return out, n_train
 
 
-def _source(path: Path, name: str) -> SourceFile:
+def _source(path: Path, name: str, documents: int) -> SourceFile:
     st = os.stat(path)
-    return SourceFile(str(path), name, st.st_size, st.st_mtime_ns)
+    return SourceFile(str(path), name, st.st_size, st.st_mtime_ns, documents)
 
 
 def warn_skipped_records(path: str, skipped: int, total: int) -> None:

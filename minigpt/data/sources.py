@@ -28,6 +28,7 @@ class SourceFile:
     name: str  # relative name, stable when the folder moves: the manifest's key and the val choice's input
     size: int
     mtime_ns: int
+    documents: int = 1  # a record file's extract holds one per record
 
 
 def as_list(spec: str | Sequence[str]) -> list[str]:
