@@ -4,6 +4,7 @@ waste its time, --dry-run trains nothing, and each mistake is one error line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -49,6 +50,17 @@ def test_a_small_text_gets_dropout_and_patience() -> None:
     small = choose(Config(), VOCAB, 90_000, 10_000, 15 * 60, _speed(0.02))
     assert big.values["model.dropout"] < small.values["model.dropout"]
     assert small.values["train.patience"] > 0 and "patience stops it" in small.why
+
+
+def test_dropout_only_where_its_slower_steps_still_overfit() -> None:
+    # a CPU where a step with dropout takes twice as long (measured: docs/auto.md)
+    cpu = dataclasses.replace(_speed(0.1), dropout_cost=2.0)
+    short = choose(Config(), VOCAB, 90_000, 10_000, 60, cpu)  # ~1.5x past its turn: twice the steps win
+    assert short.values["model.dropout"] == 0.0
+    long = choose(Config(), VOCAB, 90_000, 10_000, 4 * 60, cpu)
+    assert long.values["model.dropout"] > 0
+    free = choose(Config(), VOCAB, 90_000, 10_000, 4 * 60, _speed(0.1))  # a GPU: dropout costs nothing
+    assert free.values["model.dropout"] > 0 and free.steps > 1.5 * long.steps
 
 
 def _corpus(n: int, documents: int = 1) -> Corpus:

@@ -86,6 +86,7 @@ class Probe:
 
     points: tuple[tuple[float, float], ...]  # (FLOPs a step, seconds a step), by FLOPs
     anchor_step_s: float
+    dropout_cost: float = 1.0  # a step with dropout over one without, at the anchor (~2 on a CPU, docs/auto.md)
 
     def step_seconds(self, m: ModelConfig, vocab: int, batch: int) -> float:
         flops, pts = step_flops(m, vocab, batch), self.points
@@ -137,12 +138,16 @@ def time_steps(
 
 
 def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, seconds: float = 0.4) -> Probe:
-    """Time the PROBE shapes for about `seconds` each."""
+    """Time the PROBE shapes for about `seconds` each, and the anchor once more with dropout (the
+    CPU draws its random masks one number at a time, and attention with dropout leaves the flash
+    kernel: there it halves the step rate)."""
     points = []
     for rung in PROBE:
         m = model_of(rung, cfg.model)
         points.append((step_flops(m, vocab, rung[4]), time_steps(m, vocab, rung[4], device, dtype, seconds)))
-    return Probe(tuple(points), points[1][1])
+    dropped = ModelConfig(**{**model_of(ANCHOR, cfg.model).__dict__, "dropout": 0.1})
+    with_dropout = time_steps(dropped, vocab, ANCHOR[4], device, dtype, seconds)
+    return Probe(tuple(points), points[1][1], max(with_dropout / points[1][1], 1.0))
 
 
 def budget_steps(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, started: float) -> int | None:
@@ -177,18 +182,25 @@ class Candidate:
 
 
 def candidates(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget: float, speed: Probe) -> list:
-    """Each rung of LADDER whose context the text has room for, with its steps in the budget, at
-    the dropout its passes over the text call for."""
+    """Each rung of LADDER whose context the text has room for, with its steps in the budget.
+    Dropout only where the run would still overfit at the slower steps dropout takes (on a CPU,
+    half as many: a run just past its turn learns more from twice the steps), by its passes."""
     out = []
     for rung in LADDER:
         m = model_of(rung, cfg.model)
         if m.block_size > min(train_tokens // 8, val_tokens - 2):
             break  # the text holds too few windows of this context
+        m, p = ModelConfig(**{**m.__dict__, "dropout": 0.0}), 0.0
         steps = max(int(budget / speed.step_seconds(m, vocab, rung[4])), 1)
+        if turn_step(m, rung[4], train_tokens) < steps / speed.dropout_cost:
+            steps = max(int(steps / speed.dropout_cost), 1)
+            passes = steps * m.block_size * rung[4] / max(train_tokens, 1)
+            p = next((p for over, p in DROPOUT_PASSES if passes > over), DROPOUT_PASSES[-1][1])
+        m = ModelConfig(**{**m.__dict__, "dropout": p})
         tokens = steps * m.block_size * rung[4]
-        passes = tokens / max(train_tokens, 1)
-        m = ModelConfig(**{**m.__dict__, "dropout": next((p for over, p in DROPOUT_PASSES if passes > over), 0.0)})
-        out.append(Candidate(rung, m, steps, tokens, passes, turn_step(m, rung[4], train_tokens)))
+        out.append(
+            Candidate(rung, m, steps, tokens, tokens / max(train_tokens, 1), turn_step(m, rung[4], train_tokens))
+        )
     return out
 
 
@@ -264,7 +276,7 @@ def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, allowed: int | No
         f"{train_tokens / 1e6:,.2f}M training {unit}s"
     ]
     turn = turn_step(m, t.batch_size, train_tokens)
-    if turn < steps * 0.8:
+    if turn < steps * 0.8 and not t.auto:  # --auto's own line says where patience stops it, and why
         fixes = "train.patience=3" if not t.patience else ""
         fixes = ", ".join(
             f for f in (f"model.dropout={min(m.dropout + 0.1, 0.3):.1f}", f"train.max_steps={turn}", fixes) if f
@@ -358,7 +370,7 @@ def auto_size(
     mine = ", ".join(sorted(k for k in choice.values if k in explicit))
     log(f"--auto: {choice.why}" + (f"; kept yours: {mine}" if mine else ""))
     log(
-        f"--auto: a step of the four-minute recipe's shape took {speed.anchor_step_s * 1e3:.1f} ms here "
-        "(the rule: docs/auto.md)"
+        f"--auto: a step of the four-minute recipe's shape took {speed.anchor_step_s * 1e3:.1f} ms here, "
+        f"{speed.dropout_cost:.1f}x that with dropout (the rule: docs/auto.md)"
     )
     return cfg, choice.steps
