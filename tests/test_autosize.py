@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,14 @@ def test_auto_dry_run_keeps_explicit_keys_and_trains_nothing(tmp_path: Path, cli
     assert chosen["optim"]["schedule_by"] == "time" and chosen["train"]["auto"] is True
     assert "--auto: " in r.err and "kept yours: model.n_embd" in r.err and "plan: " in r.err
     assert not out.exists()
+    # a bigger shape of yours: the plan counts its own (timed) steps, not those of --auto's choice
+    r = cli(
+        "train", "--data", str(data), "--auto", "--dry-run", "train.max_time=5m", "model.n_layer=6", "model.n_embd=256"
+    )
+    assert r.code == 0, r.err
+    chosen_steps = int(re.search(r"~([\d,]+) steps in", r.err)[1].replace(",", ""))
+    planned = int(re.search(r"plan: [^;]+; ([\d,]+) steps", r.err)[1].replace(",", ""))
+    assert planned < chosen_steps / 2
     # without --auto, a time budget is measured with one timed step of the run's own shape
     r = cli(
         "train",

@@ -354,9 +354,10 @@ def auto_size(
     device: torch.device,
     dtype: torch.dtype,
     started: float,
-) -> tuple[Config, int]:
+) -> tuple[Config, int | None]:
     """--auto: the config sized for what is left of train.max_time (explicit keys win), and the
-    steps it is expected to take."""
+    steps it is expected to take (None where your keys changed the shape or batch: the advisor
+    then times the run's own step)."""
     budget = parse_duration(str(cfg.train.max_time)) or 0.0
     speed = probe(cfg, tok.vocab_size, device, dtype)
     left = budget - (time.perf_counter() - started)
@@ -373,4 +374,5 @@ def auto_size(
         f"--auto: a step of the four-minute recipe's shape took {speed.anchor_step_s * 1e3:.1f} ms here, "
         f"{speed.dropout_cost:.1f}x that with dropout (the rule: docs/auto.md)"
     )
-    return cfg, choice.steps
+    shaped = any(k in explicit for k in AUTO_KEYS[:6])  # the model's shape, dropout and the batch
+    return cfg, None if shaped else choice.steps
