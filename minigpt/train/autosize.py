@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -42,13 +42,16 @@ TOKENS_PER_PARAM = 4  # the largest rung that sees this many tokens per block pa
 DROPOUT_PASSES = ((30, 0.2), (10, 0.1))  # more passes over the text than this: this dropout
 EVAL_SECONDS = 15  # an evaluation per this much of the budget, 3 to 10 a run
 FINAL_EVAL_SHARE = 0.04  # of the budget kept for the final evaluation and exit
-AUTO_KEYS = (  # every key choose() sets
+SHAPE_KEYS = (  # what a step's time depends on
     "model.n_layer",
     "model.n_embd",
     "model.n_head",
     "model.block_size",
     "model.dropout",
     "train.batch_size",
+)
+AUTO_KEYS = (  # every key choose() sets
+    *SHAPE_KEYS,
     "train.max_steps",
     "train.eval_interval",
     "train.patience",
@@ -145,7 +148,7 @@ def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, sec
     for rung in PROBE:
         m = model_of(rung, cfg.model)
         points.append((step_flops(m, vocab, rung[4]), time_steps(m, vocab, rung[4], device, dtype, seconds)))
-    dropped = ModelConfig(**{**model_of(ANCHOR, cfg.model).__dict__, "dropout": 0.1})
+    dropped = replace(model_of(ANCHOR, cfg.model), dropout=0.1)
     with_dropout = time_steps(dropped, vocab, ANCHOR[4], device, dtype, seconds)
     return Probe(tuple(points), points[1][1], max(with_dropout / points[1][1], 1.0))
 
@@ -190,13 +193,12 @@ def candidates(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budg
         m = model_of(rung, cfg.model)
         if m.block_size > min(train_tokens // 8, val_tokens - 2):
             break  # the text holds too few windows of this context
-        m, p = ModelConfig(**{**m.__dict__, "dropout": 0.0}), 0.0
+        m = replace(m, dropout=0.0)
         steps = max(int(budget / speed.step_seconds(m, vocab, rung[4])), 1)
         if turn_step(m, rung[4], train_tokens) < steps / speed.dropout_cost:
             steps = max(int(steps / speed.dropout_cost), 1)
             passes = steps * m.block_size * rung[4] / max(train_tokens, 1)
-            p = next((p for over, p in DROPOUT_PASSES if passes > over), DROPOUT_PASSES[-1][1])
-        m = ModelConfig(**{**m.__dict__, "dropout": p})
+            m = replace(m, dropout=next((p for over, p in DROPOUT_PASSES if passes > over), DROPOUT_PASSES[-1][1]))
         tokens = steps * m.block_size * rung[4]
         out.append(
             Candidate(rung, m, steps, tokens, tokens / max(train_tokens, 1), turn_step(m, rung[4], train_tokens))
@@ -374,5 +376,4 @@ def auto_size(
         f"--auto: a step of the four-minute recipe's shape took {speed.anchor_step_s * 1e3:.1f} ms here, "
         f"{speed.dropout_cost:.1f}x that with dropout (the rule: docs/auto.md)"
     )
-    shaped = any(k in explicit for k in AUTO_KEYS[:6])  # the model's shape, dropout and the batch
-    return cfg, None if shaped else choice.steps
+    return cfg, None if explicit.intersection(SHAPE_KEYS) else choice.steps
