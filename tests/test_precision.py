@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,13 +17,23 @@ from minigpt.infer import sample as generation
 from minigpt.infer.decode import generate_batch
 from minigpt.model import GPT, KVCache, causal_attention
 from minigpt.runtime import device as runtime
+from minigpt.runtime import precision
 from minigpt.runtime.device import sampling_dtype
 
 CPU = torch.device("cpu")
 
 
+def _measured(monkeypatch, ratio: float) -> list[tuple[int, int]]:
+    """Make the CPU look bf16-capable and its probe measure `ratio`; returns the shapes probed."""
+    probed: list[tuple[int, int]] = []
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "measure", lambda rows, width: probed.append((rows, width)) or ratio)
+    return probed
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_dtype_on_the_cpu_is_bf16_only_where_the_cpu_has_it(native: bool, monkeypatch) -> None:
+    _measured(monkeypatch, 3.0)
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
     assert runtime.resolve_dtype("auto", CPU) == (torch.bfloat16 if native else torch.float32)
     # an explicit choice is kept either way
@@ -49,8 +63,63 @@ def test_attention_under_cpu_autocast_runs_in_float32() -> None:
     assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 for t in (q, k, v))
 
 
+@pytest.mark.parametrize("ratio", [0.5, 1.05, 3.0])
+def test_auto_takes_bf16_only_where_it_measures_faster(ratio: float, monkeypatch, capsys) -> None:
+    """A CPU whose flags promise bf16 but whose products run slower (or barely faster) trains in float32."""
+    probed = _measured(monkeypatch, ratio)
+    expected = torch.bfloat16 if ratio >= precision.MARGIN else torch.float32
+    assert runtime.resolve_dtype("auto", CPU, (4096, 384)) == expected
+    assert probed == [(4096, 384)]
+    line = capsys.readouterr().err.strip()
+    name = runtime.dtype_name(expected)
+    assert line == f"precision: {name} (bf16 products at {ratio:.2f}x float32's speed on this CPU, measured)"
+    assert runtime.sampling_dtype("auto", CPU, 384) == expected and probed[-1] == (1, 384)
+
+
+def test_the_answer_is_cached_per_machine_and_invalidated_when_the_key_changes(monkeypatch, capsys) -> None:
+    probed = _measured(monkeypatch, 2.0)
+    assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.bfloat16
+    assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.bfloat16
+    assert probed == [(256, 64)]  # the second run read the cache
+    assert capsys.readouterr().err.splitlines()[-1].endswith("on this CPU, cached)")
+    monkeypatch.setattr(precision, "measure", lambda rows, width: probed.append((rows, width)) or 0.5)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)  # another thread count: another answer
+        assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.float32
+    finally:
+        torch.set_num_threads(threads)
+    monkeypatch.setattr(torch, "__version__", "0.0.test")  # a new torch: measured again
+    assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.float32
+    assert len(probed) == 3
+    assert precision.cached_lines() == [  # what `minigpt --version` prints, after its first line
+        f"precision for 256x64 products on {threads} thread(s): bfloat16 (bf16 at 2.0x float32)",
+        f"precision for 256x64 products on {threads + 1} thread(s): float32 (bf16 at 0.5x float32)",
+        f"precision for 256x64 products on {threads} thread(s): float32 (bf16 at 0.5x float32)",
+    ]
+
+
+def test_a_slow_bf16_is_measured_and_refused_in_seconds(tmp_path) -> None:
+    """oneDNN limited to AVX2 emulates bf16 (hundreds of times slower here): auto must pick float32, and
+    the probe's scout must find out without running the slow products at full size."""
+    code = (
+        "import torch; from minigpt.runtime.device import resolve_dtype, cpu_has_native_bf16;"
+        "print(resolve_dtype('auto', torch.device('cpu'), (4096, 384)), cpu_has_native_bf16())"
+    )
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "MINIGPT_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    dtype, native = r.stdout.split()
+    assert dtype == "torch.float32"
+    if native == "True":  # the flags said bf16: the measurement said no, and the cache keeps its ratio
+        entry = next(iter(json.loads((tmp_path / precision.CACHE_NAME).read_text()).values()))
+        assert entry["bf16"] is False and entry["ratio"] < 1 / precision.MARGIN
+        assert "precision: float32 (bf16 products at" in r.stderr
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_sampling_dtype_follows_the_cpu(native: bool, monkeypatch) -> None:
+    _measured(monkeypatch, 3.0)
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
     assert sampling_dtype("auto", CPU) == (torch.bfloat16 if native else torch.float32)
     assert sampling_dtype("float32", CPU) == torch.float32

@@ -87,16 +87,19 @@ def train_epilog() -> str:
 
 
 def version_line() -> str:
-    """minigpt's, torch's and Python's versions, without importing torch (which takes seconds)."""
+    """minigpt's, torch's and Python's versions, then the bf16-or-float32 answers measured on this
+    machine (`runtime/precision.py`'s cache), without importing torch (which takes seconds)."""
     from importlib.metadata import PackageNotFoundError, version
 
     from minigpt import __version__
+    from minigpt.runtime.precision import cached_lines
 
     try:
         torch_version = version("torch")
     except PackageNotFoundError:
         torch_version = "not installed"
-    return f"minigpt {__version__} (torch {torch_version}, Python {sys.version.split()[0]})"
+    first = f"minigpt {__version__} (torch {torch_version}, Python {sys.version.split()[0]})"
+    return "\n".join([first, *cached_lines()])
 
 
 def complete_device(incomplete: str) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -23,19 +22,12 @@ from minigpt.data.records import text_files
 from minigpt.data.sources import SourceFile, absolute_spec, choose_val_files, describe, resolve_sources
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
+from minigpt.io import default_cache_dir
 from minigpt.io.atomic import atomic_write
 from minigpt.runtime.memory import release_pages
 
 TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-
-
-def default_cache_dir() -> Path:
-    """$MINIGPT_CACHE_DIR, else $XDG_CACHE_HOME/minigpt, else ~/.cache/minigpt."""
-    if os.environ.get("MINIGPT_CACHE_DIR"):
-        return Path(os.environ["MINIGPT_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "minigpt"
 
 
 def fetch_tiny_shakespeare(dest: Path, url: str | None = None) -> None:

@@ -18,6 +18,7 @@ from minigpt.runtime import distributed
 
 if TYPE_CHECKING:
     from minigpt.runtime.cores import CoreShare
+    from minigpt.runtime.precision import Choice
 from minigpt.config import DEVICE_NAMES, MPS_PROCESSES, is_device_name
 from minigpt.errors import UserError, first_line
 
@@ -138,39 +139,58 @@ def cuda_has_native_bf16(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 8
 
 
-def multiplies_bf16(device: torch.device) -> bool:
-    """Whether `device` multiplies bf16 matrices in hardware (elsewhere bf16 is emulated, and slower
-    than float32)."""
+def cpu_bf16_choice(shape: tuple[int, int] | None = None) -> Choice | None:
+    """On a CPU with bf16 hardware, the measured choice for products of `shape` (rows, width), cached
+    per machine (`runtime/precision.py`); None without bf16 hardware (emulated bf16: slow)."""
+    if not cpu_has_native_bf16():
+        return None
+    from minigpt.runtime.precision import cpu_precision
+
+    return cpu_precision(*(shape or PROBE_SHAPE))
+
+
+def multiplies_bf16(device: torch.device, shape: tuple[int, int] | None = None) -> bool:
+    """Whether bf16 products are faster than float32 ones on `device` (a GPU's capability; a CPU's
+    measurement)."""
     if device.type == "cuda":
         return cuda_has_native_bf16(device)
-    return device.type == "cpu" and cpu_has_native_bf16()
+    choice = cpu_bf16_choice(shape) if device.type == "cpu" else None
+    return choice is not None and choice.bf16
 
 
+PROBE_SHAPE = (512, 384)  # rows x width, where the caller has no shape of its own
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """The training autocast dtype; float32 means no autocast."""
+def resolve_dtype(name: str, device: torch.device, shape: tuple[int, int] | None = None) -> torch.dtype:
+    """The training autocast dtype; float32 means no autocast. `auto` is bf16 on GPUs with bf16 (fp16
+    on older ones), and on a CPU where bf16 products of `shape` (rows, width) measure faster: the
+    choice and its ratio are logged."""
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if cuda_has_native_bf16(device) else torch.float16
-        if device.type == "cpu" and cpu_has_native_bf16():
-            return torch.bfloat16
-        return torch.float32
+        choice = cpu_bf16_choice(shape) if device.type == "cpu" else None
+        if choice is not None:
+            log(choice.line())
+        return choice.dtype if choice is not None else torch.float32
     dtype = DTYPES[name]
     if dtype == torch.float16 and device.type == "cpu":
         raise UserError("train.dtype float16 is not supported on the CPU; use bfloat16 or float32")
     return dtype
 
 
-def sampling_dtype(name: str, device: torch.device) -> torch.dtype:
-    """The weights' dtype for generation: `auto` is bfloat16 where bf16 is native (a CUDA GPU that
-    supports it, a CPU with AVX512-BF16 or AMX), where it halves the weights streamed per character
-    (generation at batch 1 is bound by reading them) and its matrix-vector products run faster on
-    the CPU (docs/benchmarks.md); float32 elsewhere. Attention and the KV cache stay float32 on the CPU."""
-    if name == "auto":  # the training choice, except that fp16 (an older GPU) samples in float32
-        return torch.bfloat16 if resolve_dtype("auto", device) == torch.bfloat16 else torch.float32
-    return DTYPES[name]
+def sampling_dtype(name: str, device: torch.device, width: int | None = None) -> torch.dtype:
+    """The weights' dtype for generation: `auto` is bfloat16 on a GPU with bf16 and on a CPU where bf16
+    measures faster for one row of `width` (generation at batch 1 is bound by reading the weights,
+    which bf16 halves); float32 elsewhere. Attention and the KV cache stay float32 on the CPU."""
+    if name != "auto":
+        return DTYPES[name]
+    if device.type == "cuda":  # fp16 (an older GPU) samples in float32
+        return torch.bfloat16 if cuda_has_native_bf16(device) else torch.float32
+    choice = cpu_bf16_choice((1, width) if width else None) if device.type == "cpu" else None
+    if choice is not None and not choice.cached:  # said once per machine; `minigpt --version` lists it
+        log(choice.line())
+    return choice.dtype if choice is not None else torch.float32
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -363,7 +363,8 @@ def run_training(
 
     configure_threads(cfg.train.threads, START_LOAD.others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
-    dtype = resolve_dtype(cfg.train.dtype, device)
+    rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * dist.world_size) * cfg.model.block_size
+    dtype = resolve_dtype(cfg.train.dtype, device, (rows, cfg.model.n_embd))  # auto: measured on the CPU
     if cfg.train.auto and dist.enabled and resume_from is None:
         raise UserError("train.auto (--auto) sizes a run for one process; with --nproc, set the model's keys")
     steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)

@@ -1,0 +1,157 @@
+"""Whether bf16 pays on this CPU, measured rather than read from its flags.
+
+A CPU flag says bf16 instructions exist, not that they are fast: one host with AVX512-BF16 multiplies
+bf16 at half its float32 rate, an AMX host at several times it, and a oneDNN limited to AVX2 emulates
+bf16 hundreds of times slower. So `train.dtype: auto` and `sample --dtype auto` time the run's own
+matrix products (a block's two MLP products, forward and backward, under autocast) in float32 and in
+bf16 on the threads the run uses, and take bf16 only where it is faster by a margin. The answer is
+cached per machine (CPU model and flags, torch version, oneDNN's ISA limit, threads, shape) in the
+user's cache folder, so the probe costs its fraction of a second once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from minigpt.io import default_cache_dir
+from minigpt.io.atomic import atomic_write
+
+MARGIN = 1.1  # bf16 must beat float32 by this factor: the probe times products, a step has more in it
+CACHE_NAME = "precision.json"
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The probe's answer: bf16's speed over float32's (`ratio`), and whether it came from the cache."""
+
+    bf16: bool
+    ratio: float
+    cached: bool = False
+
+    @property
+    def dtype(self) -> torch.dtype:
+        import torch
+
+        return torch.bfloat16 if self.bf16 else torch.float32
+
+    def line(self) -> str:
+        """One status line: the choice and its measured ratio."""
+        name = "bfloat16" if self.bf16 else "float32"
+        how = "cached" if self.cached else "measured"
+        return f"precision: {name} (bf16 products at {self.ratio:.2f}x float32's speed on this CPU, {how})"
+
+
+def machine_key(rows: int, width: int) -> str:
+    """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, threads, shape."""
+    import torch
+
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read(1 << 16)
+        flags = ",".join(flag for flag in ("amx_bf16", "avx512_bf16", "avx512f") if flag in info.split())
+        model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    except OSError:
+        model = platform.processor()
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
+    return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|{torch.get_num_threads()} threads|{rows}x{width}"
+
+
+def _products(rows: int, width: int, dtype: torch.dtype, tensors: tuple) -> float:
+    """Seconds of one forward and backward through a block's MLP products under autocast."""
+    import torch
+
+    x, up, down = tensors
+    start = time.perf_counter()
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+        y = torch.nn.functional.linear(torch.nn.functional.linear(x, up), down)
+    y.float().sum().backward()
+    return time.perf_counter() - start
+
+
+def _median_times(rows: int, width: int, repeats: int = 3) -> tuple[float, float]:
+    """Median seconds of float32 and of bf16, after a warm-up of each at this shape, interleaved so
+    that a load from another process weighs on both alike."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    tensors = tuple(torch.randn(*s, generator=gen, requires_grad=True) for s in ((rows, width), (4 * width, width)))
+    tensors += (torch.randn(width, 4 * width, generator=gen, requires_grad=True),)
+    times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
+    for i in range(repeats + 1):
+        for dtype, kept in times.items():
+            seconds = _products(rows, width, dtype, tensors)
+            if i:  # the first of each is the warm-up (kernel selection)
+                kept.append(seconds)
+    return statistics.median(times[torch.float32]), statistics.median(times[torch.bfloat16])
+
+
+def measure(rows: int, width: int) -> float:
+    """bf16's speed over float32's for these products. The rows grow 32, 256, 2048 (a matrix engine
+    needs rows to pay) up to the run's own, and stop early when bf16 is clearly slower or the next
+    size would take seconds: an emulated bf16 costs a fraction of a second to find out, not minutes."""
+    ratio = 1.0
+    for level in (32, 256, 2048):
+        n = min(rows, level)
+        t32, t16 = _median_times(n, width)
+        ratio = t32 / t16
+        if n == rows or ratio < 0.5 or 8 * 4 * (t32 + t16) > 2.0:
+            break
+    return ratio
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def cpu_precision(rows: int, width: int, cache_dir: Path | None = None) -> Choice:
+    """Whether bf16 pays for products of `rows` x `width` on this CPU: from the cache, else measured
+    and cached. A cache that cannot be written only costs the probe again next time."""
+    import torch
+
+    path = (cache_dir or default_cache_dir()) / CACHE_NAME
+    key = machine_key(rows, width)
+    entry = _read(path).get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("ratio"), (int, float)):
+        return Choice(bool(entry.get("bf16")), float(entry["ratio"]), cached=True)
+    with torch.random.fork_rng(devices=[]):
+        ratio = measure(rows, width)
+    choice = Choice(ratio >= MARGIN, round(ratio, 3))
+    entries = _read(path)
+    entries[key] = {
+        "bf16": choice.bf16,
+        "ratio": choice.ratio,
+        "shape": f"{rows}x{width}",
+        "threads": torch.get_num_threads(),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda f: f.write(json.dumps(entries, indent=1).encode()))
+    except OSError:
+        pass
+    return choice
+
+
+def cached_lines(cache_dir: Path | None = None) -> list[str]:
+    """The cached answers, one line each (for `minigpt --version`, without importing torch)."""
+    lines = []
+    for entry in _read((cache_dir or default_cache_dir()) / CACHE_NAME).values():
+        if isinstance(entry, dict) and {"bf16", "ratio", "shape", "threads"} <= entry.keys():
+            name = "bfloat16" if entry["bf16"] else "float32"
+            shape, threads, ratio = entry["shape"], entry["threads"], entry["ratio"]
+            lines.append(f"precision for {shape} products on {threads} thread(s): {name} (bf16 at {ratio}x float32)")
+    return lines
