@@ -74,6 +74,7 @@ def test_auto_takes_bf16_only_where_it_measures_faster(ratio: float, monkeypatch
     name = runtime.dtype_name(expected)
     assert line == f"precision: {name} (bf16 products at {ratio:.2f}x float32's speed on this CPU, measured)"
     assert runtime.sampling_dtype("auto", CPU, 384) == expected and probed[-1] == (1, 384)
+    assert capsys.readouterr().err == ""  # sampling's stderr stays its own (an error stays one line)
 
 
 def test_the_answer_is_cached_per_machine_and_invalidated_when_the_key_changes(monkeypatch, capsys) -> None:

@@ -188,9 +188,7 @@ def sampling_dtype(name: str, device: torch.device, width: int | None = None) ->
     if device.type == "cuda":  # fp16 (an older GPU) samples in float32
         return torch.bfloat16 if cuda_has_native_bf16(device) else torch.float32
     choice = cpu_bf16_choice((1, width) if width else None) if device.type == "cpu" else None
-    if choice is not None and not choice.cached:  # said once per machine; `minigpt --version` lists it
-        log(choice.line())
-    return choice.dtype if choice is not None else torch.float32
+    return choice.dtype if choice is not None else torch.float32  # not logged: `minigpt --version` lists it
 
 
 def dtype_name(dtype: torch.dtype) -> str:
