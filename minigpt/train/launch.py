@@ -294,7 +294,7 @@ def vocabulary_check(m: ModelConfig) -> Callable[[int], None]:
     """A character vocabulary too large for the model: its embedding table alone would outweigh
     the transformer blocks (most of the model would be rows for rare characters). Checked as soon
     as the vocabulary is known, before the ids are written."""
-    blocks = 12 * m.n_layer * m.n_embd**2  # attention (4 d^2) and MLP (8 d^2) weights per block
+    blocks = (4 if m.attn_only else 12) * m.n_layer * m.n_embd**2  # attention (4 d^2) and MLP (8 d^2) weights
 
     def check(vocab: int) -> None:
         if vocab > 256 and vocab * m.n_embd > blocks:
