@@ -506,6 +506,11 @@ def holds_records(path: str, fmt: str, rules: RecordRules) -> bool:
     """Whether a file found in a folder (not named) is really a record file with the fields: its
     first record is an object that has them. A bad record further on is still an error."""
     try:
+        if fmt == "jsonl":  # its first line alone: the reader parses many at once, and a later bad one is an error
+            with open(path, "rb") as f:
+                first = next((line for line in f if line.strip()), b"null")
+            record = json.loads(first)
+            return isinstance(record, dict) and all(name in record for name in rules.fields)
         with contextlib.closing(records(path, fmt, rules)) as found:
             for _, record, _ in found:
                 return isinstance(record, dict) and all(name in record for name in rules.fields)
