@@ -99,7 +99,10 @@ def _layout(
     files = resolve_sources(cfg.path, "data.path", skipped)
     desc = describe(cfg.path) + (f" ({len(files):,} files)" if len(files) > 1 else "")
     if cfg.val_path is not None:
-        val = resolve_sources(cfg.val_path, "data.val_path")
+        val_skipped = Skipped()
+        val = resolve_sources(cfg.val_path, "data.val_path", val_skipped)
+        if note := val_skipped.summary("data.val_path"):
+            print(note, file=sys.stderr)
         val_paths = {f.path for f in val}
         files = [f for f in files if f.path not in val_paths]
         if not files:
