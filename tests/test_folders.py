@@ -149,11 +149,17 @@ def test_score_refuses_a_device_named_as_its_file(trained_run: Path, cli) -> Non
     assert r.code == 2 and r.err == "error: --file /dev/urandom is a character device, not a file; give a text file\n"
 
 
-def test_a_fifo_in_a_folder_is_passed_over_and_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_fifo_or_a_tagged_cache_in_a_folder_is_passed_over_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write(tmp_path / "tree" / "a.txt", make_text(2000))
     os.mkfifo(tmp_path / "tree" / "pipe")
-    load_corpus(DataConfig(path=str(tmp_path / "tree")), 16)
-    assert "1 not regular file(s) (pipe)" in capsys.readouterr().err
+    write(tmp_path / "tree" / "cache" / "CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n")
+    write(tmp_path / "tree" / "cache" / "entry.txt", "CACHED TEXT\n")
+    corpus = load_corpus(DataConfig(path=str(tmp_path / "tree")), 16)
+    assert "CACHED" not in corpus.tokenizer.decode([int(i) for i in corpus.ids])
+    err = capsys.readouterr().err
+    assert "1 cache folder(s) (cache/), 1 not regular file(s) (pipe)" in err, err
 
 
 def test_the_gitignore_subset() -> None:
