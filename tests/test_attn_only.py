@@ -18,11 +18,14 @@ import torch
 import minigpt
 from minigpt.checkpoint import load_checkpoint
 from minigpt.cli.app import main
-from minigpt.config.schema import ModelConfig
+from minigpt.config.schema import Config, ModelConfig
+from minigpt.errors import UserError
 from minigpt.infer.decode import generate
 from minigpt.infer.loading import load_model
 from minigpt.model import GPT, KVCache, norm, parameter_count
 from minigpt.runtime.mfu import flops_per_token
+from minigpt.train.launch import vocabulary_check
+from minigpt.train.preflight import estimate
 
 from .conftest import TINY, make_text
 from .test_cli import one_error_line
@@ -90,6 +93,26 @@ def test_flops_leave_out_the_mlps() -> None:
     cfg = ModelConfig(**BASE)
     full = ModelConfig(**{**BASE, "attn_only": False})
     assert flops_per_token(full, V) - flops_per_token(cfg, V) == 6 * 2 * 8 * 32 * 32  # 6 x L x the MLP's 8C^2
+
+
+def test_the_vocabulary_check_weighs_the_blocks_the_model_has() -> None:
+    """The table may grow to the blocks' weight matrices: 512 rows of 64 for two attention-only
+    blocks (1,536 with their MLPs)."""
+    cfg = ModelConfig(**{**BASE, "n_embd": 64})
+    matrices = sum(p.numel() for p in GPT(cfg, V).blocks.parameters() if p.dim() == 2)
+    assert matrices == 512 * 64
+    check = vocabulary_check(cfg)
+    check(512)
+    with pytest.raises(UserError, match=r"513 distinct characters"):
+        check(513)
+    vocabulary_check(ModelConfig(**{**BASE, "n_embd": 64, "attn_only": False}))(1500)  # the MLPs weigh too
+
+
+def test_the_memory_estimate_leaves_out_the_mlps_activations() -> None:
+    full = Config(model=ModelConfig(**{**BASE, "attn_only": False}))
+    alone = Config(model=ModelConfig(**BASE))
+    est = [estimate(c, V, parameter_count(c.model, V), torch.float32) for c in (full, alone)]
+    assert est[1].per_sequence < 0.65 * est[0].per_sequence  # measured: tests/test_slow.py holds it to the peak
 
 
 @pytest.fixture(scope="module")

@@ -215,15 +215,37 @@ def test_resume_can_extend_a_finished_run(text_file: Path, tmp_path: Path, cli) 
     assert (
         cli("train", "--data", text_file, "--out", out, *TINY, "train.max_steps=10", "train.eval_interval=5").code == 0
     )
+    record, weights = (out / "results.json").read_bytes(), (out / "last.pt").read_bytes()
+    r = cli("train", "--out", out, "--resume")  # a finished run stays as it finished
+    assert r.code == 0 and f"{out} is finished: it reached train.max_steps (10) at step 10; nothing to do" in r.err
+    assert (out / "results.json").read_bytes() == record and (out / "last.pt").read_bytes() == weights
     r = cli("train", "--out", out, "--resume", "train.max_steps=20")
     assert r.code == 0, r
     assert load_checkpoint(out / "last.pt")["step"] == 20
     assert "resuming" in r.err and "schedule is re-planned over 20 steps" in r.err
+    whole, first = json.loads((out / "results.json").read_text()), json.loads(record)
+    assert whole["steps"] == 20 and whole["tokens"] == 2 * first["tokens"]
+    assert whole["wall_s"] > first["wall_s"]  # the whole run's time, not the last command's alone
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(out))
     acc.Reload()
     assert [e.step for e in acc.Scalars("val/loss")] == [5, 10, 15, 20]  # the resume step's events survive
+
+
+def test_a_run_out_of_time_goes_on_only_with_a_larger_budget(text_file: Path, tmp_path: Path, cli) -> None:
+    out = tmp_path / "r"
+    args = [*TINY, "train.max_steps=100000", "train.eval_interval=50", "log.sample_length=0"]
+    assert cli("train", "--data", text_file, "--out", out, *args, "train.max_time=2s").code == 0
+    first = json.loads(record := (out / "results.json").read_bytes())
+    assert "train.max_time" in first["stopped"], first
+    r = cli("train", "--out", out, "--resume")
+    assert r.code == 0 and "is finished: its time budget, train.max_time 2s, ran out" in r.err, r
+    assert (out / "results.json").read_bytes() == record
+    r = cli("train", "--out", out, "--resume", "train.max_time=4s")
+    assert r.code == 0, r
+    whole = json.loads((out / "results.json").read_text())
+    assert whole["steps"] > first["steps"] and whole["wall_s"] > first["wall_s"]
 
 
 def test_a_run_resumes_and_evaluates_from_another_directory(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:

@@ -256,7 +256,7 @@ def test_bad_sources_are_one_clear_error(tmp_path: Path, monkeypatch) -> None:
     empty = tmp_path / "empty"
     write(empty / ".hidden", "x")
     cases = {
-        r"the folder .*empty holds no files \(hidden files and folders are skipped\)": str(empty),
+        r"the folder .*empty holds no files to read \(hidden files, files a .gitignore ignores": str(empty),
         r"does not exist": str(tmp_path / "nope.txt"),
     }
     loop = tmp_path / "loop"
@@ -408,7 +408,7 @@ def test_a_first_run_reads_each_file_twice_and_finds_what_three_passes_find(tmp_
         write(root / name, text)
         os.utime(root / name, (1e9, 1e9))  # not just modified: the hash index trusts it next time
     files = resolve_sources(str(root))
-    hashes, chars, bad = passes.hashes_and_vocabulary(files, lambda n: None)
+    hashes, chars, bad, _ = passes.hashes_and_vocabulary(files, lambda n: None)
     assert hashes == [file_sha256(f.path) for f in files]
     assert (chars, bad) == passes.vocabulary(files, lambda n: None) and len(bad) == 1
 

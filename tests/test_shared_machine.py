@@ -75,20 +75,44 @@ def test_threads_follow_the_request_the_environment_and_the_cpu_affinity(monkeyp
         torch.set_num_threads(before)
 
 
-@pytest.mark.alone  # under pytest-xdist, the other worker's test would count as load
+def _spin(seconds: float) -> subprocess.Popen:
+    """A child that keeps one core busy for `seconds` (of wall clock)."""
+    code = f"import time\nt = time.time()\nwhile time.time() - t < {seconds}: pass"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def _cpu_seconds_of(child: subprocess.Popen) -> float:
+    """The CPU time the child used, from the kernel's own account of it (wait4)."""
+    _, _, usage = os.wait4(child.pid, 0)
+    child.returncode = 0  # reaped here: Popen must not wait for it again
+    return usage.ru_utime + usage.ru_stime
+
+
+TICK = 0.15  # of a core: /proc/stat and os.times count in clock ticks (1/100 s) over about a second
+
+
+@pytest.mark.alone  # under pytest-xdist, the other worker's test would count as load (which the bounds allow)
 def test_the_load_of_other_processes_is_measured_without_our_own() -> None:
-    from minigpt.runtime.cores import CoreLoad
+    """Bounds that hold whatever else runs on the machine (another training, the other test worker):
+    the load measured counts at least what the child spent (the kernel's account of its CPU time),
+    and leaves out ours: with it, a busy machine would show all its cores."""
+    from minigpt.runtime.cores import CoreLoad, allowed_cores
 
     load = CoreLoad()
-    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
+    start, own = time.monotonic(), os.times()
+    spin = _spin(1.5)
     try:
         end = time.monotonic() + 1.2
         while time.monotonic() < end:  # this process keeps a core busy too: that must not count
             pass
         others = load.others()
+        seconds = time.monotonic() - start
+        own_rate = (sum(os.times()[:2]) - sum(own[:2])) / seconds
     finally:
-        spin.wait()
-    assert others is not None and 0.6 <= others <= 1.5  # the spinning child (about one core), not us
+        child = _cpu_seconds_of(spin) / 1.5  # its share of a core over its life (it outlives the window)
+    assert others is not None
+    assert others >= 0.8 * child - TICK, (others, child)  # the child counts (what it had of a core, about)
+    assert others <= allowed_cores() - own_rate + TICK, (others, own_rate)  # we do not (the more we had, the tighter)
     assert CoreLoad().others() is None  # too short an interval to say
 
 
@@ -121,23 +145,30 @@ def test_no_command_changes_the_openmp_wait_policy() -> None:
 
 @pytest.mark.alone
 def test_a_training_gives_up_a_core_while_another_process_keeps_it_busy_and_takes_it_back() -> None:
-    from minigpt.runtime.cores import CoreShare
+    """Whatever else runs (another training beside the suite), a child that spins through a window
+    is load enough to give up a core; and each window's thread count is what its load leaves. The
+    core comes back at the first quiet window (waited for, up to 15 s; a machine busy all that
+    time keeps the training at one thread, which the same rule says)."""
+    from minigpt.runtime.cores import CoreShare, cores_left
 
     share = CoreShare(threads=2, cores=2, every=0.5)
-    assert share.check() is None  # too early to measure
-    # the other process spins through the first window and only a little into the second: with 1.2 s
-    # of spinning, the second window measured its 0.4 s tail as ~0.42 of a core, against a limit of 0.45
-    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.9: pass"])
+    assert share.check() is None and share.busy is None  # too early to measure
+    spin = _spin(0.9)  # through the first window and a little into the second
     try:
         time.sleep(0.8)
         change = share.check()
     finally:
         spin.wait()
-    assert change is not None and change[0] == 1 and 0.6 <= change[1] <= 1.5, change  # one core left to us
+    assert change is not None and change[0] == 1 and change[1] >= 0.5, change  # one core left to us
     assert share.check() is None  # a new window has just begun
-    time.sleep(0.6)  # nothing else running now
-    assert share.check() == (2, pytest.approx(0.0, abs=0.45))  # the core comes back
-    assert share.threads == 2
+    for _ in range(25):
+        time.sleep(0.6)
+        share.check()
+        assert share.threads == cores_left(2, share.busy), share.busy  # each window follows its load
+        if share.busy < 0.3:
+            break
+    if share.busy < 0.3:  # a quiet window: the core came back
+        assert share.threads == 2
 
 
 def test_a_damaged_cache_entry_is_re_encoded(text_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:

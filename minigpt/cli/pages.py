@@ -13,7 +13,7 @@ from minigpt.infer.loading import LoadedModel, source_line
 from minigpt.infer.score import Scores
 from minigpt.inspect.attention import attention_page, write_attention_png
 from minigpt.inspect.pages import check_output
-from minigpt.io.textfiles import read_text
+from minigpt.io.textfiles import check_regular, read_text
 
 
 def text_input(text: str | None, file: Path | None, data: DataConfig | None = None) -> tuple[str, str]:
@@ -27,6 +27,7 @@ def text_input(text: str | None, file: Path | None, data: DataConfig | None = No
     fmt = file_format(str(file), "auto")
     if fmt is None:
         return read_text(file, "--file"), f"--file {file}"
+    check_regular(file, "--file")
     if not file.is_file():
         raise UserError(f"--file {file} does not exist or is not a file")
     data = data or DataConfig()

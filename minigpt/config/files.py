@@ -47,6 +47,8 @@ def read_yaml(path: Path) -> Any:
         raise UserError(f"config file {path} does not exist (see configs/ for examples)")
     if path.is_dir():
         raise UserError(f"config file {path} is a directory, not a YAML file")
+    if not path.is_file():  # reading a device or a FIFO might never end
+        raise UserError(f"config file {path} is not a regular file (a device, a FIFO or a socket); give a YAML file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from minigpt.data.cache import load_or_encode
 from minigpt.data.encoding import Encoded, HashIndex, Layout, ProgressFactory
 from minigpt.data.passes import hashes_and_vocabulary
 from minigpt.data.records import text_files
-from minigpt.data.sources import SourceFile, absolute_spec, choose_val_files, describe, resolve_sources
+from minigpt.data.sources import Skipped, SourceFile, absolute_spec, choose_val_files, describe, resolve_sources
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.io import default_cache_dir
@@ -94,10 +95,14 @@ def _layout(
 ) -> tuple[Layout, str]:
     """The documents in the order they are encoded (training files, then validation files; record
     files as their extracted text) and a description of the corpus for messages."""
-    files = resolve_sources(cfg.path, "data.path")
+    skipped = Skipped()
+    files = resolve_sources(cfg.path, "data.path", skipped)
     desc = describe(cfg.path) + (f" ({len(files):,} files)" if len(files) > 1 else "")
     if cfg.val_path is not None:
-        val = resolve_sources(cfg.val_path, "data.val_path")
+        val_skipped = Skipped()
+        val = resolve_sources(cfg.val_path, "data.val_path", val_skipped)
+        if note := val_skipped.summary("data.val_path"):
+            print(note, file=sys.stderr)
         val_paths = {f.path for f in val}
         files = [f for f in files if f.path not in val_paths]
         if not files:
@@ -115,7 +120,41 @@ def _layout(
     split_last = cfg.val_path is None and n_train is None and not whole
     files, n_train = text_files(files, n_train, cfg, index.sha256, cache / "records", split_last, progress)
     hashes, vocab = _hashes(files, index, cfg.tokenizer, progress, desc)
-    return Layout(files, hashes, n_train, cfg.doc_separator, cfg.tokenizer, vocab), desc
+    layout = Layout(files, hashes, n_train, cfg.doc_separator, cfg.tokenizer, vocab)
+    if cfg.format != "text":
+        layout = _without_binary(layout, index, skipped)
+    if note := skipped.summary("data.path"):
+        print(note, file=sys.stderr)
+    return layout, desc
+
+
+def _without_binary(layout: Layout, index: HashIndex, skipped: Skipped) -> Layout:
+    """The layout less the binary files a folder walk met (named files, and a glob's, are kept:
+    the non-UTF-8 rule then speaks for them). Binary is what the hashing pass saw: a NUL byte near
+    the start, as git and ripgrep judge it."""
+    files = layout.files
+    drop = {i for i, f in enumerate(files) if f.found == "walked" and index.binary(f)}
+    if not drop:
+        return layout
+    skipped.binary += [files[i].name for i in sorted(drop)]
+    keep = [i for i in range(len(files)) if i not in drop]
+    if len(keep) == 0:
+        return layout  # nothing but binary files: the non-UTF-8 rule's error names them
+    n_train = layout.n_train
+    if n_train is not None:
+        n_train -= sum(1 for i in drop if i < n_train)
+        n_train = n_train if 0 < n_train < len(keep) else None  # no whole file left on one side: the tail
+    vocab = layout.vocabulary
+    if vocab is not None:
+        chars, bad = vocab
+        if any(i not in bad for i in drop):
+            vocab = None  # a dropped file's characters were counted: count again without it
+        else:
+            where = {old: new for new, old in enumerate(keep)}
+            vocab = (chars, {where[i]: why for i, why in bad.items() if i in where})
+    return Layout(
+        [files[i] for i in keep], [layout.hashes[i] for i in keep], n_train, layout.separator, layout.kind, vocab
+    )
 
 
 def _hashes(
@@ -133,9 +172,9 @@ def _hashes(
     vocab = None
     try:
         if kind == "char" and unhashed and not any(index.knows(f) for f in files):
-            hashes, chars, bad = hashes_and_vocabulary(files, tick)
-            for f, sha in zip(files, hashes):
-                index.record(f, sha)
+            hashes, chars, bad, binary = hashes_and_vocabulary(files, tick)
+            for i, (f, sha) in enumerate(zip(files, hashes)):
+                index.record(f, sha, i in binary)
             vocab = (chars, bad)
         else:
             hashes = [index.sha256(f, tick) for f in files]

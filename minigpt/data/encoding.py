@@ -21,7 +21,7 @@ from typing import IO, Any, Protocol
 
 import numpy as np
 
-from minigpt.data.passes import chunks, storage_dtype, vocabulary, write_ids
+from minigpt.data.passes import BINARY_HEAD, chunks, looks_binary, storage_dtype, vocabulary, write_ids
 from minigpt.data.sources import SourceFile
 from minigpt.data.tokenizer import ByteTokenizer, CharTokenizer, Tokenizer
 from minigpt.errors import UserError
@@ -40,9 +40,12 @@ class Progress(Protocol):
 ProgressFactory = Callable[[int, str], Progress]
 
 
-def file_sha256(path: str | Path, expect: int | None = None) -> str:
+def file_sha256(path: str | Path, expect: int | None = None, head: list[bytes] | None = None) -> str:
+    """The file's SHA-256; `head`, when given, receives its first bytes (for `looks_binary`)."""
     h = hashlib.sha256()
     for chunk in chunks(path, expect=expect):
+        if head is not None and not head:
+            head.append(chunk[:BINARY_HEAD])
         h.update(chunk)
     return h.hexdigest()
 
@@ -62,20 +65,31 @@ class HashIndex:
 
     def knows(self, f: SourceFile) -> bool:
         known = self.entries.get(f.path)
-        return bool(known) and known[0] == f.size and known[1] == f.mtime_ns and known[3] - f.mtime_ns > RACY_NS
+        return (
+            bool(known)
+            and len(known) > 4
+            and known[0] == f.size
+            and known[1] == f.mtime_ns
+            and known[3] - f.mtime_ns > RACY_NS
+        )
 
     def sha256(self, f: SourceFile, on_read: Callable[[int], None] | None = None) -> str:
         if self.knows(f):
             return self.entries[f.path][2]
-        sha = file_sha256(f.path, f.size)
-        self.record(f, sha)
+        head: list[bytes] = []
+        sha = file_sha256(f.path, f.size, head)
+        self.record(f, sha, looks_binary(head[0] if head else b""))
         if on_read:
             on_read(f.size)
         return sha
 
-    def record(self, f: SourceFile, sha: str) -> None:
-        self.entries[f.path] = [f.size, f.mtime_ns, sha, time.time_ns()]
+    def record(self, f: SourceFile, sha: str, binary: bool) -> None:
+        self.entries[f.path] = [f.size, f.mtime_ns, sha, time.time_ns(), binary]
         self.changed = True
+
+    def binary(self, f: SourceFile) -> bool:
+        """Whether a file hashed (or recorded) in this index starts like a binary file."""
+        return bool(self.entries[f.path][4])
 
     def save(self) -> None:
         if self.path is None or not self.changed:

@@ -13,7 +13,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -48,6 +47,14 @@ def chunks(path: str | Path, size: int = CHUNK, expect: int | None = None) -> It
                 yield chunk
     except OSError as e:
         raise UserError(f"cannot read data file {path}: {e.strerror}") from None
+
+
+BINARY_HEAD = 8000  # bytes looked at for a NUL: what git looks at to call a file binary (ripgrep: its first read)
+
+
+def looks_binary(head: bytes | bytearray | memoryview) -> bool:
+    """A NUL byte near the start: the test git and ripgrep make for a binary file (text has none)."""
+    return b"\0" in head[:BINARY_HEAD]
 
 
 def _utf8_error(e: UnicodeDecodeError, offset: int, raw: bytes) -> str:
@@ -247,26 +254,44 @@ def vocabulary(files: Sequence[SourceFile], tick: Callable[[int], None]) -> tupl
     return vocab.chars(), vocab.bad
 
 
+def _hash_streamed(i: int, f: SourceFile, vocab: _Vocabulary, tick: Callable[[int], None]) -> tuple[str, bool]:
+    """A large file's SHA-256, its 16 MB chunks hashed on a second thread while the next is read,
+    and whether it looks binary, from the vocabulary's own read of it."""
+    h, first = hashlib.sha256(), []
+    with _BackgroundJobs(depth=1) as background:
+
+        def take(chunk: bytes) -> None:
+            if not first:
+                first.append(looks_binary(chunk))
+            background.submit(h.update, chunk)
+
+        vocab.add_streamed(i, f, tick, take)
+    return h.hexdigest(), bool(first and first[0])
+
+
 def hashes_and_vocabulary(
     files: Sequence[SourceFile],
     tick: Callable[[int], None],
-) -> tuple[list[str], set[str], dict[int, str]]:
-    """Each file's SHA-256 and `vocabulary`'s result from one read of every file: a first run over
-    a corpus reads it twice (hashes and characters, then ids) instead of three times."""
-    vocab, hashes = _Vocabulary(), [""] * len(files)
+) -> tuple[list[str], set[str], dict[int, str], set[int]]:
+    """Each file's SHA-256, `vocabulary`'s result and the files that look binary (`looks_binary`)
+    from one read of every file: a first run over a corpus reads it twice (hashes and characters,
+    then ids) instead of three times."""
+    vocab, hashes, binary = _Vocabulary(), [""] * len(files), set()
     for blob, members, large in _batches(files, tick):
         if large is None:
             view = memoryview(blob)
             for i, s, e in members:
                 hashes[i] = hashlib.sha256(view[s:e]).hexdigest()
             del view  # a live view would pin the blob
+            if b"\0" in blob:  # one scan at memory speed; text holds no NUL, so this is rare
+                binary.update(i for i, s, e in members if blob.find(b"\0", s, min(e, s + BINARY_HEAD)) >= 0)
             vocab.add_whole(blob, members)
-        else:  # a large file's 16 MB chunks are hashed on a second thread while the next is read
-            h = hashlib.sha256()
-            with _BackgroundJobs(depth=1) as background:
-                vocab.add_streamed(members[0][0], large, tick, partial(background.submit, h.update))
-            hashes[members[0][0]] = h.hexdigest()
-    return hashes, vocab.chars(), vocab.bad
+        else:
+            i = members[0][0]
+            hashes[i], is_binary = _hash_streamed(i, large, vocab, tick)
+            if is_binary:
+                binary.add(i)
+    return hashes, vocab.chars(), vocab.bad, binary
 
 
 class _CharWriter:

@@ -464,9 +464,12 @@ def text_files(
     """The documents with each record file replaced by its extract (`data` is a DataConfig). With
     `split_last` (no whole-file validation split) validation is the last records of the last file,
     about data.val_fraction of the corpus's bytes: whole records, where a text's tail would cut one."""
-    rules, out = RecordRules.of(data), []
+    rules, out, as_text = RecordRules.of(data), [], []
     for i, f in enumerate(files):
         fmt = file_format(f.path, data.format)
+        if fmt in SNIFFED and f.found != "named" and data.format == "auto" and not holds_records(f.path, fmt, rules):
+            as_text.append(f.name)
+            fmt = None
         if fmt is None:
             out.append(f)
             continue
@@ -484,7 +487,36 @@ def text_files(
         if ex.val is not None:
             out.append(_source(ex.val, f"{f.name} (validation records)", max(ex.val_records, 1)))
             n_train = len(out) - 1
+    if as_text:
+        exts = "/".join(sorted({os.path.splitext(n)[1].lower() for n in as_text}))
+        fields = " and ".join(f"'{name}'" for name in rules.fields)
+        shown = ", ".join(as_text[:3]) + (", ..." if len(as_text) > 3 else "")
+        print(
+            f"note: {len(as_text)} {exts} file(s) in the tree were read as text: they hold no records with the "
+            f"field {fields} ({shown}); name a file, or a glob such as '*.csv', to read it as records",
+            file=sys.stderr,
+        )
     return out, n_train
+
+
+SNIFFED = ("jsonl", "json", "csv", "tsv")  # the text formats a file found in a folder may only look like
+
+
+def holds_records(path: str, fmt: str, rules: RecordRules) -> bool:
+    """Whether a file found in a folder (not named) is really a record file with the fields: its
+    first record is an object that has them. A bad record further on is still an error."""
+    try:
+        if fmt == "jsonl":  # its first line alone: the reader parses many at once, and a later bad one is an error
+            with open(path, "rb") as f:
+                first = next((line for line in f if line.strip()), b"null")
+            record = json.loads(first)
+            return isinstance(record, dict) and all(name in record for name in rules.fields)
+        with contextlib.closing(records(path, fmt, rules)) as found:
+            for _, record, _ in found:
+                return isinstance(record, dict) and all(name in record for name in rules.fields)
+    except (UserError, OSError, ValueError):
+        return False
+    return False  # no records at all
 
 
 def _source(path: Path, name: str, documents: int) -> SourceFile:

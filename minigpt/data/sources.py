@@ -1,6 +1,7 @@
 """Which files a training text is made of: `data.path` (and `data.val_path`) as a file, a folder
-(every file under it, recursively, in sorted path order; hidden files and folders skipped), a
-glob pattern, or a list of these; and which whole files are held out for validation."""
+(every file under it, recursively, in sorted path order, passing over what git and ripgrep pass
+over: hidden names, what .gitignore files ignore, cache folders), a glob pattern, or a list of
+these; and which whole files are held out for validation."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import json
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from minigpt.data.ignore import GitIgnore, ignored
 from minigpt.errors import UserError
+from minigpt.io.textfiles import not_a_file
 
 GLOB_CHARS = frozenset("*?[")
 
@@ -29,6 +32,9 @@ class SourceFile:
     size: int
     mtime_ns: int
     documents: int = 1  # a record file's extract holds one per record
+    found: str = "named"  # "named" (or matched by a glob naming an extension), "walked" in a folder,
+    # or "globbed" (a glob that names no extension): a named file is read as its extension says; a
+    # found one as records only when it is records, and a walked one is passed over when binary
 
 
 def as_list(spec: str | Sequence[str]) -> list[str]:
@@ -63,39 +69,97 @@ def _stat_file(path: str | Path, key: str) -> os.stat_result:
         raise UserError(f"{key}: cannot read {path}: {e.strerror}") from None
 
 
-def _walk(root: str, key: str) -> list[tuple[str, str, os.stat_result]]:
-    """Every regular file under `root` (symlinks followed), sorted by relative path, hidden names
-    skipped. A folder symlink that leads back to one of its own parents is a loop: an error."""
+CACHE_FOLDERS = frozenset({"__pycache__"})  # besides any folder that holds a CACHEDIR.TAG file
+
+
+@dataclass
+class Skipped:
+    """What a folder walk passed over, by reason (relative names, in walk order), for the one
+    line that says so (`summary`)."""
+
+    hidden: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # by a .gitignore
+    caches: list[str] = field(default_factory=list)  # __pycache__, folders tagged CACHEDIR.TAG
+    binary: list[str] = field(default_factory=list)  # a NUL byte near the start (found while hashing)
+    special: list[str] = field(default_factory=list)  # FIFOs, sockets, devices
+
+    def summary(self, key: str) -> str | None:
+        groups = [
+            (self.hidden, "hidden"),
+            (self.ignored, "ignored by .gitignore"),
+            (self.caches, "cache folder(s)"),
+            (self.binary, "binary file(s)"),
+            (self.special, "not regular file(s)"),
+        ]
+        parts = [f"{len(names)} {why} ({_shown(names)})" for names, why in groups if names]
+        if not parts:
+            return None
+        total = sum(len(names) for names, _ in groups)
+        return (
+            f"note: {key}: skipped {total} file(s) and folder(s) in the folder walk: {', '.join(parts)}; "
+            "name one, or a glob, to read it (docs/data.md#folders)"
+        )
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def _walk(root: str, key: str, skipped: Skipped) -> list[tuple[str, str, os.stat_result]]:
+    """Every regular file under `root` (symlinks followed), sorted by relative path, passing over
+    what git and ripgrep pass over: hidden names, what the .gitignore files ignore, and cache
+    folders (binary files are found later, by content). A folder symlink that leads back to one of
+    its own parents is a loop: an error."""
     found: list[tuple[str, str, os.stat_result]] = []
 
-    def visit(folder: str, rel: str, parents: tuple[tuple[int, int], ...]) -> None:
+    def visit(folder: str, rel: str, parents: tuple[tuple[int, int], ...], rules: list) -> None:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as e:
             raise UserError(f"{key}: cannot list the folder {folder}: {e.strerror}") from None
+        if rel and any(e.name == "CACHEDIR.TAG" for e in entries):
+            skipped.caches.append(rel)
+            return
+        if any(e.name == ".gitignore" for e in entries):
+            rules = [*rules, (rel, _read_gitignore(os.path.join(folder, ".gitignore")))]
         for entry in entries:
+            name = f"{rel}{entry.name}"
             if entry.name.startswith("."):
+                skipped.hidden.append(name)
                 continue
             try:
                 st = entry.stat()  # follows symlinks
             except OSError:
                 st = _stat_file(entry.path, key)  # raises the clear error
-            name = f"{rel}{entry.name}"
-            if stat.S_ISDIR(st.st_mode):
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if rules and ignored(rules, name, is_dir):
+                skipped.ignored.append(name + "/" * is_dir)
+            elif is_dir and entry.name in CACHE_FOLDERS:
+                skipped.caches.append(name + "/")
+            elif is_dir:
                 ident = (st.st_dev, st.st_ino)
                 if ident in parents:
                     raise UserError(
                         f"{key}: {entry.path} is a symlink loop (it leads back to {os.readlink(entry.path)}, a folder "
                         "it is in); remove the link or point data.path below it"
                     )
-                visit(entry.path, name + "/", (*parents, ident))
+                visit(entry.path, name + "/", (*parents, ident), rules)
             elif stat.S_ISREG(st.st_mode):
                 found.append((entry.path, name, st))
-            # sockets, pipes and devices are not text: passed over
+            else:  # sockets, pipes and devices are not text
+                skipped.special.append(name)
 
     st = os.stat(root)
-    visit(root, "", ((st.st_dev, st.st_ino),))
+    visit(root, "", ((st.st_dev, st.st_ino),), [])
     return found
+
+
+def _read_gitignore(path: str) -> GitIgnore:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return GitIgnore(f.read())
+    except OSError:
+        return GitIgnore("")  # unreadable: as git does, nothing ignored by it
 
 
 def saved_dataset(folder: str, key: str) -> list[tuple[str, str, os.stat_result]] | None:
@@ -130,7 +194,23 @@ def _glob_root(pattern: str) -> str:
     return os.path.join(*fixed) if fixed else "."
 
 
-def _expand(item: str, key: str) -> list[tuple[str, str, os.stat_result]]:
+Found = tuple[str, str, os.stat_result, str]  # path, relative name, stat, how it was found (SourceFile.found)
+
+
+def _names_extension(pattern: str) -> bool:
+    """Whether a glob's last part names an extension (`*.csv`): its files are named on purpose."""
+    ext = os.path.splitext(os.path.basename(pattern))[1]
+    return len(ext) > 1 and not is_glob(ext)
+
+
+def _special(path: str, st: os.stat_result, key: str) -> UserError:
+    return UserError(
+        f"{key}: {path} is {not_a_file(st.st_mode)}, not a file; reading it would not end (or would wait for input): "
+        "give a text file, a folder or a glob"
+    )
+
+
+def _expand(item: str, key: str, skipped: Skipped) -> list[Found]:
     """One entry of data.path: a file, a folder or a glob pattern (paths made absolute)."""
     path = os.path.abspath(os.path.expanduser(item))
     if os.path.lexists(path):
@@ -138,45 +218,57 @@ def _expand(item: str, key: str) -> list[tuple[str, str, os.stat_result]]:
         if stat.S_ISDIR(st.st_mode):
             saved = saved_dataset(path, key)
             if saved is not None:
-                return saved
-            files = _walk(path, key)
+                return [(p, n, s, "named") for p, n, s in saved]
+            files = _walk(path, key, skipped)
             if not files:
-                raise UserError(f"{key}: the folder {item} holds no files (hidden files and folders are skipped)")
-            return files
-        return [(path, os.path.basename(path), st)]
+                raise UserError(
+                    f"{key}: the folder {item} holds no files to read (hidden files, files a .gitignore ignores and "
+                    "cache folders are skipped); name them, or a glob"
+                )
+            return [(p, n, s, "walked") for p, n, s in files]
+        if not stat.S_ISREG(st.st_mode):
+            raise _special(path, st, key)
+        return [(path, os.path.basename(path), st, "named")]
     if not is_glob(item):
         raise UserError(f"{key}: {item} does not exist (pass --data FILE|FOLDER|'GLOB' or set {key})")
     pattern = os.path.abspath(os.path.expanduser(item))
     root = _glob_root(pattern)
-    files = []
+    how = "named" if _names_extension(pattern) else "globbed"
+    files: list[Found] = []
     for match in sorted(glob.glob(pattern, recursive=True)):
         rel = os.path.relpath(match, root)
         st = _stat_file(match, key)
         if stat.S_ISDIR(st.st_mode):
-            files += [(p, f"{rel}/{n}", s) for p, n, s in _walk(match, key)]
+            files += [(p, f"{rel}/{n}", s, "walked") for p, n, s in _walk(match, key, skipped)]
         elif stat.S_ISREG(st.st_mode):
-            files.append((match, rel, st))
+            files.append((match, rel, st, how))
+        else:
+            raise _special(match, st, key)
     if not files:
         raise UserError(f"{key}: the pattern {item} matches no files (quote it so the shell leaves it to minigpt)")
     return files
 
 
-def resolve_sources(spec: str | Sequence[str], key: str = "data.path") -> list[SourceFile]:
+def resolve_sources(
+    spec: str | Sequence[str], key: str = "data.path", skipped: Skipped | None = None
+) -> list[SourceFile]:
     """The documents `spec` names, in order: each entry's files in sorted path order. With several
     entries a file's name is prefixed with its entry's number (two folders may both hold a
-    README); a file named twice is read once."""
+    README); a file named twice is read once. What a folder walk passed over goes to `skipped`."""
     items = as_list(spec)
     if not items or any(not isinstance(i, str) or not i for i in items):
         raise UserError(f"{key} must be a path, a folder, a glob pattern or a list of them, got {spec!r}")
+    skipped = skipped if skipped is not None else Skipped()
     seen: set[tuple[int, int]] = set()
     out = []
     for n, item in enumerate(items):
-        for path, name, st in _expand(item, key):
+        for path, name, st, how in _expand(item, key, skipped):
             if (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
             name = name.replace(os.sep, "/")
-            out.append(SourceFile(path, f"{n}:{name}" if len(items) > 1 else name, st.st_size, st.st_mtime_ns))
+            name = f"{n}:{name}" if len(items) > 1 else name
+            out.append(SourceFile(path, name, st.st_size, st.st_mtime_ns, found=how))
     return out
 
 

@@ -3,15 +3,46 @@ with one clear error line for each way it can be wrong. Standard library only.""
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
 
 from minigpt.errors import UserError
 
+_KINDS = [
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (a named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+]
+
+
+def not_a_file(mode: int) -> str | None:
+    """What a non-regular file is ("a character device", as /dev/zero is), or None for a regular
+    file. Reading one may never end (/dev/zero, /dev/urandom) or wait for ever (a FIFO, a terminal)."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def check_regular(path: str | Path, what: str) -> None:
+    """One error line, at once, when `path` (symlinks followed) exists and is not a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing or unreadable: the read that follows says so
+    kind = not_a_file(mode)
+    if kind is not None:
+        raise UserError(f"{what} {path} is {kind}, not a file; give a text file")
+
 
 def read_text(path: str | Path, flag: str) -> str:
     """The file's UTF-8 text; '-' reads standard input."""
     path = str(path)
+    if path != "-":
+        check_regular(path, flag)
     try:
         if path == "-":
             raw = sys.stdin.buffer.read()

@@ -78,6 +78,7 @@ class CoreShare:
     def __init__(self, threads: int, cores: int, every: float = 5.0) -> None:
         self.threads, self.cores, self.every = threads, cores, every
         self.window = CoreLoad()
+        self.busy: float | None = None  # what the last window measured (None before the first)
 
     def check(self) -> tuple[int, float] | None:
         """(the new thread count, the other processes' busy cores) when the count should change;
@@ -88,6 +89,7 @@ class CoreShare:
         self.window = CoreLoad()
         if busy is None:
             return None
+        self.busy = busy
         want = cores_left(self.cores, busy)
         if want == self.threads:
             return None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
+from minigpt.config.fields import parse_duration
 from minigpt.config.files import check_overrides, config_text, load_config, parse_override
 from minigpt.config.schema import Config, ModelConfig, batch_split_error, config_from_dict
 from minigpt.data.corpus import Corpus, load_corpus
@@ -69,7 +70,7 @@ def start_run(
     """`minigpt train`: resolve the config (a new run's, a fine-tuning run's, or the resumed
     run's), then train. `started` is the perf_counter time the command began (default: now):
     train.max_time and the run's wall times count from it, so a budget covers the command's start-up.
-    `resume` "auto" starts, resumes or (None) finds the run already finished. `dry_run`: print
+    `resume` "auto" starts or resumes; a resumed run may be found finished (None). `dry_run`: print
     the resolved config and the advisor's lines, and train nothing.
     The whole command line is checked before the run directory is looked at."""
     name = config_path.stem if config_path is not None else "default"
@@ -83,7 +84,7 @@ def start_run(
         log(f"--resume auto: {out_dir} holds no checkpoint; starting a new run")
         resume = False
     if resume:
-        return _resume(config_path, overrides, out_dir, auto=resume == "auto", started=started, dry_run=dry_run)
+        return _resume(config_path, overrides, out_dir, started=started, dry_run=dry_run)
     if existing is not None and not dry_run:
         raise UserError(
             f"{out_dir} already holds a run ({existing.name}); continue it with --resume, or pick another --out"
@@ -114,7 +115,6 @@ def _resume(
     config_path: Path | None,
     overrides: Sequence[str | tuple[str, Any]],
     out_dir: Path,
-    auto: bool = False,
     started: float | None = None,
     dry_run: bool = False,
 ) -> TrainResult | None:
@@ -138,23 +138,35 @@ def _resume(
     replanned = [k for k in changed if k == "train.max_steps" or k in RATE_KEYS and k != "optim.grad_clip"]
     if replanned and ckpt.step < cfg.train.max_steps:
         log(replanned_schedule_note(saved, cfg, ckpt.step, replanned))
-    done = finished(out_dir, ckpt, cfg) if auto else None
-    if done:
+    done = finished(out_dir, ckpt, cfg)
+    rescore = any(k in ("train.final_eval", "train.final_eval_tokens") for k in changed)  # asked for
+    if done and not rescore:  # a finished run stays as it finished: its results.json is not rewritten
         log(f"{out_dir} is finished: {done} at step {ckpt.step}; nothing to do")
         return None
+    # a finished run that goes on (a raised max_steps or time budget): its wall time, and the time
+    # budget, count from the run's start, so results.json covers the whole run
+    earlier = float((finished_results(out_dir, ckpt) or {}).get("wall_s") or 0.0)
+    started = (started or time.perf_counter()) - earlier
     return run_training(cfg, out_dir, resume_from=ckpt, started=started, dry_run=dry_run)
+
+
+def finished_results(out_dir: Path, ckpt: Checkpoint) -> dict | None:
+    """The run's results.json when it records the checkpoint's step (the run ended there), else None."""
+    try:
+        results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return results if isinstance(results, dict) and results.get("steps") == ckpt.step else None
 
 
 def finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
     """Why the run in `out_dir` (its newest checkpoint `ckpt`, continued with `cfg`) has nothing
     left to do, or None: max_steps, patience or the time budget was reached, judged with the
-    command's config (raising train.max_steps on the command line trains on). Without a
-    results.json of that step, the training or its final evaluation was cut short: it is resumed."""
-    try:
-        results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(results, dict) or results.get("steps") != ckpt.step:
+    command's config (raising train.max_steps or train.max_time on the command line trains on).
+    Without a results.json of that step, the training or its final evaluation was cut short: it is
+    resumed."""
+    results = finished_results(out_dir, ckpt)
+    if results is None:
         return None
     t, step = cfg.train, ckpt.step or 0
     if step >= t.max_steps:
@@ -162,7 +174,9 @@ def finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
     if t.patience and (ckpt.evals_since_best or 0) >= t.patience:
         return f"it stopped early (train.patience {t.patience}; the best was at step {ckpt.best_step})"
     stopped = str(results.get("stopped") or "")
-    if t.max_time and "train.max_time" in stopped:
+    before = (ckpt.config.get("train") or {}).get("max_time")
+    raised = before and t.max_time and (parse_duration(str(t.max_time)) or 0) > (parse_duration(str(before)) or 0)
+    if t.max_time and "train.max_time" in stopped and not raised:
         return f"its time budget, train.max_time {t.max_time}, ran out"
     return None
 
@@ -294,7 +308,7 @@ def vocabulary_check(m: ModelConfig) -> Callable[[int], None]:
     """A character vocabulary too large for the model: its embedding table alone would outweigh
     the transformer blocks (most of the model would be rows for rare characters). Checked as soon
     as the vocabulary is known, before the ids are written."""
-    blocks = 12 * m.n_layer * m.n_embd**2  # attention (4 d^2) and MLP (8 d^2) weights per block
+    blocks = (4 if m.attn_only else 12) * m.n_layer * m.n_embd**2  # attention (4 d^2) and MLP (8 d^2) weights
 
     def check(vocab: int) -> None:
         if vocab > 256 and vocab * m.n_embd > blocks:

@@ -4,8 +4,9 @@ the machine has, so an impossible batch is a clear error instead of the kernel's
 
 The estimate counts float32 weights, their gradients and AdamW's two moments (16 bytes a
 parameter) and the activations autograd keeps for one micro-batch: per token and layer about
-26 values of the block's width in the compute dtype's precision (the attention inputs and output
-in float32 on the CPU, LayerNorm in float32, the rest in the autocast type), plus the logits and
+26 values of the block's width (about 15 without the MLP: model.attn_only) in the compute dtype's
+precision (the attention inputs and output in float32 on the CPU, LayerNorm in float32, the rest
+in the autocast type), plus the logits and
 their float32 copies for the loss. The per-token constants were measured on this project's model
 (`scripts/bench.py memory` prints the estimate beside the measured peak).
 """
@@ -23,6 +24,8 @@ from minigpt.runtime.memory import available_bytes, gb
 # bytes an element takes in the activations that autograd keeps, per compute dtype
 _ACT_BYTES_PER_TOKEN_LAYER = {torch.bfloat16: 60, torch.float16: 60, torch.float32: 68}  # x n_embd
 _LOGIT_BYTES = {torch.bfloat16: 14, torch.float16: 14, torch.float32: 16}  # x vocab, per token
+_ATTN_ONLY_SHARE = 0.58  # of those activations, what a block without its MLP keeps (model.attn_only; measured
+# with `scripts/bench.py memory` on the 6x384 model with and without model.attn_only=true)
 _OVERHEAD = 1.15  # allocator slack and temporaries of the backward pass
 _FIRST_STEP = 64 * 2**20  # workspaces and thread buffers the first steps allocate, whatever the size
 
@@ -38,12 +41,12 @@ class Estimate:
 
 def estimate(cfg: Config, vocab_size: int, n_params: int, dtype: torch.dtype) -> Estimate:
     m = cfg.model
-    per_token = m.n_layer * m.n_embd * _ACT_BYTES_PER_TOKEN_LAYER.get(dtype, 68) + vocab_size * _LOGIT_BYTES.get(
-        dtype, 16
-    )
-    per_sequence = m.block_size * per_token
+    per_layer = m.n_embd * _ACT_BYTES_PER_TOKEN_LAYER.get(dtype, 68) * (_ATTN_ONLY_SHARE if m.attn_only else 1)
+    per_token = m.n_layer * per_layer + vocab_size * _LOGIT_BYTES.get(dtype, 16)
+    per_sequence = int(m.block_size * per_token)
     if m.dropout > 0:
-        per_sequence += m.block_size * m.n_layer * m.n_embd * 3  # a mask byte per element at 3 dropouts
+        dropouts = 2 if m.attn_only else 3  # the embedding's, attention's output and the MLP's
+        per_sequence += m.block_size * m.n_layer * m.n_embd * dropouts  # a mask byte per element
         # attention dropout takes the unfused path, which keeps the (T, T) scores, probabilities
         # and mask of every head: about 13 bytes an entry
         per_sequence += 13 * m.n_layer * m.n_head * m.block_size**2
