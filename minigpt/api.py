@@ -24,13 +24,15 @@ from minigpt.config.schema import SampleOptions
 from minigpt.data.tokenizer import checked_text
 from minigpt.errors import UserError
 from minigpt.infer.loading import LoadedModel, column_major_for_decoding, load_model, source_line
-from minigpt.infer.sample import sample as sample_text
+from minigpt.infer.sample import plan_samples, run_plan
 from minigpt.infer.score import Scores, score_text
 from minigpt.inspect.attention import attention_maps_for, attention_page
 from minigpt.inspect.lens import Lens, lens_of
 from minigpt.inspect.pages import HtmlPage
 from minigpt.inspect.surprise import score_page
 from minigpt.runtime.device import resolve_device
+
+DEFAULT = SampleOptions()  # Model.sample's defaults are `minigpt sample`'s, the schema's
 
 
 class Model:
@@ -59,17 +61,17 @@ class Model:
     def sample(
         self,
         prompt: str = "",
-        max_new_tokens: int = 500,
-        temperature: float = 0.8,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int = 1337,
-        unknown: str = "error",
+        max_new_tokens: int = DEFAULT.max_new_tokens,
+        temperature: float = DEFAULT.temperature,
+        top_k: int | None = DEFAULT.top_k,
+        top_p: float | None = DEFAULT.top_p,
+        seed: int = DEFAULT.seed,
+        unknown: str = DEFAULT.unknown,
     ) -> str:
         """Continue `prompt` (`minigpt sample`'s options and defaults); returns prompt + continuation.
         The same seed gives the same text; temperature 0 is greedy."""
         opts = SampleOptions(1, max_new_tokens, temperature, top_k, top_p, seed, unknown, "float32")
-        return sample_text(self.loaded, prompt, opts, lambda _: None)[0]
+        return "".join(p.text for p in run_plan(self.loaded, plan_samples(self.tokenizer, [prompt], opts)))
 
     def score(self, text: str, unknown: str = "error", top: int = 5) -> Scores:
         """The model's surprise at each character of `text` (`minigpt score`): `.bits[i]` is

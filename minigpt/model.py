@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
@@ -123,6 +123,15 @@ def causal_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
 
 
+class HookPoint(nn.Identity):
+    """A place in the forward pass where inspection attaches, through `register_forward_hook`: a hook
+    sees the tensor there and may return its replacement. The model calls it only while it has
+    hooks, so an unwatched model pays one dict check there, not a module call."""
+
+    def hooked(self) -> bool:
+        return bool(self._forward_hooks)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -135,10 +144,9 @@ class CausalSelfAttention(nn.Module):
         self.qk_norm = cfg.qk_norm
         # how much of the block's value embedding joins its values (model.value_embeds)
         self.ve_mix = nn.Parameter(torch.tensor(0.5)) if cfg.value_embeds else None
-        self.keep_weights = False  # set by GPT.attention_maps: compute softmax(QK^T) explicitly and keep it
-        self.weights: torch.Tensor | None = None  # (B, nh, T, S) when kept
-        # when set, each head's output (B, nh, T, hs) passes through it before the projection (head ablation)
-        self.edit_heads: Callable[[torch.Tensor], torch.Tensor] | None = None
+        # the probabilities (B, nh, T, S), written out while this is hooked (no fused kernel; eval only)
+        self.pattern = HookPoint()
+        self.head_out = HookPoint()  # each head's output (B, nh, T, hs) before the projection (head ablation)
 
     def forward(
         self,
@@ -167,15 +175,13 @@ class CausalSelfAttention(nn.Module):
             cache.v[layer, :, :, start:end] = v
             k, v = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, nh, end, hs)
         S = k.size(2)
-        if self.keep_weights:
-            # the same attention, written out so the weights can be kept (no dropout: eval only)
+        if self.pattern.hooked():
+            # the same attention, written out so that the hooks see the probabilities (no dropout: eval only)
             causal = (
                 torch.arange(S, device=x.device)[None, :] <= torch.arange(start, start + T, device=x.device)[:, None]
             )
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, T, S)
-            weights = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-            self.weights = weights.detach()
-            y = weights @ v  # (B, nh, T, hs)
+            y = self.pattern(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)) @ v  # (B, nh, T, hs)
         elif cache is None:
             y = causal_attention(q, k, v, self.dropout if self.training else 0.0)  # (B, nh, T, hs)
         else:
@@ -184,8 +190,8 @@ class CausalSelfAttention(nn.Module):
             if T > 1:
                 mask = torch.arange(S, device=x.device)[None, :] <= torch.arange(start, S, device=x.device)[:, None]
             y = causal_attention(q, k, v, mask=mask)  # (B, nh, T, hs)
-        if self.edit_heads is not None:
-            y = self.edit_heads(y)
+        if self.head_out.hooked():
+            y = self.head_out(y)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         y = linear(self.c_proj, y)
         return self.resid_dropout(y) if self.training else y  # (no module call per token when sampling)
@@ -362,13 +368,12 @@ class GPT(nn.Module):
     def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:
         """The causal attention weights of every layer and head over idx (B, T): (L, B, nh, T, T).
 
-        The same forward pass as training, with each attention's softmax written out and kept."""
-        attns = [block.attn for block in self.blocks]
-        for a in attns:
-            a.keep_weights = True
+        The same forward pass as training, each attention's softmax written out for a hook that keeps it."""
+        kept: list[torch.Tensor] = []
+        hooks = [b.attn.pattern.register_forward_hook(lambda _m, _x, w: kept.append(w.detach())) for b in self.blocks]
         try:
             self(idx)
-            return torch.stack([a.weights for a in attns])
+            return torch.stack(kept)
         finally:
-            for a in attns:
-                a.keep_weights, a.weights = False, None
+            for h in hooks:
+                h.remove()

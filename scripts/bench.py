@@ -1634,13 +1634,13 @@ def _trick_decoding(repeats: int) -> dict[str, float]:
     import torch
 
     from minigpt.config.schema import ModelConfig
-    from minigpt.infer.decode import generate_batch
+    from minigpt.infer.decode import generate
     from minigpt.infer.loading import column_major_for_decoding
     from minigpt.model import GPT
 
     def rate(model, n: int) -> float:
         t = time.perf_counter()
-        generate_batch(model, [[1, 2, 3]], n, temperature=1.0, generators=[torch.Generator().manual_seed(0)])
+        generate(model, [1, 2, 3], n, temperature=1.0, generator=torch.Generator().manual_seed(0))
         return n / (time.perf_counter() - t)
 
     rates: dict[str, list[float]] = {"tricks on": [], "row-major weights": [], "module calls": []}

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt.cli.sample import parse_prompts_file
+from minigpt.cli.sample import SEPARATOR, parse_prompts_file, stdout_text
 from minigpt.config.schema import SampleOptions
 from minigpt.errors import UserError
 from minigpt.infer.loading import cast_for_sampling, load_model
-from minigpt.infer.sample import OrderedOutput, sample_records
+from minigpt.infer.sample import Piece, Sample, plan_samples, run_plan, sample_records, samples_of
 from minigpt.runtime import memory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,27 +90,33 @@ def test_records_serialise_as_json_lines(loaded) -> None:
     assert record == {"prompt": "KING:", "text": s.text, "chars": 30, "stopped": "length", "seed": 3}
 
 
-def test_a_single_sample_streams_and_holds_back_a_possible_stop() -> None:
-    out = []
-    stream = OrderedOutput(1, out.append)
-    stream.piece(0, "abc")
-    assert out == ["abc"]  # a single sample is written as it comes
-    several = []
-    ordered = OrderedOutput(3, several.append)
-    for k, text in ((1, "one"), (0, "zero"), (2, "two")):
-        ordered.piece(k, text)
-    ordered.done(1)
-    assert several == []  # sample 1 waits for sample 0
-    ordered.done(0)
-    ordered.done(2)
-    assert "".join(several) == "zero\n\n---\none\n\n---\ntwo"
+def test_one_sample_streams_as_it_is_generated_several_come_in_order(loaded) -> None:
+    forwards: list[int] = []
+    hook = loaded.model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        plan = plan_samples(loaded.tokenizer, ["KING:"], SampleOptions(max_new_tokens=30, seed=3))
+        out = stdout_text(run_plan(loaded, plan), 1)
+        assert next(out) == "KING:" and not forwards  # the prompt at once
+        first = next(out)
+        assert len(first) == 1 and len(forwards) == 1  # then each character as soon as it is drawn
+        assert "KING:" + first + "".join(out) == alone(loaded, "KING:", 3, n=30) + "\n"
+    finally:
+        hook.remove()
+    end = Sample("", "", 0, "length", 0)
+    pieces = [Piece(1, "one"), Piece(0, "zero"), Piece(2, "two"), Piece(1, "!", end), Piece(0, "", end)]
+    taken: list[Piece] = []
+    out = stdout_text((taken.append(p) or p for p in [*pieces, Piece(2, "", end)]), 3)
+    assert next(out) == "zero" and len(taken) == 5  # sample 1 was complete first, but waits for sample 0
+    assert next(out) == SEPARATOR + "one!"
+    assert list(out) == [SEPARATOR + "two", "\n"]
 
 
 def test_streamed_output_never_shows_a_stop_string(loaded) -> None:
-    written: list[str] = []
-    opts = SampleOptions(max_new_tokens=200, seed=11)
-    (s,) = sample_records(loaded, "KING:", opts, written.append, stops=["\n\n"])
-    assert "".join(written) == s.text + "\n" and "\n\n" not in s.text
+    plan = plan_samples(loaded.tokenizer, ["KING:"], SampleOptions(max_new_tokens=200, seed=11), ["\n\n"])
+    pieces = list(run_plan(loaded, plan))
+    (s,) = samples_of(pieces)
+    assert "".join(stdout_text(pieces, 1)) == s.text + "\n" and "\n\n" not in s.text
+    assert s.stopped == "\n\n"  # the stop string was written, and held back
 
 
 def test_bad_sampling_inputs(loaded, monkeypatch) -> None:

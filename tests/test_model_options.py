@@ -94,17 +94,27 @@ def test_attention_maps_are_causal_distributions_from_the_same_forward(pos_emb: 
     m = model(pos_emb, norm)
     idx = torch.randint(V, (3, 16))
     maps = m.attention_maps(idx)
-    assert not any(b.attn.keep_weights or b.attn.weights is not None for b in m.blocks)  # back to normal
+    assert not any(b.attn.pattern.hooked() or b.attn.head_out.hooked() for b in m.blocks)  # back to normal
     assert maps.shape == (2, 3, 2, 16, 16)  # (layers, batch, heads, query, key)
     assert torch.all(maps.triu(diagonal=1) == 0)  # nothing above the diagonal: no peeking ahead
     assert torch.allclose(maps.sum(-1), torch.ones(2, 3, 2, 16), atol=1e-6)  # each row is a distribution
     assert torch.allclose(maps[:, :, :, 0, 0], torch.ones(2, 3, 2))  # the first character sees only itself
     # the weights come from the same computation the model uses: keeping them changes nothing
     plain, _ = m(idx)
-    for a in (b.attn for b in m.blocks):
-        a.keep_weights = True
+    hooks = [b.attn.pattern.register_forward_hook(lambda *_: None) for b in m.blocks]
     kept, _ = m(idx)
     assert torch.allclose(plain, kept, atol=1e-5)
+    for h in hooks:
+        h.remove()
+    # a hook on head_out edits a head: zeroing head 1 of layer 0 is zeroing its columns of the projection
+    hook = m.blocks[0].attn.head_out.register_forward_hook(
+        lambda _m, _x, y: y * torch.tensor([1.0, 0.0])[:, None, None]
+    )
+    edited, _ = m(idx)
+    hook.remove()
+    with torch.no_grad():
+        m.blocks[0].attn.c_proj.weight[:, 16:] = 0  # head size 16
+    assert not torch.allclose(edited, plain, atol=1e-3) and torch.allclose(edited, m(idx)[0], atol=1e-5)
 
 
 def test_options_train_sample_evaluate_and_resume_from_the_cli(text_file: Path, tmp_path: Path, cli) -> None:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from minigpt.config.schema import ModelConfig
 from minigpt.infer import sample as generation
-from minigpt.infer.decode import generate_batch
+from minigpt.infer.decode import generate_steps
 from minigpt.model import GPT, KVCache, causal_attention
 from minigpt.runtime import device as runtime
 from minigpt.runtime import precision
@@ -151,9 +151,9 @@ def test_sample_dtype_flag(trained_run, cli, monkeypatch) -> None:
 
     def recording_generate(model, *args, **kwargs):
         seen.append(next(model.parameters()).dtype)
-        return generate_batch(model, *args, **kwargs)
+        return generate_steps(model, *args, **kwargs)
 
-    monkeypatch.setattr(generation, "generate_batch", recording_generate)
+    monkeypatch.setattr(generation, "generate_steps", recording_generate)
     a = cli("sample", trained_run, "--max-new-tokens", "40", "--temperature", "0", "--dtype", "float32")
     b = cli("sample", trained_run, "--max-new-tokens", "40", "--temperature", "0", "--dtype", "bfloat16")
     assert a.code == b.code == 0 and len(a.out) == len(b.out) == 41  # newline prompt + 40

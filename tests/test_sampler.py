@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from minigpt.config.schema import ModelConfig
-from minigpt.infer.decode import generate, sample_next_token
+from minigpt.infer.decode import generate, generate_steps, sample_next_token
 from minigpt.model import GPT
 
 CFG = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16)
@@ -98,11 +98,17 @@ def test_same_seed_same_text_other_seed_other_text() -> None:
     assert a == b and a != c
 
 
-def test_on_token_streams_each_token_in_order() -> None:
-    m = trained_ish_model()
-    seen: list[int] = []
-    out = generate(m, [0], 20, generator=gen(0), on_token=seen.append)
-    assert seen == out
+def test_steps_come_as_generated_and_stop_when_the_caller_does() -> None:
+    m = trained_ish_model().train()
+    expected = generate(m, [0], 20, generator=gen(0))
+    forwards: list[int] = []
+    hook = m.register_forward_hook(lambda *_: forwards.append(1))
+    steps = generate_steps(m, [[0]], 20, generators=[gen(0)])
+    assert [next(steps)[0] for _ in range(5)] == expected[:5] and len(forwards) == 5  # one forward a step
+    assert not m.training  # dropout off while it generates
+    steps.close()
+    hook.remove()
+    assert len(forwards) == 5 and m.training  # no step past the caller's last, and the mode restored
 
 
 def test_generate_restores_training_mode() -> None:

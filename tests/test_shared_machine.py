@@ -192,7 +192,7 @@ def test_a_damaged_cache_entry_is_re_encoded(text_file: Path, tmp_path: Path, ca
     # a damaged entry that cannot be rewritten: a clear error saying what to delete
     entry.write_bytes(damaged[:-5].tobytes())
 
-    def read_only(path):
+    def read_only(path, **_):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(corpus_cache, "atomic_open", read_only)

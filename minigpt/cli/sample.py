@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from minigpt.cli.help import SampleDtype
 from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
+from minigpt.config.schema import SampleOptions
 from minigpt.errors import UserError
 from minigpt.io.textfiles import read_text
+
+if TYPE_CHECKING:
+    from minigpt.infer.sample import Piece
+
+DEFAULT = SampleOptions()  # the flags' defaults are the schema's
+SEPARATOR = "\n\n---\n"  # between samples on stdout
 
 
 def sample(
@@ -38,12 +46,18 @@ def sample(
             help="One prompt per line (\\n: a line break), batched.",
         ),
     ] = None,
-    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")] = 1,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")] = 500,
-    temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")] = 0.8,
+    num_samples: Annotated[
+        int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")
+    ] = DEFAULT.num_samples,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", help="Characters to generate.")
+    ] = DEFAULT.max_new_tokens,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")
+    ] = DEFAULT.temperature,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = 1337,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = DEFAULT.seed,
     stop: Annotated[
         list[str] | None,
         typer.Option(
@@ -64,7 +78,7 @@ def sample(
             help="Prompt after prompt on the terminal, the model kept loaded (:help for settings).",
         ),
     ] = False,
-    unknown: UnknownOpt = "error",
+    unknown: UnknownOpt = DEFAULT.unknown,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
     dtype: Annotated[
@@ -74,12 +88,11 @@ def sample(
             help="The weights' precision while sampling. auto "
             "is bfloat16 where the GPU or CPU has it in hardware (2x faster there).",
         ),
-    ] = "auto",
+    ] = DEFAULT.dtype,
 ) -> int:
     """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
-    from minigpt.config.schema import SampleOptions
     from minigpt.infer.loading import cast_for_sampling, load_model
-    from minigpt.infer.sample import check_stops, plan_samples, run_plan
+    from minigpt.infer.sample import check_stops, plan_samples, run_plan, samples_of
 
     opts = SampleOptions(num_samples, max_new_tokens, temperature, top_k, top_p, seed, unknown, dtype)
     prompts, label = prompts_from(prompt, prompt_file, prompts_file)
@@ -98,11 +111,30 @@ def sample(
     plan = plan_samples(loaded.tokenizer, prompts, opts, stops, label)  # every input checked before any output
     _announce(loaded)
     if as_json:
-        for s in run_plan(loaded, plan):
+        for s in samples_of(run_plan(loaded, plan)):
             _write_stdout(s.to_json() + "\n")
     else:
-        run_plan(loaded, plan, _write_stdout)
+        for text in stdout_text(run_plan(loaded, plan), len(plan.requests)):
+            _write_stdout(text)
     return 0
+
+
+def stdout_text(pieces: Iterable[Piece], n: int) -> Iterator[str]:
+    """stdout's text of n samples, prompt and continuation: a single sample as it is generated;
+    several in order, each once it and those before it are complete, separated by SEPARATOR."""
+    held: dict[int, list[str]] = {}
+    complete, written = set(), 0
+    for p in pieces:
+        if n == 1:
+            yield p.text
+            continue
+        held.setdefault(p.row, []).append(p.text)
+        if p.sample is not None:
+            complete.add(p.row)
+        while written in complete:
+            yield (SEPARATOR if written else "") + "".join(held.pop(written))
+            written += 1
+    yield "\n"
 
 
 def _announce(loaded) -> None:
@@ -115,10 +147,12 @@ def _announce(loaded) -> None:
 def _interactive(loaded, opts, stops: list[str]) -> int:
     """--interactive: prompt after prompt on the terminal, the model kept loaded."""
     from minigpt.cli.interactive import repl
-    from minigpt.infer.sample import check_stops, sample_records
+    from minigpt.infer.sample import check_stops, plan_samples, run_plan
 
     def run(prompt: str, o, s: list[str]) -> None:
-        sample_records(loaded, prompt, o, _write_stdout, s)  # a prompt's unknown characters: an error line
+        plan = plan_samples(loaded.tokenizer, [prompt], o, s)  # a prompt's unknown characters: an error line
+        for text in stdout_text(run_plan(loaded, plan), 1):
+            _write_stdout(text)
 
     return repl(run, opts, stops, lambda s: check_stops(loaded.tokenizer, s))
 

@@ -11,7 +11,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
@@ -20,7 +19,7 @@ from minigpt.data.encoding import CACHE_VERSION, Encoded, Layout, ProgressFactor
 from minigpt.data.passes import CHUNK, storage_dtype
 from minigpt.data.tokenizer import tokenizer_from_dict
 from minigpt.errors import UserError
-from minigpt.io import atomic
+from minigpt.io.atomic import atomic_open, atomic_write
 from minigpt.io.lock import FileLock
 
 
@@ -109,10 +108,11 @@ def load_or_encode(
                 damaged = str(e) if isinstance(e, DamagedCache) else f"is unreadable ({e.__class__.__name__})"
                 print(f"warning: the encoding cache entry {bin_path} {damaged}; re-encoding {desc}", file=sys.stderr)
         try:
-            with atomic_open(bin_path) as out:
+            # not durable (no fsync of gigabytes): an entry torn by a crash fails the length check
+            with atomic_open(bin_path, fsync=False) as out:
                 tok, meta = encoding.encode(layout, out, progress, desc, check_vocab, key)
             payload = json.dumps(meta).encode("utf-8")
-            atomic.atomic_write(meta_path, lambda f: f.write(payload))
+            atomic_write(meta_path, lambda f: f.write(payload))
         except OSError as e:
             if damaged is not None:
                 raise UserError(
@@ -138,9 +138,3 @@ def _encode_to_temp(
         ids = np.memmap(out, dtype=dtype, mode="r") if meta["length"] else np.zeros(0, dtype)
     warn_skipped(meta["skipped"], desc)
     return Encoded(tok, ids, meta["split"], meta["documents"], meta["skipped"])
-
-
-def atomic_open(path: Path) -> contextlib.AbstractContextManager[BinaryIO]:
-    """An entry's writer: atomic, not durable. No fsync of gigabytes: an entry torn by a crash fails
-    the length check on the next load and is re-encoded."""
-    return atomic.atomic_open(path, fsync=False)

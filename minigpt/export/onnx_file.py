@@ -44,9 +44,9 @@ def export_onnx_graph(model: GPT, path: Path, dtype: torch.dtype) -> None:
     block = model.cfg.block_size
     copied = copy.deepcopy(model).to(dtype).eval()
     for blk in copied.blocks:
-        # the attention written out (model.attention_maps' path, the same numbers): the fused kernel's
-        # is_causal flag cannot depend on a dynamic sequence length in torch.export
-        blk.attn.keep_weights = True
+        # a hook on `pattern` writes the attention out (model.attention_maps' path, the same numbers): the
+        # fused kernel's is_causal flag cannot depend on a dynamic sequence length in torch.export
+        blk.attn.pattern.register_forward_hook(lambda *_: None)
     wrapped = _Logits(copied)
     example = torch.zeros((2, block), dtype=torch.long)
     batch, seq = torch.export.Dim("batch", min=1), torch.export.Dim("sequence", min=1, max=block)

@@ -12,7 +12,7 @@ the two differently).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -82,7 +82,7 @@ def _sample_rows(
 
 
 @torch.inference_mode()
-def generate_batch(
+def generate_steps(
     model: GPT,
     prompts: Sequence[Sequence[int]],
     max_new_tokens: int,
@@ -90,53 +90,41 @@ def generate_batch(
     top_k: int | None = None,
     top_p: float | None = None,
     generators: Sequence[torch.Generator | None] | None = None,
-    on_token: Callable[[int, int], bool | None] | None = None,
     use_cache: bool = True,
-) -> list[list[int]]:
+) -> Iterator[list[int]]:
     """Generate after B prompts of the same length at once, through one KV cache: each step is one
-    (B, 1) forward instead of B. Row i draws from generators[i], so it gives the tokens batch 1
-    gives with that generator (up to the last bits of the batched matrix products: see
-    docs/benchmarks.md for how often that changes a draw). `on_token(row, id)` sees each new id
-    as it is chosen and returns True when that row is finished (a stop string): the row's later
-    ids are dropped, and generation ends once every row is finished. Returns the new ids per row.
-    use_cache=False recomputes the last block_size ids at every step instead: the reference the
-    KV cache is tested against.
+    (B, 1) forward instead of B, and yields the step's new ids, one a row, for max_new_tokens steps.
+    A caller that needs no more (every row ended by a stop string) stops iterating: nothing more is
+    computed. Row i draws from generators[i], so it gives the tokens batch 1 gives with that
+    generator (up to the last bits of the batched matrix products: see docs/benchmarks.md for how
+    often that changes a draw). use_cache=False recomputes the last block_size ids at every step
+    instead: the reference the KV cache is tested against.
     """
     if not prompts or not prompts[0] or len({len(p) for p in prompts}) != 1:
-        raise ValueError("generate_batch needs prompts of one length, at least one token each")
+        raise ValueError("generate_steps needs prompts of one length, at least one token each")
     B = len(prompts)
     generators = list(generators) if generators is not None else [None] * B
     device = model.device
     block = model.cfg.block_size
     seqs = [list(p) for p in prompts]
-    new: list[list[int]] = [[] for _ in range(B)]
-    live = [True] * B
     # float32 keys and values on the CPU, where attention runs in float32 (model.causal_attention)
     dtype = torch.float32 if device.type == "cpu" else model.dtype
     cache = KVCache(model.cfg, B, block, device, dtype) if use_cache else None
     with evaluating(model):
-        logits, _ = model(torch.tensor([s[-block:] for s in seqs], device=device), cache=cache if use_cache else None)
         for step in range(max_new_tokens):
-            tokens = _sample_rows(logits[:, -1, :], temperature, top_k, top_p, generators)
-            for i, tid in enumerate(tokens):
-                seqs[i].append(tid)
-                if live[i]:
-                    new[i].append(tid)
-                    if on_token is not None and on_token(i, tid):
-                        live[i] = False
-            if not any(live) or step == max_new_tokens - 1:
-                break
-            if not use_cache:
-                logits, _ = model(torch.tensor([s[-block:] for s in seqs], device=device))
+            n = 1  # the positions the model reads: the last one, with the cache holding those before
+            if step == 0 or cache is None:
+                n = block
             elif cache.length >= block:  # full: slide to the last half window
                 cache.reset()
-                logits, _ = model(torch.tensor([s[-half_window(block) :] for s in seqs], device=device), cache=cache)
-            else:
-                logits, _ = model(torch.tensor(tokens, device=device).view(B, 1), cache=cache)
-    return new
+                n = half_window(block)
+            logits, _ = model(torch.tensor([s[-n:] for s in seqs], device=device), cache=cache)
+            tokens = _sample_rows(logits[:, -1, :], temperature, top_k, top_p, generators)
+            for seq, tid in zip(seqs, tokens):
+                seq.append(tid)
+            yield tokens
 
 
-@torch.inference_mode()
 def generate(
     model: GPT,
     prompt: list[int],
@@ -146,14 +134,9 @@ def generate(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
-    on_token: Callable[[int], None] | None = None,
 ) -> list[int]:
-    """Generate `max_new_tokens` ids after `prompt` (batch 1); returns only the new ids.
-
-    `on_token` is called with each id as soon as it is chosen (for streaming output): generate_batch
-    with one row.
-    """
+    """Generate `max_new_tokens` ids after `prompt` (batch 1); returns only the new ids."""
     if not prompt:
         raise ValueError("generation needs a prompt of at least one token")
-    hook = (lambda _row, tid: on_token(tid)) if on_token is not None else None
-    return generate_batch(model, [prompt], max_new_tokens, temperature, top_k, top_p, [generator], hook, use_cache)[0]
+    steps = generate_steps(model, [prompt], max_new_tokens, temperature, top_k, top_p, [generator], use_cache)
+    return [ids[0] for ids in steps]

@@ -13,21 +13,19 @@ A stop string ends its sample and is not part of it (as in the OpenAI API, llama
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 import torch
 
 from minigpt.config.schema import SampleOptions
 from minigpt.data.tokenizer import Tokenizer, name_chars
 from minigpt.errors import UserError
-from minigpt.infer.decode import generate_batch
+from minigpt.infer.decode import generate_steps
 from minigpt.infer.loading import LoadedModel
 from minigpt.model import GPT
 from minigpt.runtime import memory
-
-SEPARATOR = "\n\n---\n"  # between samples on stdout
 
 
 @dataclass
@@ -92,40 +90,51 @@ def plan_samples(
     return SamplePlan(requests, opts, list(stops))
 
 
+class Piece(NamedTuple):
+    """More of sample `row`'s text, final: the shown prompt, then the continuation as no stop string
+    can claim it any more. A sample's last piece carries its `Sample`."""
+
+    row: int  # the request's index in the plan
+    text: str
+    sample: Sample | None = None
+
+
 @dataclass
 class _Row:
-    """One sample being generated: its text so far, how much of it is out, and why it ended."""
+    """One sample being generated: its text so far, how much of it is out, and its stop strings."""
 
+    k: int
     request: Request
+    stops: Sequence[str]
     stream: Callable[[int], str]
     text: str = ""
-    out: int = 0  # characters of `text` already written
-    stopped: str = "length"
+    out: int = 0  # characters of `text` already given out
     done: bool = False
 
-    def add(self, piece: str, stops: Sequence[str]) -> bool:
-        """Append a generated piece; True when a stop string has ended the sample."""
+    def add(self, tid: int) -> Piece:
+        """The piece token `tid` makes final: the text no stop string could still claim (a tail that
+        may begin one is held back), or the sample's last piece when a stop string ends it."""
         before = len(self.text)
-        self.text += piece
-        for s in stops:
+        self.text += self.stream(tid)
+        for s in self.stops:
             at = self.text.find(s, max(0, before - len(s) + 1))
             if at >= 0:
-                self.text, self.stopped = self.text[:at], s
-                return True
-        return False
-
-    def ready(self, stops: Sequence[str]) -> str:
-        """The text that can be written now: all of it once done, else what no stop string could
-        still claim (a tail that may begin one is held back)."""
+                self.text = self.text[:at]
+                return self.end(s)
         end = len(self.text)
-        if not self.done:
-            for s in stops:
-                for k in range(min(len(s) - 1, end), 0, -1):
-                    if self.text.endswith(s[:k]):
-                        end = min(end, len(self.text) - k)
-                        break
+        for s in self.stops:
+            for n in range(min(len(s) - 1, end), 0, -1):
+                if self.text.endswith(s[:n]):
+                    end = min(end, len(self.text) - n)
+                    break
         piece, self.out = self.text[self.out : end], max(self.out, end)
-        return piece
+        return Piece(self.k, piece)
+
+    def end(self, stopped: str = "length") -> Piece:
+        """The sample's last piece (all that is held back) and its record."""
+        r, self.done = self.request, True
+        sample = Sample(r.prompt, r.shown + self.text, len(self.text), stopped, r.seed)
+        return Piece(self.k, self.text[self.out :], sample)
 
 
 def batch_memory_error(model: GPT, batch: int) -> str | None:
@@ -155,112 +164,48 @@ def generate_samples(
     top_k: int | None,
     top_p: float | None,
     stops: Sequence[str] = (),
-    output: OrderedOutput | None = None,
-) -> list[Sample]:
-    """Every request's sample; requests with prompts of the same length share one batch.
-
-    `output` receives each sample's text as it becomes final (the shown prompt, then the
-    continuation piece by piece; a tail that may begin a stop string is held back until it is
-    clear) and is told when each sample is complete.
-    """
-    device = model.device
-    rows = [_Row(r, tok.streamer()) for r in requests]
+) -> Iterator[Piece]:
+    """Every request's sample, as pieces of text the moment they are final; requests with prompts of
+    the same length share one batch (in the order of their first request)."""
     groups: dict[int, list[int]] = {}
     for k, r in enumerate(requests):
         groups.setdefault(len(r.ids), []).append(k)
     too_big = batch_memory_error(model, max(len(g) for g in groups.values())) if groups else None
     if too_big:
         raise UserError(too_big)
-
-    def settle(k: int) -> None:
-        if output is not None:
-            output.piece(k, rows[k].ready(stops))
-            if rows[k].done:
-                output.done(k)
-
     for members in groups.values():
-        if output is not None:
-            for k in members:
-                output.piece(k, rows[k].request.shown)
-
-        def on_token(i: int, tid: int, members: list[int] = members) -> bool:
-            row = rows[members[i]]
-            row.done = row.add(row.stream(tid), stops)
-            settle(members[i])
-            return row.done
-
-        generators = [torch.Generator(device=device).manual_seed(rows[k].request.seed) for k in members]
-        ids = [rows[k].request.ids for k in members]
-        generate_batch(model, ids, max_new_tokens, temperature, top_k, top_p, generators, on_token)
-        for k in members:
-            if not rows[k].done:
-                rows[k].done = True
-                settle(k)
-    return [Sample(r.request.prompt, r.request.shown + r.text, len(r.text), r.stopped, r.request.seed) for r in rows]
+        rows = [_Row(k, requests[k], stops, tok.streamer()) for k in members]
+        yield from (Piece(row.k, row.request.shown) for row in rows)
+        generators = [torch.Generator(device=model.device).manual_seed(row.request.seed) for row in rows]
+        ids = [row.request.ids for row in rows]
+        for tokens in generate_steps(model, ids, max_new_tokens, temperature, top_k, top_p, generators):
+            yield from (row.add(tid) for row, tid in zip(rows, tokens) if not row.done)
+            if all(row.done for row in rows):
+                break
+        yield from (row.end() for row in rows if not row.done)
 
 
-class OrderedOutput:
-    """What stdout shows: a single sample streams as it is generated; several are written in
-    order, each once it and those before it are complete, separated by SEPARATOR."""
-
-    def __init__(self, n: int, emit: Callable[[str], Any]) -> None:
-        self.n, self.emit, self.next = n, emit, 0
-        self.buffers: list[list[str]] = [[] for _ in range(n)]
-        self.finished = [False] * n
-
-    def piece(self, k: int, text: str) -> None:
-        if not text:
-            return
-        if self.n == 1:
-            self.emit(text)
-        else:
-            self.buffers[k].append(text)
-
-    def done(self, k: int) -> None:
-        self.finished[k] = True
-        while self.next < self.n and self.finished[self.next]:
-            if self.n > 1:
-                self.emit((SEPARATOR if self.next else "") + "".join(self.buffers[self.next]))
-                self.buffers[self.next] = []
-            self.next += 1
-
-
-def run_plan(loaded: LoadedModel, plan: SamplePlan, write: Callable[[str], None] | None = None) -> list[Sample]:
-    """The plan's samples, generated in batches (generate_samples). With `write`, stdout's form:
-    prompt + continuation per sample, a single sample streamed, several separated by a blank line
-    and '---', each written once it and those before it are complete."""
+def run_plan(loaded: LoadedModel, plan: SamplePlan) -> Iterator[Piece]:
+    """The plan's samples as pieces (generate_samples)."""
     o = plan.opts
-    output = OrderedOutput(len(plan.requests), write) if write is not None else None
-    samples = generate_samples(
-        loaded.model,
-        loaded.tokenizer,
-        plan.requests,
-        o.max_new_tokens,
-        o.temperature,
-        o.top_k,
-        o.top_p,
-        plan.stops,
-        output,
-    )
-    if write is not None:
-        write("\n")
-    return samples
+    model, tok = loaded.model, loaded.tokenizer
+    return generate_samples(model, tok, plan.requests, o.max_new_tokens, o.temperature, o.top_k, o.top_p, plan.stops)
+
+
+def samples_of(pieces: Iterable[Piece]) -> list[Sample]:
+    """The samples the pieces end with, in the plan's order."""
+    done = {p.row: p.sample for p in pieces if p.sample is not None}
+    return [done[k] for k in sorted(done)]
 
 
 def sample_records(
     loaded: LoadedModel,
     prompts: str | Sequence[str],
     opts: SampleOptions,
-    write: Callable[[str], None] | None = None,
     stops: Sequence[str] = (),
     label: str = "--prompt",
 ) -> list[Sample]:
     """`opts.num_samples` samples for each prompt: plan_samples, then run_plan. An empty prompt
     starts from a newline."""
     prompts = [prompts] if isinstance(prompts, str) else prompts
-    return run_plan(loaded, plan_samples(loaded.tokenizer, prompts, opts, stops, label), write)
-
-
-def sample(loaded: LoadedModel, prompt: str, opts: SampleOptions, write: Callable[[str], None]) -> list[str]:
-    """`sample_records` for one prompt, written through `write`: the samples' texts."""
-    return [s.text for s in sample_records(loaded, prompt, opts, write)]
+    return samples_of(run_plan(loaded, plan_samples(loaded.tokenizer, prompts, opts, stops, label)))

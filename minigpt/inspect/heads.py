@@ -158,14 +158,15 @@ def head_patterns(
 
 @contextmanager
 def _heads_edited(model: GPT, edits: dict[int, object]) -> Iterator[None]:
-    """Each layer l in `edits` passes its heads' output through edits[l] while inside."""
+    """Each layer l in `edits` passes its heads' output through edits[l] while inside (a hook on its `head_out`)."""
+    hooks = [
+        model.blocks[la].attn.head_out.register_forward_hook(lambda _m, _x, y, f=f: f(y)) for la, f in edits.items()
+    ]
     try:
-        for layer, fn in edits.items():
-            model.blocks[layer].attn.edit_heads = fn
         yield
     finally:
-        for block in model.blocks:
-            block.attn.edit_heads = None
+        for h in hooks:
+            h.remove()
 
 
 def ablate_heads(
