@@ -195,7 +195,7 @@ def test_a_damaged_cache_entry_is_re_encoded(text_file: Path, tmp_path: Path, ca
     def read_only(path, **_):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(corpus_cache, "atomic_open", read_only)
+    monkeypatch.setattr(corpus_cache.atomic, "atomic_open", read_only)
     with pytest.raises(UserError, match=r"damaged and cannot be rewritten \(Permission denied\); delete .*\.bin"):
         load_corpus(cfg, 16)
 

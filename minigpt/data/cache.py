@@ -19,7 +19,7 @@ from minigpt.data.encoding import CACHE_VERSION, Encoded, Layout, ProgressFactor
 from minigpt.data.passes import CHUNK, storage_dtype
 from minigpt.data.tokenizer import tokenizer_from_dict
 from minigpt.errors import UserError
-from minigpt.io.atomic import atomic_open, atomic_write
+from minigpt.io import atomic
 from minigpt.io.lock import FileLock
 
 
@@ -109,10 +109,10 @@ def load_or_encode(
                 print(f"warning: the encoding cache entry {bin_path} {damaged}; re-encoding {desc}", file=sys.stderr)
         try:
             # not durable (no fsync of gigabytes): an entry torn by a crash fails the length check
-            with atomic_open(bin_path, fsync=False) as out:
+            with atomic.atomic_open(bin_path, fsync=False) as out:
                 tok, meta = encoding.encode(layout, out, progress, desc, check_vocab, key)
             payload = json.dumps(meta).encode("utf-8")
-            atomic_write(meta_path, lambda f: f.write(payload))
+            atomic.atomic_write(meta_path, lambda f: f.write(payload))
         except OSError as e:
             if damaged is not None:
                 raise UserError(
