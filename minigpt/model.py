@@ -3,7 +3,7 @@ causal multi-head self-attention and a GELU MLP (or attention alone: model.attn_
 post-LayerNorm residuals, and an LM head tied to the token embedding. Options of the speed-record
 trainers, each off by default: QK-norm, ReLU^2, zero-initialised projections, value embeddings, a
 logit soft-cap (docs/model_options.md).
-No I/O, no device choice, no optimizer: only the model."""
+No I/O, no device choice, no optimizer: only the model. Inspection hooks its HookPoints (attn.pattern, .head_out)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ function appendSpans(from, to) {
 }
 function documentText() { return doc.pieces.slice(doc.hidden).join(""); }
 
-// generation: infer/decode.generate_batch with one row, token by token, in slices of ~40 ms
+// generation: infer/decode.generate_steps with one row, token by token, in slices of ~40 ms
 // between which the page draws and reads the Stop button
 const run = { active: false, stop: false, chars: 0, ms: 0, prefillMs: 0 };
 const channel = new MessageChannel(), waiting = [];
