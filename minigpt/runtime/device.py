@@ -239,6 +239,15 @@ def without_cuda_home_notice():
         logger.removeFilter(drop)
 
 
+def forget_compiled() -> None:
+    """Drop every graph torch.compile made in this process: before the next of several runs in one
+    process (a sweep), whose other shapes would count towards dynamo's recompile limit (8), past
+    which it trains eagerly."""
+    dynamo = sys.modules.get("torch._dynamo")  # never imported: nothing was compiled
+    if dynamo is not None:
+        dynamo.reset()
+
+
 def maybe_compile(
     model: torch.nn.Module,
     enabled: bool,
