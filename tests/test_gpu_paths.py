@@ -185,3 +185,49 @@ def test_a_compiled_sweep_compiles_each_run_afresh(tmp_path: Path, text_file: Pa
     assert r.err.count("compiled the model") == 2
     graphs = torch._C._dynamo.eval_frame._debug_get_cache_entry_list(GPT.forward.__code__)
     assert len(graphs) == 1  # the last run's shape only
+
+
+def test_synchronize_waits_for_the_runs_own_device(monkeypatch) -> None:
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: synced.append("mps"))
+    for device in ("cuda:1", "mps", "cpu"):
+        runtime.synchronize(torch.device(device))
+    assert synced == [torch.device("cuda", 1), "mps"]  # cuda:1, not the current GPU; MPS too
+
+
+def test_the_speed_probe_times_steps_as_the_run_will_train(monkeypatch) -> None:
+    """--auto's probe: fast matmul (TF32) on before its first step, as the trainer sets it, and
+    every timed step waits for the device (a GPU or a Mac would otherwise time the launches)."""
+    from minigpt.train import autosize
+
+    events = []
+    monkeypatch.setattr(autosize, "enable_fast_matmul", lambda device: events.append(("fast", device)))
+    monkeypatch.setattr(autosize, "synchronize", lambda device: events.append(("sync", device)))
+    autosize.time_steps(TINY_MODEL, 10, 2, torch.device("cpu"), torch.float32, 0.0)
+    assert events[0] == ("fast", torch.device("cpu"))
+    assert events[1:] == [("sync", torch.device("cpu"))] * (len(events) - 1) and len(events) >= 6  # 2 warm-up + 3
+
+
+def test_no_device_call_that_gpus_answer_wrongly() -> None:
+    """What no CPU run reaches: `torch.cuda.synchronize()` without a device waits for the current
+    GPU (not cuda:N, and never MPS: use runtime.device.synchronize); `mem_get_info` alone counts
+    PyTorch's cached blocks as used (count memory_reserved - memory_allocated beside it)."""
+    import ast
+
+    found = []
+    for path in sorted((Path(__file__).parents[1] / "minigpt").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+            names = {c.func.attr for c in calls}
+            for call in calls:
+                where = f"{path.name}:{call.lineno}"
+                if call.func.attr == "synchronize" and ast.unparse(call.func) == "torch.cuda.synchronize":
+                    if not call.args and not call.keywords:
+                        found.append(f"{where} torch.cuda.synchronize() without the device")
+                if call.func.attr == "mem_get_info" and "memory_reserved" not in names:
+                    found.append(f"{where} mem_get_info without PyTorch's cache")
+    assert found == []

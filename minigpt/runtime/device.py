@@ -208,6 +208,15 @@ def enable_fast_matmul(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on `device` (CUDA: that GPU, not the current one; MPS), so a timer
+    measures the work, not its launch. Nothing to wait for on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
 def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     """Fork the CPU random state and the training device's (CUDA or MPS), restored on exit."""
     if device.type in ("cuda", "mps"):
