@@ -1,23 +1,59 @@
 #!/usr/bin/env bash
 # The GPU paths, run for real on a CUDA machine (the project's `device` tool lends one rarely).
-#   bash scripts/gpu_check.sh recipe   # configs/shakespeare_char.yaml end to end: loss, tokens/s, MFU
-#   bash scripts/gpu_check.sh paths    # fp16 + GradScaler, eager, nccl DDP, resume, sample/eval/score/attention
+#   bash scripts/gpu_check.sh recipe     # configs/shakespeare_char.yaml end to end: loss, tokens/s, MFU
+#   bash scripts/gpu_check.sh paths      # fp16 + GradScaler, eager, nccl DDP, resume, sample/eval/score/attention
+#   bash scripts/gpu_check.sh features   # round four: head scores, eval --by-position, heads ablation,
+#                                        # a sweep whose second point is larger, --auto for one minute
 # Logs and results.json files go to $OUT (default ./gpu_check); checkpoints stay in a scratch folder.
-# Needs data/tinyshakespeare.txt. Runs the package from the tree: PYTHONPATH=. python3 -m minigpt.
+# `features` prints each step's wall time and the GPU's peak memory (nvidia-smi, sampled) and
+# collects those lines in $OUT/summary.txt.
+# Needs data/tinyshakespeare.txt. Runs the package from the tree: PYTHONPATH=. $PY -m minigpt (PY: python3).
 set -uo pipefail
+PART=${1:-recipe}
+case "$PART" in
+recipe | paths | features) ;;
+*)
+    echo "error: unknown part '$PART' (use recipe, paths or features)" >&2
+    exit 2
+    ;;
+esac
+PY=${PY:-python3}
+if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "error: no CUDA GPU for $PY here (torch.cuda.is_available() is false); run scripts/gpu_check.sh on a GPU machine" >&2
+    exit 2
+fi
 OUT=${OUT:-gpu_check}
 RUNS=${RUNS:-/tmp/minigpt_gpu_runs}
 mkdir -p "$OUT" "$RUNS"
 export PYTHONPATH=.
-mg() { python3 -m minigpt "$@"; }
+mg() { "$PY" -m minigpt "$@"; }
 step() { echo; echo "=== $* ==="; }
 keep() { cp "$RUNS/$1/results.json" "$OUT/$1.results.json" 2>/dev/null || echo "(no results.json for $1)"; }
+# measured NAME COMMAND...: COMMAND's output to $OUT/NAME.log (its last lines shown), then one line
+# with its exit code, wall time and the GPU's peak memory while it ran
+measured() {
+    local name=$1
+    shift
+    step "$name: $*"
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$RUNS/$name.mem" 2>/dev/null &
+    local poll=$! t0 t1 rc peak
+    t0=$(date +%s.%N)
+    "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    kill "$poll" 2>/dev/null
+    wait "$poll" 2>/dev/null
+    tail -n "${SHOW:-6}" "$OUT/$name.log"
+    peak=$(sort -n "$RUNS/$name.mem" | tail -1)
+    awk -v n="$name" -v rc="$rc" -v t0="$t0" -v t1="$t1" -v p="${peak:-?}" \
+        'BEGIN { printf "%-22s exit %-3d %8.1f s   peak GPU memory %s MiB\n", n, rc, t1 - t0, p }' | tee -a "$OUT/summary.txt"
+}
 
 step environment
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(), 'python', sys.version.split()[0])"
+"$PY" -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(), 'python', sys.version.split()[0])"
 
-case "${1:-recipe}" in
+case "$PART" in
 recipe)
     step "shakespeare_char.yaml: bf16 autocast, torch.compile, fused AdamW, 5000 steps"
     mg train configs/shakespeare_char.yaml --out "$RUNS/recipe" log.progress=lines log.progress_seconds=15 \
@@ -50,8 +86,36 @@ paths)
     mg score "$RUNS/fp16" --text "ROMEO: But, soft! what light through yonder window breaks?" 2>&1 | tail -5 | tee "$OUT/score.log"
     mg attention "$RUNS/fp16" --text "ROMEO: But, soft!" --out "$OUT/attention.png" --html "$OUT/attention.html" 2>&1 | tee "$OUT/attention.log"
     ;;
-*)
-    echo "error: unknown part '$1' (use recipe or paths)" >&2
-    exit 2
+features)
+    DATA=data/tinyshakespeare.txt
+    : >"$OUT/summary.txt"
+    # the default config, whose log.head_scores and log.tensorboard are on: head scores at every eval
+    measured default mg train --data "$DATA" --out "$RUNS/default" train.keep_every=120 log.progress=lines
+    keep default
+    measured by_position mg eval "$RUNS/default" --by-position --png "$OUT/by_position.png"
+    SHOW=20 measured heads_ablation mg heads "$RUNS/default" --exact 4 --no-color # 4 exact, the rest estimated
+    SHOW=12 measured heads_over_training mg heads "$RUNS/default" --over-training --no-color
+    # two points in one process, the second larger: batches sized from this GPU's memory so that the
+    # first leaves about half of it in PyTorch's cache and the second needs about three quarters
+    read -r B1 B2 < <("$PY" - <<'PYEOF'
+import torch
+from minigpt.config.files import load_config
+from minigpt.model import parameter_count
+from minigpt.train.preflight import estimate
+cfg = load_config("configs/shakespeare_char.yaml", [])
+est = estimate(cfg, 65, parameter_count(cfg.model, 65), torch.bfloat16)
+total = torch.cuda.mem_get_info()[1]
+print(*(max(8, int((share * total - est.fixed) / est.per_sequence) // 8 * 8) for share in (0.5, 0.75)))
+PYEOF
+    )
+    echo "sweep batches: $B1 then $B2"
+    SHOW=8 measured sweep mg sweep configs/shakespeare_char.yaml "train.batch_size=$B1,$B2" train.max_steps=20 \
+        train.eval_interval=20 train.eval_steps=2 train.final_eval_tokens=100000 train.compile=false \
+        log.progress=lines --out "$RUNS/sweep"
+    SHOW=12 measured auto mg train --data "$DATA" --auto train.max_time=1m --out "$RUNS/auto" log.progress=lines
+    keep auto
+    grep -h "plan:\|done:\|stopped at" "$OUT/auto.log"
+    step "summary"
+    cat "$OUT/summary.txt"
     ;;
 esac

@@ -14,7 +14,7 @@ import torch
 from minigpt.config.schema import ModelConfig
 from minigpt.data.corpus import Batcher
 from minigpt.errors import UserError
-from minigpt.model import GPT
+from minigpt.model import GPT, parameter_count
 from minigpt.runtime import device as runtime
 from minigpt.runtime import distributed
 from minigpt.runtime.distributed import wrap_ddp
@@ -148,3 +148,86 @@ def test_cuda_random_state_is_restored_for_the_local_gpu_when_counts_differ(monk
     assert "restored cuda:1's from the saved GPU 0" in capsys.readouterr().err
     streams._restore_cuda([torch.tensor([1], dtype=torch.uint8), torch.tensor([2], dtype=torch.uint8)])
     assert restored[-1] == ("all", 2)
+
+
+def test_cuda_memory_pytorch_caches_counts_as_free(monkeypatch) -> None:
+    """A sweep's second run in the same process: the first one's freed blocks stay in PyTorch's
+    cache, which the driver's free figure counts as used; the preflight must not refuse a run
+    that fits in them."""
+    from minigpt.config.files import load_config
+    from minigpt.runtime.memory import available_bytes
+    from minigpt.train import preflight
+
+    cuda = torch.device("cuda", 0)
+    cfg = load_config(None, ["model.n_layer=4", "model.n_embd=256", "model.block_size=256", "train.batch_size=32"])
+    need = preflight.estimate(cfg, 65, parameter_count(cfg.model, 65), torch.float32).total(32)
+    free, cached = need // 2, need  # the driver sees half of it free; PyTorch holds as much again, unused
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: cached + 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2**30)  # in use: not free
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "H100")
+    assert available_bytes(cuda) == (free + cached, "free on H100")
+    assert preflight.check(cfg, 65, cuda, torch.float32) is None
+
+
+def test_a_compiled_sweep_compiles_each_run_afresh(tmp_path: Path, text_file: Path, cli, monkeypatch) -> None:
+    """dynamo's cache is the process's: without a reset between a sweep's runs, each shape adds
+    graphs until its recompile limit (8), past which the later runs train eagerly."""
+
+    def eager_backend(gm, example_inputs):
+        return gm.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=eager_backend))
+    base = ["model.n_layer=1", "model.n_head=2", "model.block_size=16", "train.batch_size=8", "train.eval_steps=1"]
+    grid = ["model.n_embd=16,32", "train.max_steps=2", "train.compile=true", "log.progress=off"]
+    r = cli("sweep", *base, *grid, f"data.path={text_file}", "--out", tmp_path / "sweep")
+    assert r.code == 0, r.err
+    assert r.err.count("compiled the model") == 2
+    graphs = torch._C._dynamo.eval_frame._debug_get_cache_entry_list(GPT.forward.__code__)
+    assert len(graphs) == 1  # the last run's shape only
+
+
+def test_synchronize_waits_for_the_runs_own_device(monkeypatch) -> None:
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: synced.append("mps"))
+    for device in ("cuda:1", "mps", "cpu"):
+        runtime.synchronize(torch.device(device))
+    assert synced == [torch.device("cuda", 1), "mps"]  # cuda:1, not the current GPU; MPS too
+
+
+def test_the_speed_probe_times_steps_as_the_run_will_train(monkeypatch) -> None:
+    """--auto's probe: fast matmul (TF32) on before its first step, as the trainer sets it, and
+    every timed step waits for the device (a GPU or a Mac would otherwise time the launches)."""
+    from minigpt.train import autosize
+
+    events = []
+    monkeypatch.setattr(autosize, "enable_fast_matmul", lambda device: events.append(("fast", device)))
+    monkeypatch.setattr(autosize, "synchronize", lambda device: events.append(("sync", device)))
+    autosize.time_steps(TINY_MODEL, 10, 2, torch.device("cpu"), torch.float32, 0.0)
+    assert events[0] == ("fast", torch.device("cpu"))
+    assert events[1:] == [("sync", torch.device("cpu"))] * (len(events) - 1) and len(events) >= 6  # 2 warm-up + 3
+
+
+def test_no_device_call_that_gpus_answer_wrongly() -> None:
+    """What no CPU run reaches: `torch.cuda.synchronize()` without a device waits for the current
+    GPU (not cuda:N, and never MPS: use runtime.device.synchronize); `mem_get_info` alone counts
+    PyTorch's cached blocks as used (count memory_reserved - memory_allocated beside it)."""
+    import ast
+
+    found = []
+    for path in sorted((Path(__file__).parents[1] / "minigpt").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+            names = {c.func.attr for c in calls}
+            for call in calls:
+                where = f"{path.name}:{call.lineno}"
+                if call.func.attr == "synchronize" and ast.unparse(call.func) == "torch.cuda.synchronize":
+                    if not call.args and not call.keywords:
+                        found.append(f"{where} torch.cuda.synchronize() without the device")
+                if call.func.attr == "mem_get_info" and "memory_reserved" not in names:
+                    found.append(f"{where} mem_get_info without PyTorch's cache")
+    assert found == []

@@ -77,3 +77,17 @@ def test_train_runs_to_max_steps_and_keeps_the_best(text_file: Path, tmp_path: P
     assert result.best_val_loss == trainer.state.best_val_loss <= result.val_loss
     assert {p.name for p in out.iterdir()} == {"last.pt", "best.pt", "results.json"}
     assert Checkpoint.load(out / "best.pt").val_loss == result.best_val_loss
+
+
+def test_a_step_the_gradient_scaler_skips_keeps_its_snapshot(text_file: Path, tmp_path: Path) -> None:
+    """fp16: an overflowing gradient is a step the GradScaler skips (the weights unchanged), not a
+    broken model; train.keep_every keeps its snapshot. (A scale of inf overflows every step.)"""
+    from minigpt.checkpoint import list_snapshots
+
+    trainer = make_trainer(text_file, tmp_path / "run", "train.max_steps=2", "train.keep_every=1")
+    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=math.inf)
+    before = weights(trainer)
+    result = trainer.train()
+    assert math.isnan(trainer.train_step().grad_norm) and result.step == 2
+    assert all(torch.equal(before[k], v) for k, v in weights(trainer).items())  # every step skipped
+    assert [p.name for p in list_snapshots(tmp_path / "run")] == ["step_0000001.pt", "step_0000002.pt"]

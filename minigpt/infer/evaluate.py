@@ -92,10 +92,10 @@ def loss_by_position(
             f"block_size + 1 = {block + 1:,}"
         )
     starts = spread_starts(n_pred, block, max_tokens) or list(range(0, n_pred - block + 1, block))
-    total = torch.zeros(block, dtype=torch.float64)
+    total = torch.zeros(block, dtype=torch.float64)  # on the CPU: MPS has no float64
     with evaluating(model):
         for x, y in text_windows(ids, block, table, starts, batch_windows, model.device):
-            total += token_losses(model, x, y)[0].sum(0).double().cpu()
+            total += token_losses(model, x, y)[0].sum(0).cpu()  # a batch summed on the device, in float32
     return (total / len(starts)).numpy()
 
 

@@ -208,6 +208,15 @@ def enable_fast_matmul(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on `device` (CUDA: that GPU, not the current one; MPS), so a timer
+    measures the work, not its launch. Nothing to wait for on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
 def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     """Fork the CPU random state and the training device's (CUDA or MPS), restored on exit."""
     if device.type in ("cuda", "mps"):
@@ -237,6 +246,15 @@ def without_cuda_home_notice():
         yield
     finally:
         logger.removeFilter(drop)
+
+
+def forget_compiled() -> None:
+    """Drop every graph torch.compile made in this process: before the next of several runs in one
+    process (a sweep), whose other shapes would count towards dynamo's recompile limit (8), past
+    which it trains eagerly."""
+    dynamo = sys.modules.get("torch._dynamo")  # never imported: nothing was compiled
+    if dynamo is not None:
+        dynamo.reset()
 
 
 def maybe_compile(

@@ -15,7 +15,10 @@ def available_bytes(device: torch.device) -> tuple[int | None, str]:
     """Memory this process may still use on `device`, and where the figure came from."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        return free, f"free on {torch.cuda.get_device_name(device)}"
+        # the driver counts the blocks PyTorch caches for reuse as used: to this process they are
+        # free (a sweep's earlier run in the same process leaves its memory there)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return free + cached, f"free on {torch.cuda.get_device_name(device)}"
     if device.type != "cpu":
         return None, "unknown"
     limit = _cgroup_room()

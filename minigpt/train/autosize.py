@@ -18,7 +18,7 @@ from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.model import GPT, parameter_count
-from minigpt.runtime.device import autocast, log
+from minigpt.runtime.device import autocast, enable_fast_matmul, log, synchronize
 from minigpt.runtime.mfu import flops_per_token
 from minigpt.train.optim import build_optimizer
 
@@ -118,6 +118,7 @@ def time_steps(
     """Seconds an optimizer step of a shape takes on random ids: the median step over about
     `seconds`, after two warm-up steps (a median, as one slow step is common on a busy machine)."""
     torch.manual_seed(0)
+    enable_fast_matmul(device)  # TF32 on, as the trainer will train
     model = GPT(m, vocab).to(device)
     opt = build_optimizer(model, recipe, device)
     x = torch.randint(vocab, (batch, m.block_size + 1), device=device)
@@ -130,8 +131,7 @@ def time_steps(
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         if warm_up:
             warm_up -= 1
             end = time.perf_counter() + seconds

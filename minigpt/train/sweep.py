@@ -288,7 +288,7 @@ def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
     """Start, resume or skip one point's run, as `--resume auto` decides; `left`: the seconds
     left to the sweep (under one: the run is not started). What happened, in a few words."""
     from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint
-    from minigpt.runtime.device import log
+    from minigpt.runtime.device import forget_compiled, log
     from minigpt.train.launch import finished, start_run
 
     out = sweep.out / point.name
@@ -302,6 +302,7 @@ def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
     if left is not None and left < 1:
         log(f"{out} is not started: --max-total-time ran out")
         return "not run: --max-total-time ran out"
+    forget_compiled()
     with RunBudget(left) as budget:
         try:
             start_run(sweep.config, sweep.overrides(point), out, existing is not None, time.perf_counter())

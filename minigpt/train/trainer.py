@@ -329,7 +329,9 @@ class Trainer:
         t, step = self.cfg.train, self.state.step
         if not t.keep_every or step % t.keep_every or not self.dist.is_main:
             return
-        if not (math.isfinite(stats.loss.item()) and math.isfinite(float(stats.grad_norm))):
+        # under a GradScaler (fp16) a non-finite gradient is a skipped step: the weights are whole
+        norm_ok = self.scaler.is_enabled() or math.isfinite(float(stats.grad_norm))
+        if not (math.isfinite(stats.loss.item()) and norm_ok):
             return
         snapshot = self.checkpoint(resumable=False)
         if not (step % t.eval_interval == 0 or step == t.max_steps):
