@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -39,8 +40,15 @@ def test_version_names_minigpt_torch_and_python(cli) -> None:
     expected = f"minigpt {__version__} (torch {version('torch')}, Python {sys.version.split()[0]})"
     r = cli("--version")
     assert r.code == 0 and r.out.strip() == expected
-    dash_m = minigpt("--version")
+    dash_m = minigpt("--version", env={**ENV, "MINIGPT_CACHE_DIR": os.environ["MINIGPT_CACHE_DIR"]})  # empty cache
     assert dash_m.returncode == 0 and dash_m.stdout.strip() == expected and dash_m.stderr == ""
+    entry = {"bf16": False, "ratio": 0.5, "shape": "4096x384", "threads": 2}  # what the precision probe caches
+    (Path(os.environ["MINIGPT_CACHE_DIR"]) / "precision.json").write_text(json.dumps({"key": entry}))
+    r = cli("--version")
+    assert r.out.splitlines() == [
+        expected,
+        "precision for 4096x384 products on 2 thread(s): float32 (bf16 at 0.5x float32)",
+    ]
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert re.search(r'^version = "(.+)"$', pyproject, re.M).group(1) == __version__
 
