@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -76,15 +77,19 @@ class RecordRules:
                     return None
                 raise UserError(f"{where} has no field '{name}' ({_fields_hint(name, list(record))})")
             value = record[name]
-            if not isinstance(value, str):
+            if not isinstance(value, str) or _SURROGATE.search(value):
                 if self.skip_bad:
                     return None
+                kind = _json_kind(value) if not isinstance(value, str) else "a string with a lone surrogate (\\ud800)"
                 raise UserError(
-                    f"{where}: field '{name}' is {_json_kind(value)}, not text; fix the record, or set "
+                    f"{where}: field '{name}' is {kind}, not text; fix the record, or set "
                     "data.skip_bad_records: true to skip such records"
                 )
             parts.append(value)
         return self.field_separator.join(parts)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a JSON escape that is no character: UTF-8 cannot hold it
 
 
 def _json_kind(value: Any) -> str:
