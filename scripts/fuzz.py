@@ -163,7 +163,7 @@ def mutated(draw: st.DrawFn, base: bytes) -> bytes:
         return draw(st.binary(max_size=600))
     data = bytearray(base)
     for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["cut", "flip", "insert", "delete", "nul", "huge", "bad_utf8"]))
+        op = draw(st.sampled_from(["cut", "flip", "insert", "delete", "nul", "huge", "bad_utf8", "yaml"]))
         at = draw(st.integers(0, max(0, len(data) - 1)))
         if op == "cut":
             del data[at:]
@@ -177,12 +177,29 @@ def mutated(draw: st.DrawFn, base: bytes) -> bytes:
             data[at:at] = b"\x00" * draw(st.integers(1, 8))
         elif op == "huge":
             data[at:at] = b"x" * draw(st.sampled_from([1_000, 100_000, 2_000_000]))
+        elif op == "yaml":
+            data[at:at] = draw(st.sampled_from(YAML_TRAPS))
         elif op == "bad_utf8":
             data[at:at] = draw(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xe2\x82", b"\x80\x80"]))
     return bytes(data)
 
 
 TEXTS = st.text(max_size=60) | st.sampled_from(["", "\x00", "KING", "\ud800", "é" * 30, "\n\n", "x" * 5000])
+YAML_TRAPS = [  # what a YAML reader must refuse or read as plain data
+    b"!!python/object/apply:os.system ['touch pwned']",
+    b"!!python/name:os.system",
+    b"&a [*a]",
+    b"*undefined",
+    b"{a: 1, a: 2}",
+    b"? [1, 2]\n: x",
+    b"%YAML 9.9\n---",
+    b"---\n---\n",
+    b"\t- x",
+    b"1e999",
+    b".nan",
+    b"0x_",
+    b"2001-12-14t21:59:43.10-05:00",
+]
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | TEXTS,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXTS, inner, max_size=4),
@@ -312,7 +329,8 @@ def _overrides_case() -> Reader:
 
     keys = sorted(k for k in Config().flat() if k not in ("data.cache_dir", "train.init_from"))
     key = st.sampled_from(keys) | TEXTS.filter(lambda k: "=" not in k)
-    value = TEXTS | st.integers().map(str) | st.floats().map(str) | st.sampled_from(["[]", "{}", "[1, 2", "null", "~"])
+    traps = st.sampled_from([t.decode() for t in YAML_TRAPS] + ["[]", "{}", "[1, 2", "null", "~", "true", "-1"])
+    value = TEXTS | st.integers().map(str) | st.floats().map(str) | traps
     pairs = st.lists(st.tuples(key, value), min_size=1, max_size=3)
 
     def make(items: list[tuple[str, str]], work: Path, run: Path) -> list[str]:
@@ -323,15 +341,15 @@ def _overrides_case() -> Reader:
 
 
 def _checkpoint_bytes_case() -> Reader:
-    commands = st.sampled_from(["sample", "score", "eval", "resume"])
+    commands = st.sampled_from(["sample", "score", "eval", "resume", "resume auto"])
 
     def make(value: tuple, work: Path, run: Path) -> list[str]:
         command, data = value
         ckpt = work / "in" / "run" / "last.pt"
         shutil.copytree(run, ckpt.parent, ignore=shutil.ignore_patterns("*.lock", ".lock"))
         write(ckpt, data.draw(mutated_checkpoint(ckpt.read_bytes())))
-        if command == "resume":
-            return ["train", "--out", str(ckpt.parent), "--resume", "--dry-run"]
+        if command.startswith("resume"):
+            return ["train", "--out", str(ckpt.parent), *command.replace("resume", "--resume").split(), "--dry-run"]
         return _reading(command, ckpt)
 
     return Reader("checkpoint-bytes", st.tuples(commands, st.data()), make)
@@ -344,7 +362,7 @@ def mutated_checkpoint(draw: st.DrawFn, whole: bytes) -> bytes:
     if draw(st.booleans()):
         return bytes(data[: draw(st.integers(0, len(data) - 1))])
     for _ in range(draw(st.integers(1, 3))):
-        at = draw(st.integers(0, len(data) - 1))
+        at = draw(st.integers(0, min(len(data), 4096) - 1) | st.integers(0, len(data) - 1))
         data[at] ^= 1 << draw(st.integers(0, 7))
     return bytes(data)
 
@@ -363,15 +381,17 @@ def _checkpoint_shapes_case() -> Reader:
     )
     section = st.sampled_from(["model", "config", "tokenizer", "data", "step", "optimizer", "rng", "checksums", "x"])
     shapes = st.dictionaries(section, nested, max_size=6)
-    kinds = st.sampled_from(["dict", "marked", "pickle", "list"])
+    kinds = st.sampled_from(["dict", "marked", "pickle", "object", "list"])
 
     def make(value: tuple, work: Path, run: Path) -> list[str]:
         kind, shape, command = value
         from minigpt.checkpoint import FORMAT, VERSION, load_checkpoint
 
         path = work / "in" / "model.pt"
-        if kind == "pickle":
+        if kind == "pickle":  # a bare pickle, not torch's zip
             write(path, pickle.dumps(Strange()))
+        elif kind == "object":  # torch's zip, holding an object its safe loader must refuse
+            torch.save({"format": FORMAT, "version": VERSION, "model": Strange(), **shape}, path)
         elif kind == "list":
             torch.save([shape], path)
         else:
@@ -405,14 +425,16 @@ def _prompt_case() -> Reader:
         prompt, stop, as_file, unknown = value
         args = ["sample", str(run), "--max-new-tokens", "4", "--seed", "0", "--device", "cpu", "--unknown", unknown]
         if as_file:
-            args += ["--prompt-file", str(write(work / "in" / "prompt.txt", prompt.encode("utf-8", "surrogatepass")))]
+            raw = write(work / "in" / "prompt.txt", prompt.encode("utf-8", "surrogatepass"))
+            args += [as_file, str(raw)]
         else:
             args += ["--prompt", prompt]
         for s in stop:
             args += ["--stop", s]
         return args
 
-    inputs = st.tuples(TEXTS, stops, st.booleans(), st.sampled_from(["error", "skip"]))
+    as_file = st.sampled_from([None, "--prompt-file", "--prompts-file"])
+    inputs = st.tuples(TEXTS, stops, as_file, st.sampled_from(["error", "skip"]))
     return Reader("prompt", inputs, make)
 
 
@@ -434,6 +456,27 @@ def _text_commands_case() -> Reader:
     return Reader("text-commands", st.tuples(commands, TEXTS | st.just("KING: speak now")), make)
 
 
+def _file_commands_case() -> Reader:
+    """A file a user hands to a command that reads a trained model: `eval --data`, `score --file`,
+    `attention --file`, `lens --file`; text or a record file, mutated."""
+    commands = st.sampled_from(["eval", "score", "attention", "lens"])
+    base = "".join(json.dumps({"text": BASE_TEXT[i : i + 200]}) + "\n" for i in range(0, 1200, 200)).encode()
+    inputs = st.tuples(commands, st.sampled_from(["txt", "jsonl", "csv", "json"]), st.data())
+
+    def make(value: tuple, work: Path, run: Path) -> list[str]:
+        command, ext, data = value
+        raw = data.draw(mutated(base if ext == "jsonl" else BASE_TEXT.encode()))
+        given = write(work / "in" / f"input.{ext}", raw)
+        flag = "--data" if command == "eval" else "--file"
+        args = [command, str(run), flag, str(given), "--device", "cpu"]
+        if command == "attention":
+            (work / "out").mkdir()
+            args += ["--out", str(work / "out" / "attention.png")]
+        return args
+
+    return Reader("file-commands", inputs, make)
+
+
 def readers() -> dict[str, Reader]:
     """Every reader, by name (fresh counters)."""
     all_ = [
@@ -448,6 +491,7 @@ def readers() -> dict[str, Reader]:
         _checkpoint_shapes_case(),
         _prompt_case(),
         _text_commands_case(),
+        _file_commands_case(),
     ]
     return {r.name: r for r in all_}
 

@@ -77,3 +77,21 @@ def test_a_real_process_on_a_mutated_input_exits_2_with_one_line(case: str, trai
     fuzz.check(fuzz.Outcome(r.returncode, r.stdout, r.stderr), argv)
     assert r.returncode == 2 and str(given) in r.stderr, r.stderr
     assert [p.name for p in tmp_path.iterdir()] == [given.name]  # nothing written beside it
+
+
+def test_an_arrow_stream_damaged_after_its_first_batch_is_one_line(tmp_path: Path) -> None:
+    """A datasets folder's Arrow stream cut inside its second batch: pyarrow's error came from
+    reading the batches, past the check that guarded opening the file, as a traceback."""
+    import pyarrow as pa
+
+    first = pa.record_batch({"text": [fuzz.BASE_TEXT[:1500]]})
+    second = pa.record_batch({"text": [fuzz.BASE_TEXT[:1500]]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, first.schema) as writer:
+        writer.write_batch(first)
+        whole_first = sink.tell()
+        writer.write_batch(second)
+    data = tmp_path / "records.arrow"
+    data.write_bytes(sink.getvalue().to_pybytes()[: whole_first + 700])
+    outcome = found(tmp_path, fuzz.train_dry(tmp_path, data))
+    assert outcome.code == 2 and f"error: {data} is damaged after row 1: not a readable Arrow file (" in outcome.err
