@@ -88,6 +88,13 @@ class Checkpoint:
         missing = [k for k in ("model", "config", "tokenizer") if k not in raw]
         if missing:
             raise UserError(f"{path} is a damaged minigpt checkpoint: it lacks {', '.join(missing)}")
+        odd = [
+            k for k in ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from") if _not_a_dict(raw, k)
+        ]
+        if odd:
+            raise UserError(
+                f"{path} is a damaged minigpt checkpoint: its {odd[0]} is {type(raw[odd[0]]).__name__}, not a dict"
+            )
         return cls(**{k: raw[k] for k in names if k in raw and k != "data"}, data=raw.get("data") or {})
 
     def check_resumable(self, path: Path) -> None:
@@ -169,6 +176,10 @@ def _on_cpu(obj: Any, copies: dict[int, torch.UntypedStorage]) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_on_cpu(v, copies) for v in obj)
     return obj
+
+
+def _not_a_dict(raw: dict[str, Any], key: str) -> bool:
+    return raw.get(key) is not None and not isinstance(raw[key], dict)
 
 
 def payload_bytes(obj: Any) -> int:

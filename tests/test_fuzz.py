@@ -95,3 +95,21 @@ def test_an_arrow_stream_damaged_after_its_first_batch_is_one_line(tmp_path: Pat
     data.write_bytes(sink.getvalue().to_pybytes()[: whole_first + 700])
     outcome = found(tmp_path, fuzz.train_dry(tmp_path, data))
     assert outcome.code == 2 and f"error: {data} is damaged after row 1: not a readable Arrow file (" in outcome.err
+
+
+@pytest.mark.parametrize("section", ["tokenizer", "config", "data"])
+def test_a_checkpoint_whose_section_is_a_list_is_one_line(section: str, trained_run: Path, tmp_path: Path) -> None:
+    """A minigpt-marked checkpoint whose tokenizer (say) is a list, not a dict: `sample` crashed
+    with AttributeError ('list' object has no attribute 'get')."""
+    import torch
+
+    from minigpt.checkpoint import load_checkpoint
+
+    raw = {k: v for k, v in load_checkpoint(trained_run / "last.pt").items() if k != "checksums"}
+    path = tmp_path / "odd.pt"
+    torch.save({**raw, section: [1, 2]}, path)
+    outcome = found(tmp_path, ["sample", str(path), "--max-new-tokens", "3"])
+    assert (
+        outcome.code == 2
+        and f"{path} is a damaged minigpt checkpoint: its {section} is list, not a dict" in outcome.err
+    )
