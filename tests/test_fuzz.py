@@ -113,3 +113,20 @@ def test_a_checkpoint_whose_section_is_a_list_is_one_line(section: str, trained_
         outcome.code == 2
         and f"{path} is a damaged minigpt checkpoint: its {section} is list, not a dict" in outcome.err
     )
+
+
+@pytest.mark.parametrize("where", ["override", "config"])
+def test_a_yaml_scalar_pyyaml_cannot_convert_is_one_line(where: str, tmp_path: Path) -> None:
+    """`0x_` looks like a hexadecimal number to PyYAML, whose int() then raises ValueError: a
+    traceback from `train.seed=0x_` or a config holding it."""
+    data = tmp_path / "corpus.txt"
+    data.write_text(fuzz.BASE_TEXT, encoding="utf-8")
+    argv = fuzz.train_dry(tmp_path, data)
+    if where == "override":
+        argv.append("train.seed=0x_")
+    else:
+        config = tmp_path / "config.yaml"
+        config.write_text("train:\n  seed: 0x_\n", encoding="utf-8")
+        argv.insert(1, str(config))
+    outcome = found(tmp_path, argv)
+    assert outcome.code == 2 and ("train.seed" in outcome.err or str(tmp_path / "config.yaml") in outcome.err)
