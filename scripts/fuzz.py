@@ -341,13 +341,16 @@ def _overrides_case() -> Reader:
 
 
 def _checkpoint_bytes_case() -> Reader:
-    commands = st.sampled_from(["sample", "score", "eval", "resume", "resume auto"])
+    commands = st.sampled_from(["sample", "score", "eval", "resume", "resume auto", "train over it"])
 
     def make(value: tuple, work: Path, run: Path) -> list[str]:
         command, data = value
         ckpt = work / "in" / "run" / "last.pt"
         shutil.copytree(run, ckpt.parent, ignore=shutil.ignore_patterns("*.lock", ".lock"))
         write(ckpt, data.draw(mutated_checkpoint(ckpt.read_bytes())))
+        if command == "train over it":  # a new run into a folder that holds one: refused, the folder intact
+            corpus = write(work / "in" / "corpus.txt", BASE_TEXT.encode())
+            return ["train", "--data", str(corpus), "--out", str(ckpt.parent), *TINY, "train.max_steps=1"]
         if command.startswith("resume"):
             return ["train", "--out", str(ckpt.parent), *command.replace("resume", "--resume").split(), "--dry-run"]
         return _reading(command, ckpt)
@@ -571,7 +574,7 @@ def long_profile(minutes: float, only: list[str], batch: int) -> dict[str, Reade
                     if e.kind not in reader.failures:
                         reader.failures[e.kind] = str(e)
                         print(f"[{reader.name}] {str(e)[:3000]}\n", file=sys.stderr)
-    return found
+    return {r.name: r for r in chosen}
 
 
 def report(found: dict[str, Reader]) -> dict[str, Any]:
