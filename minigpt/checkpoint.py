@@ -9,6 +9,10 @@ config, tokenizer vocabulary, RNG states), so `torch.load(weights_only=True)` re
 are flushed and fsynced, then renamed over the old file: a crash at any moment leaves either the
 old checkpoint or the new one, never a partial file.
 
+Each tensor's bytes carry a checksum (xxh3-64, `checksums`): loading verifies the weights, a resume
+the rest, so a bit flipped on a disk or in a copy is one `Damaged` line naming the tensor, never a
+model silently changed. Files from earlier releases have none and load as before.
+
 A snapshot (`train.keep_every: N`) is a checkpoint without the optimizer, the random streams or
 the scaler (model, config, tokenizer, data, step, val loss), kept every N steps: every command that
 takes a checkpoint file takes one, and none resumes from it.
@@ -20,11 +24,13 @@ import dataclasses
 import re
 import warnings
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import xxhash
 
 from minigpt.errors import UserError
 from minigpt.io import atomic
@@ -34,6 +40,17 @@ FORMAT = "minigpt-checkpoint"
 VERSION = 1
 LAST, BEST = "last.pt", "best.pt"
 SNAPSHOT = re.compile(r"^step_(\d{7,})\.pt$")  # a snapshot's name
+RESUME_SECTIONS = ("optimizer", "scaler", "rng", "rng_ranks")  # the tensors a resume needs beyond the weights
+
+
+class Damaged(UserError):
+    """A checkpoint whose bytes are not those written: cut short, garbled, or a tensor whose
+    checksum does not match. A resume falls back to another checkpoint of the run on it. `fact`
+    is the line without its advice."""
+
+    def __init__(self, fact: str, advice: str = ""):
+        super().__init__(f"{fact}; {advice}" if advice else fact)
+        self.fact = fact
 
 
 @dataclass
@@ -57,6 +74,7 @@ class Checkpoint:
     rng: dict[str, Any] | None = None  # this process's torch RNG states and the batch generator
     rng_ranks: list[dict[str, Any]] | None = None  # every rank's torch RNG states under DDP
     init_from: dict[str, Any] | None = None  # fine-tuned: {"path", "step", "val_loss"} of the starting checkpoint
+    checksums: dict[str, str] | None = None  # xxh3-64 of each tensor by dotted name (save recomputes them)
 
     RESUME_KEYS = ("optimizer", "rng", "step", "tokens_seen", "best_val_loss")
 
@@ -70,12 +88,21 @@ class Checkpoint:
         missing = [k for k in ("model", "config", "tokenizer") if k not in raw]
         if missing:
             raise UserError(f"{path} is a damaged minigpt checkpoint: it lacks {', '.join(missing)}")
+        odd = [
+            k for k in ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from") if _not_a_dict(raw, k)
+        ]
+        if odd:
+            raise UserError(
+                f"{path} is a damaged minigpt checkpoint: its {odd[0]} is {type(raw[odd[0]]).__name__}, not a dict"
+            )
         return cls(**{k: raw[k] for k in names if k in raw and k != "data"}, data=raw.get("data") or {})
 
     def check_resumable(self, path: Path) -> None:
+        """Everything a resume needs is there and its bytes match their checksums."""
         missing = [k for k in self.RESUME_KEYS if getattr(self, k) is None]
         if missing:
             raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (a damaged or foreign file)")
+        verify_tensors(self.to_dict(), path, RESUME_SECTIONS)
 
     def save(self, path: Path) -> None:
         """Write atomically; a full disk, a quota, a read-only filesystem or an I/O error (torch's
@@ -87,8 +114,72 @@ class Checkpoint:
             save_checkpoint(payload, path)
 
     @classmethod
-    def load(cls, path: Path) -> Checkpoint:
-        return cls.from_dict(load_checkpoint(path), path)
+    def load(cls, path: Path, verify: tuple[str, ...] = ("model",)) -> Checkpoint:
+        """Read `path`, checking the bytes of the `verify` sections' tensors (the weights: what
+        sampling reads; `check_resumable` checks the rest; `()` for only the config and counters)."""
+        raw = load_checkpoint(path)
+        verify_tensors(raw, path, verify)
+        return cls.from_dict(raw, path)
+
+
+def _tensors(obj: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor in `obj` with its dotted name (`model.blocks.3.mlp.fc.weight`, `optimizer.state.0.exp_avg`)."""
+    if isinstance(obj, torch.Tensor):
+        yield name, obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _tensors(value, f"{name}.{key}")
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from _tensors(value, f"{name}.{i}")
+
+
+def _digest(tensor: torch.Tensor) -> str:
+    """xxh3-64 of a CPU tensor's bytes, in element order."""
+    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+    return xxhash.xxh3_64_hexdigest(flat.numpy())
+
+
+def tensor_checksums(payload: dict[str, Any]) -> dict[str, str]:
+    """The checksum of every tensor in a checkpoint's payload (CPU tensors), by dotted name."""
+    return {n: _digest(t) for key, value in payload.items() if key != "checksums" for n, t in _tensors(value, key)}
+
+
+def verify_tensors(raw: dict[str, Any], path: Path, sections: tuple[str, ...]) -> None:
+    """Raise `Damaged` naming the first tensor of `sections` whose bytes do not match their
+    checksum. A file without checksums (an earlier release's) has nothing to check against."""
+    sums = raw.get("checksums")
+    if not isinstance(sums, dict):
+        return
+    for section in sections:
+        for name, tensor in _tensors(raw.get(section), section):
+            if sums.get(name) != _digest(tensor):
+                raise Damaged(
+                    f"{path} is damaged: the bytes of {name.removeprefix('model.')} do not match their checksum",
+                    "a disk or a copy changed them: copy the file again, or use another checkpoint of the run",
+                )
+
+
+def _on_cpu(obj: Any, copies: dict[int, torch.UntypedStorage]) -> Any:
+    """`obj` with its tensors on the CPU, as torch.save would write them, tensors that share a
+    storage (a tied head) still sharing one; CPU tensors are not copied."""
+    if isinstance(obj, torch.Tensor):
+        if obj.device.type == "cpu":
+            return obj
+        storage = obj.untyped_storage()
+        if storage.data_ptr() not in copies:
+            copies[storage.data_ptr()] = storage.cpu()
+        cpu = copies[storage.data_ptr()]
+        return torch.tensor([], dtype=obj.dtype).set_(cpu, obj.storage_offset(), obj.size(), obj.stride())
+    if isinstance(obj, dict):
+        return {k: _on_cpu(v, copies) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_on_cpu(v, copies) for v in obj)
+    return obj
+
+
+def _not_a_dict(raw: dict[str, Any], key: str) -> bool:
+    return raw.get(key) is not None and not isinstance(raw[key], dict)
 
 
 def payload_bytes(obj: Any) -> int:
@@ -104,8 +195,10 @@ def payload_bytes(obj: Any) -> int:
 
 
 def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
-    """Atomically write `payload` to `path` (tmp file + fsync + rename + directory fsync)."""
-    payload = {"format": FORMAT, "version": VERSION, **payload}
+    """Atomically write `payload` to `path` (tmp file + fsync + rename + directory fsync), with the
+    checksum of each tensor (computed on the CPU copy that torch.save would make anyway)."""
+    payload = _on_cpu(payload, {})
+    payload = {"format": FORMAT, "version": VERSION, **payload, "checksums": tensor_checksums(payload)}
     atomic.atomic_write(path, lambda f: torch.save(payload, f))
 
 
@@ -118,7 +211,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     with path.open("rb") as f:
         magic = f.read(4)
     if not magic:
-        raise UserError(f"{path} is damaged or truncated (the file is empty)")
+        raise Damaged(f"{path} is damaged or truncated (the file is empty)")
     if magic != b"PK\x03\x04":  # torch.save writes a zip archive
         raise UserError(f"{path} is not a minigpt checkpoint (not a PyTorch checkpoint file at all)")
     try:
@@ -149,12 +242,12 @@ def _unreadable(path: Path, error: Exception) -> UserError:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return UserError(f"{path} is damaged or truncated (its zip directory, written last, is missing)")
+        return Damaged(f"{path} is damaged or truncated (its zip directory, written last, is missing)")
     if not any(name.endswith("/data.pkl") for name in names):
         return UserError(f"{path} is not a minigpt checkpoint (a zip archive, not a PyTorch checkpoint)")
     unpickler = re.search(r"WeightsUnpickler error:\s*(.+)", text)  # torch's reason, after its advice
     reason = unpickler.group(1).strip()[:80] if unpickler else type(error).__name__
-    return UserError(f"{path} is damaged or truncated (its contents are garbled: {reason})")
+    return Damaged(f"{path} is damaged or truncated (its contents are garbled: {reason})")
 
 
 def find_checkpoint(run_dir: Path, prefer: str) -> Path | None:
@@ -180,6 +273,46 @@ def resolve_checkpoint(target: Path, prefer: str) -> Path:
         other = LAST if prefer == BEST else BEST
         raise UserError(f"run directory {target} holds no checkpoint ({prefer} or {other}); train into it first")
     return found
+
+
+def resumable_checkpoint(path: Path, say: Callable[[str], None]) -> tuple[Path, Checkpoint]:
+    """The run's checkpoint `path` checked whole for a resume. When it is damaged: the run's
+    best.pt if that is intact (said in one line), else the damage, naming the newest intact
+    snapshot to start again from (a snapshot holds weights only: it cannot be resumed)."""
+    try:
+        return path, _load_resumable(path)
+    except Damaged as damage:
+        fallback = path.parent / BEST
+        if path.name != BEST and fallback.is_file():
+            try:
+                ckpt = _load_resumable(fallback)
+            except UserError:
+                pass
+            else:
+                say(f"{damage.fact}; resuming from {fallback.name} (step {ckpt.step}) instead")
+                return fallback, ckpt
+        advice = _snapshot_advice(path.parent)
+        raise Damaged(damage.fact, advice) if advice else damage from None
+
+
+def _load_resumable(path: Path) -> Checkpoint:
+    ckpt = Checkpoint.load(path)
+    ckpt.check_resumable(path)
+    return ckpt
+
+
+def _snapshot_advice(run_dir: Path) -> str:
+    """Advice naming the newest snapshot whose weights load, or ''."""
+    for snapshot in reversed(list_snapshots(run_dir)):
+        try:
+            Checkpoint.load(snapshot)
+        except UserError:
+            continue
+        return (
+            f"no intact resumable checkpoint is left, but {snapshot.name} is: start from its weights with "
+            f"minigpt train --init-from {snapshot} --out NEW_RUN"
+        )
+    return ""
 
 
 def snapshot_name(step: int) -> str:

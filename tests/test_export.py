@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 16  # TINY's model.block_size
 HF_FILES = [
     "README.md",
+    "SHA256SUMS",
     "config.json",
     "generation_config.json",
     "model.safetensors",
@@ -159,9 +160,28 @@ def test_byte_tokenizer_ids_are_byte_values(runs: dict[str, Path]) -> None:
     assert tok.decode([0xFF, 65]) == "\ufffdA"  # not UTF-8: the replacement character, as minigpt decodes
 
 
+def assert_sha256sums_check(folder: Path) -> None:
+    """The real `sha256sum -c` accepts the folder's SHA256SUMS, which lists every other file, and
+    refuses it once a byte of the largest file changes (the byte is put back)."""
+    check = ["sha256sum", "--check", "--strict", "SHA256SUMS"]
+    listed = sorted(line.split("  ", 1)[1] for line in (folder / "SHA256SUMS").read_text().splitlines())
+    assert listed == sorted(p.name for p in folder.iterdir() if p.name != "SHA256SUMS")
+    r = subprocess.run(check, cwd=folder, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.count(": OK") == len(listed), r
+    biggest = max(folder.iterdir(), key=lambda p: p.stat().st_size)
+    whole = biggest.read_bytes()
+    biggest.write_bytes(whole[:100] + bytes([whole[100] ^ 1]) + whole[101:])
+    try:
+        r = subprocess.run(check, cwd=folder, capture_output=True, text=True)
+        assert r.returncode == 1 and f"{biggest.name}: FAILED" in r.stdout, r
+    finally:
+        biggest.write_bytes(whole)
+
+
 def test_model_card_and_generation_config(runs: dict[str, Path]) -> None:
     run, folder = runs["rope_char"], hf_folder(runs["rope_char"])
     assert sorted(p.name for p in folder.iterdir()) == HF_FILES
+    assert_sha256sums_check(folder)
     card = (folder / "README.md").read_text(encoding="utf-8")
     front = yaml.safe_load(card.split("---")[1])
     results = json.loads((run / "results.json").read_text())
@@ -249,7 +269,8 @@ def test_onnx_exports_every_model_option_exactly(tmp_path: Path) -> None:
 def test_onnx_logits_equal_minigpts_and_the_example_samples_without_torch(runs: dict[str, Path], cli) -> None:
     folder = runs["rope_char"].parent / "rope_char-onnx"
     assert cli("export", runs["rope_char"], folder, "--format", "onnx").code == 0
-    assert sorted(p.name for p in folder.iterdir()) == ["minigpt.json", "model.onnx", "tokenizer.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["SHA256SUMS", "minigpt.json", "model.onnx", "tokenizer.json"]
+    assert_sha256sums_check(folder)
     loaded = load_model(runs["rope_char"], torch.device("cpu"))
     session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
     windows = np.array(full_windows(loaded.tokenizer), dtype=np.int64)

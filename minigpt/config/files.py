@@ -26,7 +26,7 @@ def parse_override(item: str) -> tuple[str, Any]:
         return key, _text_value(key, text)
     try:
         value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # PyYAML raises ValueError on some scalars, e.g. 0x_
         value = text  # not YAML: keep the raw string and let the type check decide
     if isinstance(value, dict) or isinstance(value, list) and not takes_list(key):
         raise UserError(f"command line: override '{item}' must have a single value, not a YAML collection")
@@ -64,6 +64,8 @@ def read_yaml(path: Path) -> Any:
         raise UserError(f"{where}: malformed YAML: {problem}") from None
     except yaml.YAMLError as e:
         raise UserError(f"{path}: malformed YAML: {e}") from None
+    except ValueError as e:  # PyYAML's own int() of a scalar it took for a number, e.g. 0x_
+        raise UserError(f"{path}: malformed YAML: a value it cannot read ({e})") from None
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str | tuple[str, Any]] = ()) -> Config:

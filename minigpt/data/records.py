@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import IO, Any
 
 from minigpt.data.encoding import ProgressFactory
 from minigpt.data.sources import SourceFile
-from minigpt.errors import UserError
+from minigpt.errors import UserError, first_line
 from minigpt.io.atomic import atomic_open
 
 EXTRACT_VERSION = 1
@@ -76,15 +77,19 @@ class RecordRules:
                     return None
                 raise UserError(f"{where} has no field '{name}' ({_fields_hint(name, list(record))})")
             value = record[name]
-            if not isinstance(value, str):
+            if not isinstance(value, str) or _SURROGATE.search(value):
                 if self.skip_bad:
                     return None
+                kind = _json_kind(value) if not isinstance(value, str) else "a string with a lone surrogate (\\ud800)"
                 raise UserError(
-                    f"{where}: field '{name}' is {_json_kind(value)}, not text; fix the record, or set "
+                    f"{where}: field '{name}' is {kind}, not text; fix the record, or set "
                     "data.skip_bad_records: true to skip such records"
                 )
             parts.append(value)
         return self.field_separator.join(parts)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a JSON escape that is no character: UTF-8 cannot hold it
 
 
 def _json_kind(value: Any) -> str:
@@ -317,12 +322,20 @@ def _arrow(path: str, fmt: str, rules: RecordRules) -> Iterator[tuple[str, Any, 
         if not (pa.types.is_string(typ) or pa.types.is_large_string(typ) or _is_string_view(pa, typ)):
             raise UserError(f"{path}: column '{name}' holds {typ}, not strings; set data.text_field to a text column")
     row = 0
-    for batch, start, end in batches:
-        columns = {name: batch.column(batch.schema.get_field_index(name)).to_pylist() for name in rules.fields}
-        n = batch.num_rows
-        for i in range(n):
-            row += 1
-            yield f"{path}, row {row}", {name: columns[name][i] for name in rules.fields}, start + (end - start) * i / n
+    try:
+        for batch, start, end in batches:  # a damaged batch past the first fails here, when it is read
+            columns = {name: batch.column(batch.schema.get_field_index(name)).to_pylist() for name in rules.fields}
+            n = batch.num_rows
+            for i in range(n):
+                row += 1
+                yield (
+                    f"{path}, row {row}",
+                    {name: columns[name][i] for name in rules.fields},
+                    start + (end - start) * i / n,
+                )
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+        what = f"not a readable {fmt.capitalize()} file"
+        raise UserError(f"{path} is damaged after row {row}: {what} ({first_line(e)})") from None
 
 
 def records(path: str, fmt: str, rules: RecordRules) -> Iterator[tuple[str, Any, float]]:

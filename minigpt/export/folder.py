@@ -5,6 +5,7 @@ library, a full disk, Ctrl-C) leaves OUT as it was and no staging folder behind.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import os
 import shutil
@@ -124,9 +125,23 @@ def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = 
     try:
         with staging_folder(out) as stage:
             names = write(loaded, stage, dtype)
+            names.append(write_sha256sums(stage, names))
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or first_line(e)}; nothing was written") from None
     return f"wrote {out}: {', '.join(names)} ({format_name}, {dtype}, from {loaded.path})"
+
+
+def write_sha256sums(folder: Path, names: list[str]) -> str:
+    """`SHA256SUMS` of the files `names` in `folder`, in the format `sha256sum -c SHA256SUMS` checks."""
+    lines = []
+    for name in sorted(names):
+        digest = hashlib.sha256()
+        with (folder / name).open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        lines.append(f"{digest.hexdigest()}  {name}\n")
+    (folder / "SHA256SUMS").write_text("".join(lines), encoding="utf-8")
+    return "SHA256SUMS"
 
 
 def export_run(target: Path, out: Path, fmt: str = "hf", dtype: str = "float32", force: bool = False) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint
+from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint, resumable_checkpoint
 from minigpt.config.fields import parse_duration
 from minigpt.config.files import check_overrides, config_text, load_config, parse_override
 from minigpt.config.schema import Config, ModelConfig, batch_split_error, config_from_dict
@@ -121,8 +121,7 @@ def _resume(
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
-    ckpt = Checkpoint.load(ckpt_path)
-    ckpt.check_resumable(ckpt_path)
+    ckpt_path, ckpt = resumable_checkpoint(ckpt_path, log)  # a damaged last.pt falls back to best.pt
     saved = config_from_dict(ckpt.config, str(ckpt_path))
     if config_path is not None:
         cfg = load_config(config_path, overrides)

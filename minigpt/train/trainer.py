@@ -470,7 +470,7 @@ def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:
     if o.grad_clip == 0:
         rates["optim.grad_clip"] = "1"
     try:
-        saved = config_from_dict(Checkpoint.load(good).config, str(good)).flat()
+        saved = config_from_dict(Checkpoint.load(good, verify=()).config, str(good)).flat()
     except UserError:
         saved = {}
     now = cfg.flat()

@@ -1,0 +1,116 @@
+"""Checkpoint checksums: a bit flipped inside a tensor's bytes is caught on load, named in one
+line, and a resume falls back to an intact checkpoint of the run; files of earlier releases load."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt.checkpoint import Checkpoint, load_checkpoint, snapshot_name, tensor_checksums
+
+from .test_cli import one_error_line
+
+TENSOR = "blocks.1.mlp.c_fc.weight"
+
+
+def flip_a_bit(path: Path, name: str) -> None:
+    """Flip one bit in the middle of tensor `name`'s bytes (a weight's name, or a dotted path such
+    as optimizer.state.0.exp_avg), found in the zip's data record that holds them."""
+    tensor = tensor_named(load_checkpoint(path), name)
+    data = tensor.contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
+    whole = path.read_bytes()
+    at = whole.find(data)
+    assert at > 0 and whole.find(data, at + 1) == -1, "the tensor's bytes appear once in the file"
+    middle = at + len(data) // 2
+    path.write_bytes(whole[:middle] + bytes([whole[middle] ^ 0x10]) + whole[middle + 1 :])
+
+
+def tensor_named(raw: dict, name: str) -> torch.Tensor:
+    if name in raw["model"]:
+        return raw["model"][name]
+    obj = raw
+    for part in name.split("."):
+        obj = obj[part] if isinstance(obj, dict) and part in obj else obj[int(part)]
+    return obj
+
+
+@pytest.fixture
+def run(trained_run: Path, tmp_path: Path) -> Path:
+    """A copy of the tiny trained run (with its text and cache), for a test to damage."""
+    shutil.copytree(trained_run.parent, tmp_path / "t")
+    return tmp_path / "t" / "run"
+
+
+def test_checksums_cover_every_tensor_and_an_untouched_file_verifies(run: Path) -> None:
+    raw = load_checkpoint(run / "last.pt")
+    sums = raw["checksums"]
+    assert f"model.{TENSOR}" in sums and any(k.startswith("optimizer.state.") for k in sums)
+    assert sums == tensor_checksums({k: v for k, v in raw.items() if k != "checksums"})
+    Checkpoint.load(run / "last.pt").check_resumable(run / "last.pt")  # verifies every tensor: no error
+
+
+def test_a_flipped_bit_in_a_weight_is_one_line_naming_the_file_and_the_tensor(run: Path, cli) -> None:
+    best = run / "best.pt"
+    flip_a_bit(best, TENSOR)
+    damaged = best.read_bytes()
+    torch.load(best, weights_only=True)  # torch itself loads it without a word: the checksum is what catches it
+    expected = f"error: {best} is damaged: the bytes of {TENSOR} do not match their checksum"
+    for command in (["sample", run, "--max-new-tokens", "5"], ["eval", best], ["score", best, "--text", "KING"]):
+        assert one_error_line(cli(*command)).startswith(expected), command
+    assert best.read_bytes() == damaged  # left as it was, for the user to look at
+
+
+def test_resume_falls_back_to_best_when_last_is_damaged_and_says_so(run: Path, cli) -> None:
+    last, best = run / "last.pt", run / "best.pt"
+    best_step = Checkpoint.load(best).step
+    flip_a_bit(last, "optimizer.state.0.exp_avg")  # the weights are intact: only a resume reads this
+    r = cli("train", "--out", run, "--resume", "train.max_steps=70")
+    assert r.code == 0, r
+    said = f"{last} is damaged: the bytes of optimizer.state.0.exp_avg do not match their checksum"
+    assert f"{said}; resuming from best.pt (step {best_step}) instead\n" in r.err
+    assert Checkpoint.load(last).step == 70  # trained on from best.pt and wrote a good last.pt
+
+
+def test_with_no_intact_resumable_checkpoint_the_error_names_the_newest_intact_snapshot(run: Path, cli) -> None:
+    last, best = run / "last.pt", run / "best.pt"
+    ckpt = Checkpoint.load(best)
+    for step in (10, 20):
+        snap = Checkpoint(ckpt.model, ckpt.config, ckpt.tokenizer, ckpt.data, step=step)
+        snap.save(run / snapshot_name(step))
+    flip_a_bit(run / snapshot_name(20), TENSOR)
+    flip_a_bit(last, TENSOR)
+    flip_a_bit(best, "rng.torch_cpu")
+    line = one_error_line(cli("train", "--out", run, "--resume"))
+    assert line.startswith(f"error: {last} is damaged: the bytes of {TENSOR} do not match their checksum"), line
+    snap = run / snapshot_name(10)
+    assert line.endswith(
+        f"but {snap.name} is: start from its weights with minigpt train --init-from {snap} --out NEW_RUN"
+    )
+
+
+def test_checkpoints_of_earlier_releases_without_checksums_still_load(cli) -> None:
+    fixture = Path(__file__).parent / "fixtures" / "v0_1_runs" / "char"
+    path = next(fixture.glob("*.pt"))
+    raw = load_checkpoint(path)
+    assert "checksums" not in raw
+    Checkpoint.load(path).check_resumable(path) if raw.get("optimizer") else Checkpoint.load(path)
+    r = cli("sample", fixture, "--max-new-tokens", "5", "--seed", "1")
+    assert r.code == 0 and r.out, r
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a GPU run's checkpoint")
+def test_a_gpu_runs_checkpoint_keeps_its_tied_weights_shared_and_verifies(tmp_path: Path) -> None:
+    weight = torch.randn(8, 4, device="cuda")
+    ckpt = Checkpoint(
+        {"wte.weight": weight, "lm_head.weight": weight, "ln.bias": torch.zeros(4, device="cuda")}, {}, {}, {}
+    )
+    ckpt.save(tmp_path / "g.pt")
+    loaded = Checkpoint.load(tmp_path / "g.pt")
+    assert (
+        loaded.model["wte.weight"].untyped_storage().data_ptr()
+        == loaded.model["lm_head.weight"].untyped_storage().data_ptr()
+    )
+    assert torch.equal(loaded.model["wte.weight"], weight.cpu())
