@@ -160,17 +160,16 @@ def verify_tensors(raw: dict[str, Any], path: Path, sections: tuple[str, ...]) -
                 )
 
 
-def _on_cpu(obj: Any, copies: dict[int, torch.UntypedStorage]) -> Any:
-    """`obj` with its tensors on the CPU, as torch.save would write them, tensors that share a
-    storage (a tied head) still sharing one; CPU tensors are not copied."""
+def _on_cpu(obj: Any, copies: dict[tuple, torch.Tensor]) -> Any:
+    """`obj` with its tensors on the CPU, as torch.save would write them, one copy of a tensor that
+    appears twice (a tied head) so that it is still saved once and shared; CPU tensors are not copied."""
     if isinstance(obj, torch.Tensor):
         if obj.device.type == "cpu":
             return obj
-        storage = obj.untyped_storage()
-        if storage.data_ptr() not in copies:
-            copies[storage.data_ptr()] = storage.cpu()
-        cpu = copies[storage.data_ptr()]
-        return torch.tensor([], dtype=obj.dtype).set_(cpu, obj.storage_offset(), obj.size(), obj.stride())
+        view = (obj.untyped_storage().data_ptr(), obj.storage_offset(), obj.size(), obj.stride(), obj.dtype)
+        if view not in copies:
+            copies[view] = obj.detach().cpu()
+        return copies[view]
     if isinstance(obj, dict):
         return {k: _on_cpu(v, copies) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

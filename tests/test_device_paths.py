@@ -79,8 +79,9 @@ def test_training_with_head_scores_evaluates_on_the_device(text_file: Path, tmp_
     runs = {}
     for name, device in (("cpu", torch.device("cpu")), ("device", fake_device)):
         runs[name] = Trainer(cfg, corpus, corpus.tokenizer, device, torch.float32, tmp_path / name).train()
-    assert runs["device"].full.loss == pytest.approx(runs["cpu"].full.loss, rel=1e-5)  # the same numbers
-    assert runs["device"].best_val_loss == pytest.approx(runs["cpu"].best_val_loss, rel=1e-5)
+    assert runs["device"].full.loss == pytest.approx(runs["cpu"].full.loss, rel=1e-4)  # the same numbers, up to
+    # float32 rounding (the two devices need not sum in the same order)
+    assert runs["device"].best_val_loss == pytest.approx(runs["cpu"].best_val_loss, rel=1e-4)
     assert len(list_snapshots(tmp_path / "device")) == 2
     points, _ = follow_run(tmp_path / "device", fake_device)  # heads --over-training, loaded onto the device
     assert [p.step for p in points] == [1, 2]

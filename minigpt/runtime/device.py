@@ -164,19 +164,23 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 def resolve_dtype(name: str, device: torch.device, shape: tuple[int, int] | None = None) -> torch.dtype:
     """The training autocast dtype; float32 means no autocast. `auto` is bf16 on GPUs with bf16 (fp16
-    on older ones), and on a CPU where bf16 products of `shape` (rows, width) measure faster: the
-    choice and its ratio are logged."""
+    on older ones), and on a CPU where bf16 products of `shape` (rows, width) measure faster."""
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if cuda_has_native_bf16(device) else torch.float16
         choice = cpu_bf16_choice(shape) if device.type == "cpu" else None
-        if choice is not None:
-            log(choice.line())
         return choice.dtype if choice is not None else torch.float32
     dtype = DTYPES[name]
     if dtype == torch.float16 and device.type == "cpu":
         raise UserError("train.dtype float16 is not supported on the CPU; use bfloat16 or float32")
     return dtype
+
+
+def precision_lines(name: str, device: torch.device, shape: tuple[int, int]) -> list[str]:
+    """For a run's first lines: what `auto` chose on a CPU with bf16 hardware and the ratio it measured
+    (from the cache `resolve_dtype` filled); nothing elsewhere."""
+    choice = cpu_bf16_choice(shape) if name == "auto" and device.type == "cpu" else None
+    return [choice.line()] if choice is not None else []
 
 
 def sampling_dtype(name: str, device: torch.device, width: int | None = None) -> torch.dtype:

@@ -47,8 +47,7 @@ class Choice:
     def line(self) -> str:
         """One status line: the choice and its measured ratio."""
         name = "bfloat16" if self.bf16 else "float32"
-        how = "cached" if self.cached else "measured"
-        return f"precision: {name} (bf16 products at {self.ratio:.2f}x float32's speed on this CPU, {how})"
+        return f"precision: {name} (bf16 products measured at {self.ratio:.2f}x float32's speed on this CPU)"
 
 
 def machine_key(rows: int, width: int) -> str:

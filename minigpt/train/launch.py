@@ -26,7 +26,7 @@ from minigpt.errors import UserError
 from minigpt.io.lock import FileLock, LockHeld
 from minigpt.model import parameter_count
 from minigpt.runtime import distributed
-from minigpt.runtime.device import configure_threads, log, resolve_device, resolve_dtype
+from minigpt.runtime.device import configure_threads, log, precision_lines, resolve_device, resolve_dtype
 from minigpt.train import disk, preflight
 from minigpt.train.autosize import AUTO_KEYS, auto_size, run_advice
 from minigpt.train.disk import write_run_file
@@ -389,9 +389,9 @@ def run_training(
         raise UserError(too_big)
     kept = disk.snapshot_needs(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)
     disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
-    advised = (
-        run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled) if resume_from is None else []
-    )
+    advised = precision_lines(cfg.train.dtype, device, (rows, cfg.model.n_embd))  # said once every check passed
+    if resume_from is None:
+        advised += run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled)
     if dry_run:
         for line in advised:
             log(line)
