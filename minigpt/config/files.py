@@ -116,9 +116,22 @@ def _text_value(key: str, text: str) -> str | None:
     return text
 
 
+class _ReadableDumper(yaml.SafeDumper):
+    """Strings with line breaks or tabs double-quoted, `"\n\n"`: YAML's default folds them over
+    several lines, which reads as a broken file."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = '"' if any(c in value for c in "\n\r\t") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ReadableDumper.add_representer(str, _str)
+
+
 def config_text(cfg: Config) -> str:
     """The resolved config as YAML (the run directory's config.yaml)."""
-    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
+    text = yaml.dump(cfg.to_dict(), Dumper=_ReadableDumper, sort_keys=False, allow_unicode=True)
     return "# resolved minigpt config of this run\n" + text
 
 

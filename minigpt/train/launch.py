@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -395,7 +396,7 @@ def run_training(
     if dry_run:
         for line in advised:
             log(line)
-        print(config_text(cfg), end="")
+        print(dry_run_text(cfg, explicit, steps), end="")
         return None
     distributed.init(dist, device)
     lock = RunLock(out_dir)
@@ -420,6 +421,20 @@ def run_training(
     finally:
         lock.release()
         distributed.shutdown()
+
+
+def dry_run_text(cfg: Config, explicit: frozenset[str], expected: int | None) -> str:
+    """`--dry-run`'s config, with a comment on train.max_steps where the time budget, not the
+    steps, ends the run: --auto sets it as a cap only (`expected`: the steps it plans)."""
+    t = cfg.train
+    if t.auto and "train.max_steps" not in explicit:
+        planned = f"; --auto plans ~{expected:,} steps" if expected else ""
+        why = f"a cap only: train.max_time {t.max_time} ends the run{planned}"
+    elif t.max_time:
+        why = f"or train.max_time {t.max_time}, whichever comes first, ends the run"
+    else:
+        return config_text(cfg)
+    return re.sub(r"^(  max_steps: \d+)$", rf"\1  # {why}", config_text(cfg), count=1, flags=re.M)
 
 
 def _start_from(trainer: Trainer, source: Path, start: Checkpoint) -> None:
