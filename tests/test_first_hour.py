@@ -1,0 +1,68 @@
+"""What a newcomer meets in the first hour (issue 53): the second training, config mistakes, the
+sweep's flags, the shipped configs, the terminal views, the advisor's figures, --dry-run, the runs
+table, wrong run paths and which val loss a header prints."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from minigpt.config.files import load_config
+from minigpt.errors import UserError
+
+from .conftest import TINY
+
+
+@pytest.mark.parametrize(
+    ("given", "meant", "where"),
+    [
+        ("train.lr", "optim.lr", "optim"),
+        ("optim.learning_rate", "optim.lr", None),
+        ("learning_rate", "optim.lr", "optim"),
+        ("lr", "optim.lr", "optim"),
+        ("n_layers", "model.n_layer", "model"),
+        ("layers", "model.n_layer", "model"),
+        ("epochs", "train.max_steps", "train"),
+        ("batch", "train.batch_size", "train"),
+        ("modle.n_layer", "model.n_layer", "model"),
+        ("model.n_layers", "model.n_layer", None),
+    ],
+)
+def test_a_mistyped_key_is_looked_up_in_every_section_and_other_tools_names(given, meant, where) -> None:
+    with pytest.raises(UserError) as caught:
+        load_config(None, [f"{given}=1"])
+    message = str(caught.value)
+    assert f"unknown key '{given}' (did you mean '{meant}'?" in message
+    if where is None:  # the section written was the right one: the suggestion alone
+        assert message.endswith(f"(did you mean '{meant}'?)")
+    else:
+        assert f"it is in the {where} section: " in message
+    if given == "epochs":
+        assert "optimizer steps, not passes over the text" in message
+
+
+def test_the_advisor_rounds_and_words_its_ratio_once(text_file: Path, tmp_path: Path, cli) -> None:
+    # 2 x 32 blocks: 24,576 block parameters; 40 steps of 8 x 16 see 5,120 characters, 0.21 a parameter
+    r = cli("train", "--data", text_file, "--out", tmp_path / "r", *TINY, "train.max_steps=40", "--dry-run")
+    assert r.code == 0, r
+    plan = next(line for line in r.err.splitlines() if line.startswith("plan: "))
+    big = next(line for line in r.err.splitlines() if line.startswith("advice: the model is big"))
+    assert "0.21 chars per block parameter" in plan and "0.21 chars per block parameter, under one" in big
+
+
+def test_dry_run_says_why_max_steps_is_what_it_is_and_prints_separators_readably(
+    text_file: Path, tmp_path: Path, cli
+) -> None:
+    r = cli("train", "--data", text_file, *TINY, "train.max_time=1m", "data.doc_separator=\n\n", "--dry-run")
+    assert r.code == 0, r
+    assert 'doc_separator: "\\n\\n"' in r.out and 'field_separator: "\\n"' in r.out
+    assert "  max_steps: 480  # or train.max_time 1m, whichever comes first, ends the run" in r.out
+    assert yaml.safe_load(r.out)["data"]["doc_separator"] == "\n\n"  # still the YAML it was
+    auto = cli("train", "--data", text_file, "--auto", "train.max_time=20s", "train.device=cpu", "--dry-run")
+    assert auto.code == 0, auto
+    planned = int(re.search(r"~([\d,]+) steps in", auto.err).group(1).replace(",", ""))
+    line = next(line for line in auto.out.splitlines() if line.startswith("  max_steps: "))
+    assert line.endswith(f"# a cap only: train.max_time 20s ends the run; --auto plans ~{planned:,} steps"), line
