@@ -66,3 +66,51 @@ def test_dry_run_says_why_max_steps_is_what_it_is_and_prints_separators_readably
     planned = int(re.search(r"~([\d,]+) steps in", auto.err).group(1).replace(",", ""))
     line = next(line for line in auto.out.splitlines() if line.startswith("  max_steps: "))
     assert line.endswith(f"# a cap only: train.max_time 20s ends the run; --auto plans ~{planned:,} steps"), line
+
+
+def test_runs_shows_the_data_when_it_differs_explains_its_marks_and_pluralizes(
+    trained_run: Path, tmp_path: Path, cli
+) -> None:
+    import shutil
+
+    from .conftest import make_text
+
+    shutil.copytree(trained_run, tmp_path / "runs" / "a")
+    notes = tmp_path / "notes.txt"
+    notes.write_text(make_text(5_000, seed=3), encoding="utf-8")
+    r = cli(
+        "train", "--data", notes, "--out", tmp_path / "runs" / "b", *TINY, "train.max_steps=4", "train.final_eval=false"
+    )
+    assert r.code == 0, r
+    table = cli("runs", tmp_path / "runs")
+    assert table.code == 0, table
+    lines = table.out.splitlines()
+    assert lines[0].split()[:3] == ["run", "data", "steps"]
+    assert lines[1].split()[:2] == ["a", "text.txt"] and lines[2].split()[:2] == ["b", "notes.txt"]
+    assert "~" in lines[2] and lines[-1].startswith("~: an estimate (the in-training loss")
+    one = cli("runs", tmp_path / "runs" / "a")
+    assert one.code == 0 and "data" not in one.out.splitlines()[0] and "~:" not in one.out  # one text, no marks
+    page = cli("runs", tmp_path / "runs", "--html", tmp_path / "runs.html")
+    assert re.search(r": 2 runs, 2 with a val loss curve; \d+ config keys differ$", page.err.strip()), page
+    single = cli("runs", tmp_path / "runs" / "a", "--html", tmp_path / "one.html")
+    assert re.search(r": 1 run, 1 with a val loss curve; every config key is the same$", single.err.strip()), single
+
+
+def test_a_wrong_run_path_gets_a_did_you_mean_and_a_folder_of_runs_lists_them(trained_run: Path, cli) -> None:
+    typo = trained_run.parent / "rnu"
+    r = cli("sample", typo)
+    assert r.code == 2 and r.err == f"error: {typo} does not exist (did you mean {trained_run}?)\n", r
+    folder = cli("sample", trained_run.parent)
+    assert folder.code == 2, folder
+    assert folder.err.startswith(
+        f"error: {trained_run.parent} is a folder of runs, not a run: give one of them, {trained_run} "
+    )
+
+
+def test_every_header_with_a_val_loss_says_which_one(trained_run: Path, cli) -> None:
+    r = cli("sample", trained_run, "--max-new-tokens", "3")
+    assert r.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}\)", r.err), r
+    lens = cli("lens", trained_run, "--text", "KING:")
+    assert lens.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}; ", lens.out.splitlines()[0]), lens
+    heads = cli("heads", trained_run)
+    assert heads.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}; ", heads.out), heads

@@ -311,7 +311,7 @@ def closest_key(key: str) -> str | None:
 
 
 def _suggest(key: str) -> str:
-    """" (did you mean 'optim.lr'?)", saying where the key lives and what it is when the section
+    """ " (did you mean 'optim.lr'?)", saying where the key lives and what it is when the section
     written was another one (or none)."""
     found = closest_key(key)
     if found is None:
