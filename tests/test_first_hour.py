@@ -114,3 +114,45 @@ def test_every_header_with_a_val_loss_says_which_one(trained_run: Path, cli) -> 
     assert lens.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}; ", lens.out.splitlines()[0]), lens
     heads = cli("heads", trained_run)
     assert heads.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}; ", heads.out), heads
+
+
+def test_lens_is_compact_by_default_and_explains_a_layer_worse_than_uniform(
+    trained_run: Path, cli, monkeypatch
+) -> None:
+    import math
+
+    import torch
+
+    from minigpt.cli.lens import lens_terminal
+    from minigpt.infer.loading import load_model
+    from minigpt.inspect.lens import lens_of
+
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    text = "KING:\nSpeak now"  # within the tiny run's 16-character context
+    short = cli("lens", trained_run, "--text", text)
+    assert short.code == 0, short
+    lines = short.out.splitlines()
+    assert not any(line.startswith("#") for line in lines) and len(lines) < 20  # no top-5 blocks
+    assert lines[-1] == "each layer's top 5 guesses: --top (each position), --at POS, --json or --html"
+    loaded = load_model(trained_run, torch.device("cpu"))
+    vocab = loaded.tokenizer.vocab_size
+    uniform = next(line for line in lines if line.startswith("uniform guess"))
+    assert float(uniform.split()[2]) == pytest.approx(math.log2(vocab), abs=1e-3) and f"1 in {vocab}" in uniform
+    full = cli("lens", trained_run, "--text", text, "--top")
+    assert sum(line.startswith("#") for line in full.out.splitlines()) == len(text)
+    lens = lens_of(loaded, text, "--text", "error")
+    lens.loss[0] = [math.log(vocab) * 2] * len(lens.loss[0])  # the embeddings row at twice uniform's bits
+    shown = lens_terminal(lens, False, "run", [], 100, vocab)
+    assert "embeddings scores worse than uniform: the output head is the embedding matrix (tied)" in shown
+
+
+def test_score_prints_the_key_to_its_colours(trained_run: Path, cli, monkeypatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    r = cli("score", trained_run, "--text", "KING: Speak")
+    assert r.code == 0, r
+    legend = r.out.splitlines()[1]
+    assert legend.startswith("colours: ") and "bits of surprise" in legend
+    swatches = re.findall(r"\x1b\[48;5;(\d+)m\x1b\[97m (\d\+?) \x1b\[0m", legend)
+    assert [n for _, n in swatches] == [*map(str, range(8)), "8+"]
+    plain = cli("score", trained_run, "--text", "KING: Speak", "--no-color")
+    assert "colours:" not in plain.out  # the columns say bits themselves

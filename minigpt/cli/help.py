@@ -57,6 +57,7 @@ minigpt score runs/default --file scene.txt --html score.html""",
 minigpt attention runs/default --text "Soft!" --layer 0 --head 1 --out 0-1.png
 minigpt attention runs/default --file scene.txt --html attention.html""",
     "lens": """minigpt lens runs/default --text "ROMEO: But, soft! what light"
+minigpt lens runs/default --text "ROMEO: But, soft!" --top   # and each layer's top 5
 minigpt lens runs/default --text "KING:" --json
 minigpt lens runs/default --file scene.txt --at 10 --at -1
 minigpt lens runs/default --text "ROMEO: But, soft!" --html lens.html""",
