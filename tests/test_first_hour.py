@@ -156,3 +156,27 @@ def test_score_prints_the_key_to_its_colours(trained_run: Path, cli, monkeypatch
     assert [n for _, n in swatches] == [*map(str, range(8)), "8+"]
     plain = cli("score", trained_run, "--text", "KING: Speak", "--no-color")
     assert "colours:" not in plain.out  # the columns say bits themselves
+
+
+def test_the_shipped_configs_work_by_name_from_any_folder(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
+    import tomllib
+
+    from minigpt.config import shipped_configs
+
+    repo = Path(__file__).resolve().parent.parent
+    assert sorted(shipped_configs()) == sorted(p.stem for p in (repo / "configs").glob("*.yaml"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no configs/ here
+    for given in ("cpu_4min", "cpu_4min.yaml", "configs/cpu_4min.yaml"):
+        r = cli("train", given, "--data", text_file, *TINY, "--dry-run")
+        assert r.code == 0, (given, r)
+        assert "  max_time: 232s" in r.out and "  block_size: 16" in r.out  # the file's keys, then the overrides
+    missing = cli("train", "configs/cpu_5min.yaml", "--data", text_file)
+    assert missing.code == 2 and "the shipped configs, usable by name: cpu_4min, default, " in missing.err, missing
+    assert not (elsewhere / "runs").exists()
+    shown = cli("train", "--help")
+    assert "Shipped configs, by name from any folder" in shown.out and "shakespeare_char" in shown.out
+    # an installed minigpt has them too: the wheel puts configs/ into the package
+    hatch = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert hatch["force-include"] == {"configs": "minigpt/configs"}

@@ -114,7 +114,9 @@ def split_args(args: list[str]) -> tuple[Path | None, list[str]]:
             f"expected at most one CONFIG file, got {', '.join(configs)}; overrides are written KEY=VALUE "
             "(e.g. model.n_layer=6)"
         )
-    return (Path(configs[0]) if configs else None), overrides
+    from minigpt.config import config_file
+
+    return (config_file(configs[0]) if configs else None), overrides
 
 
 def resume_mode(args: list[str], resume: bool) -> tuple[list[str], bool | str]:

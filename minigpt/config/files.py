@@ -44,7 +44,10 @@ def takes_list(key: str) -> bool:
 def read_yaml(path: Path) -> Any:
     """Read YAML with the safe loader; errors name the file, line and column."""
     if not path.exists():
-        raise UserError(f"config file {path} does not exist (see configs/ for examples)")
+        from minigpt.config import shipped_configs
+
+        names = ", ".join(shipped_configs()) or "none found"
+        raise UserError(f"config file {path} does not exist (the shipped configs, usable by name: {names})")
     if path.is_dir():
         raise UserError(f"config file {path} is a directory, not a YAML file")
     if not path.is_file():  # reading a device or a FIFO might never end
