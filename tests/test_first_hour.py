@@ -180,3 +180,61 @@ def test_the_shipped_configs_work_by_name_from_any_folder(text_file: Path, tmp_p
     # an installed minigpt has them too: the wheel puts configs/ into the package
     hatch = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
     assert hatch["force-include"] == {"configs": "minigpt/configs"}
+
+
+def test_a_second_training_on_other_data_just_works(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
+    from .conftest import make_text
+
+    monkeypatch.chdir(tmp_path)
+    notes = tmp_path / "notes.txt"
+    notes.write_text(make_text(5_000, seed=4), encoding="utf-8")
+    tiny = [*TINY, "train.max_steps=2", "train.final_eval=false", "log.tensorboard=false"]
+    for data, folder in ((text_file, "text"), (notes, "notes")):
+        r = cli("train", "--data", data, *tiny)
+        assert r.code == 0 and (tmp_path / "runs" / folder / "last.pt").is_file(), r
+    # a missing file is the mistake, whatever the run folder holds
+    missing = cli("train", "--data", tmp_path / "nosuch.txt", "--out", "runs/text", *tiny)
+    assert missing.code == 2 and "nosuch.txt does not exist" in missing.err and "already holds" not in missing.err
+    # --resume is offered only where it would work
+    other_model = cli("train", "--data", text_file, *tiny, "model.n_layer=1")
+    assert other_model.code == 2, other_model
+    assert other_model.err == (
+        "error: runs/text already holds a run (last.pt) with another config (model.n_layer 2 -> 1); "
+        "pick another --out, e.g. --out runs/text-2\n"
+    )
+    other_data = cli("train", "--data", notes, "--out", "runs/text", *tiny)
+    assert other_data.code == 2 and "--resume" not in other_data.err and f"trained on {text_file}" in other_data.err
+    longer = cli("train", "--data", text_file, *tiny[:-2], "train.max_steps=3", "train.final_eval=false")
+    assert longer.code == 2 and "continue it with --resume" in longer.err, longer
+    resumed = cli("train", "--data", text_file, *tiny[:-2], "train.max_steps=3", "train.final_eval=false", "--resume")
+    assert resumed.code == 0, resumed
+
+
+def test_sweep_takes_trains_flags(tmp_path: Path, cli, monkeypatch) -> None:
+    from typer.main import get_command
+
+    from minigpt.cli.app import app
+
+    from .conftest import make_text
+
+    commands = get_command(app).commands
+    shared = ("--data", "--device", "--init-from", "--auto")
+    for flag in shared:
+        train_opt = next(p for p in commands["train"].params if flag in p.opts)
+        sweep_opt = next(p for p in commands["sweep"].params if flag in p.opts)
+        assert (train_opt.help, train_opt.metavar, train_opt.is_flag) == (
+            sweep_opt.help,
+            sweep_opt.metavar,
+            sweep_opt.is_flag,
+        )
+    monkeypatch.chdir(tmp_path)
+    notes = tmp_path / "my notes, 2024.txt"  # a comma in a path stays one value
+    notes.write_text(make_text(5_000, seed=5), encoding="utf-8")
+    tiny = [o for o in TINY if not o.startswith(("model.n_layer=", "train.device="))]
+    r = cli("sweep", "--data", notes, "--device", "cpu", *tiny, "model.n_layer=1,2", "train.max_steps=2")
+    assert r.code == 0, r
+    for n in (1, 2):
+        config = yaml.safe_load(
+            (tmp_path / "runs" / "my notes, 2024-sweep" / f"n_layer={n}" / "config.yaml").read_text()
+        )
+        assert config["data"]["path"] == str(notes) and config["model"]["n_layer"] == n

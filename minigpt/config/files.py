@@ -4,6 +4,7 @@ precedence defaults < file < overrides, and the resolved config written back as 
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -130,6 +131,29 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _ReadableDumper.add_representer(str, _str)
+
+
+def default_run_dir(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]) -> Path:
+    """Where a run goes without --out: runs/<CONFIG's name> (runs/default without one), and with
+    data.path on the command line (--data) runs/<the data's name>, or runs/<CONFIG>-<data> with a
+    CONFIG: a second text gets a folder of its own instead of meeting the first text's run."""
+    data = None
+    for item in overrides:
+        key, value = parse_override(item) if isinstance(item, str) else item
+        if key == "data.path" and value:
+            data = value if isinstance(value, str) else value[0]
+    parts = [config_path.stem] if config_path is not None else []
+    if data is not None:
+        parts.append(data_name(data))
+    return Path("runs") / ("-".join(parts) or "default")
+
+
+def data_name(path: str) -> str:
+    """'my_text.txt' -> 'my_text', '~/books/' -> 'books', 'notes/*.md' -> 'notes': a run folder's name."""
+    fixed = re.split(r"[*?\[]", path, maxsplit=1)[0]  # a glob: the folder before its first wildcard
+    p = Path(fixed).expanduser()
+    name = p.name if fixed != path or fixed.endswith("/") else p.stem
+    return name or p.resolve().name or "data"
 
 
 def config_text(cfg: Config) -> str:
