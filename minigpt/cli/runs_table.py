@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, list_snapshots
+from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint, list_snapshots, runs_inside
 from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
 from minigpt.model import parameter_count
@@ -75,7 +75,7 @@ def run_dirs(root: Path) -> list[Path]:
     """Every run directory under `root` (at any depth; `root` itself too), in path order."""
     if not root.is_dir():
         raise UserError(f"{root} is not a directory of runs (train one with: minigpt train --out {root}/NAME)")
-    return sorted({p.parent for name in (LAST, BEST) for p in root.rglob(name)})
+    return runs_inside(root)
 
 
 def run_name(root: Path, run_dir: Path) -> str:
