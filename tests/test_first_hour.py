@@ -206,6 +206,10 @@ def test_a_second_training_on_other_data_just_works(text_file: Path, tmp_path: P
     )
     other_data = cli("train", "--data", notes, "--out", "runs/text", *tiny)
     assert other_data.code == 2 and "--resume" not in other_data.err and f"trained on {text_file}" in other_data.err
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(text_file.read_bytes())  # the same text elsewhere: a resume would work
+    same_text = cli("train", "--data", copy, "--out", "runs/text", *tiny)
+    assert same_text.code == 2 and "continue it with --resume" in same_text.err, same_text
     longer = cli("train", "--data", text_file, *tiny[:-2], "train.max_steps=3", "train.final_eval=false")
     assert longer.code == 2 and "continue it with --resume" in longer.err, longer
     resumed = cli("train", "--data", text_file, *tiny[:-2], "train.max_steps=3", "train.final_eval=false", "--resume")

@@ -22,6 +22,7 @@ from minigpt.config.fields import parse_duration
 from minigpt.config.files import check_overrides, config_text, default_run_dir, load_config, parse_override
 from minigpt.config.schema import DEFAULT_DATA_PATH, Config, ModelConfig, batch_split_error, config_from_dict
 from minigpt.data.corpus import Corpus, load_corpus
+from minigpt.data.encoding import file_sha256
 from minigpt.data.sources import absolute_spec, describe, resolve_sources
 from minigpt.data.tokenizer import CharTokenizer, Tokenizer, name_chars, tokenizer_from_dict
 from minigpt.errors import UserError
@@ -104,14 +105,18 @@ def taken_run_dir(out_dir: Path, existing: Path, cfg: Config) -> str:
     """Why a new run cannot go into `out_dir`, which holds the run of `existing`: the data is
     checked first (a missing file is the mistake to tell), then --resume is offered only when it
     would succeed (the same text, no key changed that a resume may not change), and a free --out."""
-    if cfg.data.path != DEFAULT_DATA_PATH or Path(DEFAULT_DATA_PATH).exists():  # the default is fetched
-        resolve_sources(cfg.data.path)
+    if cfg.data.path == DEFAULT_DATA_PATH and not Path(DEFAULT_DATA_PATH).exists():  # fetched when it trains
+        return f"{out_dir} already holds a run ({existing.name}); pick another --out"
+    files = resolve_sources(cfg.data.path)
     if cfg.data.val_path is not None:
         resolve_sources(cfg.data.val_path, "data.val_path")
     free = next(p for n in itertools.count(2) if not (p := out_dir.with_name(f"{out_dir.name}-{n}")).exists())
     taken = f"{out_dir} already holds a run ({existing.name})"
-    saved = config_from_dict(Checkpoint.load(existing).config, str(existing))
-    same_data = absolute_spec(cfg.data.path) == saved.data.path
+    ckpt = Checkpoint.load(existing)
+    saved = config_from_dict(ckpt.config, str(existing))
+    same_data = absolute_spec(cfg.data.path) == saved.data.path or (  # a copy of the same text resumes too
+        len(files) == 1 and ckpt.data.get("sha256") == file_sha256(files[0].path, files[0].size)
+    )
     try:
         resume_changes(saved, cfg.replace(**{"data.path": saved.data.path}), "")
     except UserError:
