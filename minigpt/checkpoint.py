@@ -21,6 +21,7 @@ takes a checkpoint file takes one, and none resumes from it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import warnings
 import zipfile
@@ -262,13 +263,24 @@ def find_checkpoint(run_dir: Path, prefer: str) -> Path | None:
 
 
 def resolve_checkpoint(target: Path, prefer: str) -> Path:
-    """A checkpoint file, or a run directory's checkpoint by `prefer`; an error if there is none."""
+    """A checkpoint file, or a run directory's checkpoint by `prefer`; an error if there is none,
+    with the run or checkpoint beside it whose name is nearest, or the runs a folder holds."""
     if not target.exists():
-        raise UserError(f"{target} does not exist (give a run directory or a .pt checkpoint)")
+        near = nearest_run_path(target)
+        hint = f"did you mean {near}?" if near else "give a run directory or a .pt checkpoint"
+        raise UserError(f"{target} does not exist ({hint})")
     if target.is_file():
         return target
     found = find_checkpoint(target, prefer)
     if found is None:
+        inside = runs_inside(target)
+        if inside:
+            shown = ", ".join(str(p) for p in inside[:MAX_RUNS_NAMED])
+            more = f" and {len(inside) - MAX_RUNS_NAMED} more" if len(inside) > MAX_RUNS_NAMED else ""
+            raise UserError(
+                f"{target} is a folder of runs, not a run: give one of them, {shown}{more} "
+                f"('minigpt runs {target}' compares them)"
+            )
         other = LAST if prefer == BEST else BEST
         raise UserError(f"run directory {target} holds no checkpoint ({prefer} or {other}); train into it first")
     return found
@@ -312,6 +324,36 @@ def _snapshot_advice(run_dir: Path) -> str:
             f"minigpt train --init-from {snapshot} --out NEW_RUN"
         )
     return ""
+
+
+def val_loss_text(val_loss: object) -> str:
+    """', in-training val loss 2.7069' for a header, or '' without one: a checkpoint holds the
+    estimate on train.eval_steps fixed batches, not the whole split's loss that `minigpt eval` and
+    `minigpt runs` print, so a header says which it is."""
+    return f", in-training val loss {val_loss:.4f}" if isinstance(val_loss, float) else ""
+
+
+MAX_RUNS_NAMED = 6  # a folder of runs given for one run: the first few are named
+
+
+def runs_inside(folder: Path) -> list[Path]:
+    """The run directories (holding last.pt or best.pt) under `folder`, at any depth, in path order."""
+    return sorted({p.parent for name in (LAST, BEST) for p in folder.rglob(name) if p.is_file()})
+
+
+def nearest_run_path(target: Path) -> Path | None:
+    """The folder or .pt file beside a mistyped `target` whose name is nearest to it, if one is near."""
+    parent = target.parent
+    if parent != target and not parent.exists():  # ruins/default: the folder is the typo
+        parent = nearest_run_path(parent) or parent
+    try:
+        names = [p.name for p in parent.iterdir() if p.is_dir() or p.suffix == ".pt"]
+    except OSError:
+        return None
+    if target.name in names:
+        return parent / target.name
+    close = difflib.get_close_matches(target.name, names, n=1, cutoff=0.6)
+    return parent / close[0] if close else None
 
 
 def snapshot_name(step: int) -> str:

@@ -91,7 +91,7 @@ def test_json_has_every_layer_and_position(trained_run: Path, cli) -> None:
 
 def test_terminal_view(trained_run: Path, model, cli, monkeypatch) -> None:
     monkeypatch.delenv("FORCE_COLOR", raising=False)
-    r = cli("lens", trained_run, "--text", TEXT)
+    r = cli("lens", trained_run, "--text", TEXT, "--top")
     assert r.code == 0 and r.err == "" and "\x1b[" not in r.out, r
     lines = r.out.splitlines()
     assert "after block 1 = output" in r.out and "[x] is the character that came" in r.out
@@ -104,7 +104,7 @@ def test_terminal_view(trained_run: Path, model, cli, monkeypatch) -> None:
     coloured = cli("lens", trained_run, "--text", TEXT, "--at", "3", "--at", "-1")
     assert coloured.code == 0 and "\x1b[48;5;" in coloured.out
     assert [line.split()[0] for line in coloured.out.splitlines() if line.startswith("#")] == ["#3", "#14"]
-    long = cli("lens", trained_run, "--text", make_text(40, seed=1), "--no-color")
+    long = cli("lens", trained_run, "--text", make_text(40, seed=1), "--no-color", "--top")
     assert (
         long.code == 0 and long.err == "note: the lens reads the first 16 characters (block_size); 24 more not read\n"
     )

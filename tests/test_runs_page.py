@@ -35,7 +35,7 @@ def test_the_runs_page_offline_curves_sorting_config_and_differences(page, runs:
     out = tmp_path / "runs.html"
     r = cli("runs", runs, "--html", out)
     assert r.code == 0, r
-    assert r.err.strip() == f"wrote {out}: 3 run(s), 2 with a val loss curve; 3 config key(s) differ"
+    assert r.err.strip() == f"wrote {out}: 3 runs, 2 with a val loss curve; 3 config keys differ"
     fetched: list[str] = []
 
     def only_the_file(route) -> None:

@@ -65,7 +65,9 @@ def _options(
 
 
 app.command(name="train", epilog=cli_help.train_epilog())(train_cmd)  # its body: cli/train.py
-app.command(name="sweep", epilog=epilog("sweep"))(sweep_cmd)  # its body: cli/sweep.py
+app.command(name="sweep", epilog=epilog("sweep") + "\n\n" + cli_help.shipped_line())(
+    sweep_cmd
+)  # its body: cli/sweep.py
 
 
 app.command(epilog=epilog("sample"))(sample)  # its body: cli/sample.py

@@ -57,6 +57,7 @@ minigpt score runs/default --file scene.txt --html score.html""",
 minigpt attention runs/default --text "Soft!" --layer 0 --head 1 --out 0-1.png
 minigpt attention runs/default --file scene.txt --html attention.html""",
     "lens": """minigpt lens runs/default --text "ROMEO: But, soft! what light"
+minigpt lens runs/default --text "ROMEO: But, soft!" --top   # and each layer's top 5
 minigpt lens runs/default --text "KING:" --json
 minigpt lens runs/default --file scene.txt --at 10 --at -1
 minigpt lens runs/default --text "ROMEO: But, soft!" --html lens.html""",
@@ -83,7 +84,20 @@ def train_epilog() -> str:
     from minigpt.config.schema import all_keys
 
     fixed = [f"{k}={'|'.join(f.metadata['choices'])}" for k, f in all_keys().items() if f.metadata.get("choices")]
-    return epilog("train") + "\n\nKeys with fixed values (every key: docs/configuration.md):\n" + "\n".join(fixed)
+    return (
+        epilog("train")
+        + "\n\n"
+        + shipped_line()
+        + "\n\nKeys with fixed values (every key: docs/configuration.md):\n"
+        + "\n".join(fixed)
+    )
+
+
+def shipped_line() -> str:
+    """The configs minigpt ships, for the --help of the commands that take a CONFIG."""
+    from minigpt.config import shipped_configs
+
+    return f"Shipped configs, by name from any folder (minigpt train cpu_4min): {', '.join(shipped_configs())}"
 
 
 def version_line() -> str:

@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -47,9 +48,17 @@ def lens_cmd(
             "--at",
             metavar="POS",
             show_default=False,
-            help="Show the top 5 at this position (0-based, -1 the last; repeatable). Default: all of a short text.",
+            help="Show the top 5 at this position (0-based, -1 the last; repeatable).",
         ),
     ] = None,
+    top: Annotated[
+        bool,
+        typer.Option(
+            "--top",
+            help="Also show each layer's top 5 guesses with their probabilities: at every position of a short "
+            "text, the last few of a longer one.",
+        ),
+    ] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours, even on a terminal.")] = False,
     unknown: Annotated[
         UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")
@@ -61,8 +70,8 @@ def lens_cmd(
     LayerNorm and output head are applied to the residual stream after each block; the last layer
     is the model's own output.
 
-    Shows each layer's bits per character, its top guess after every character, and its top 5
-    guesses with their probabilities (docs/lens.md).
+    Shows each layer's bits per character beside a uniform guess's, and its top guess after every
+    character; --top or --at adds the top 5 guesses with their probabilities (docs/lens.md).
     """
     from minigpt.cli.pages import text_input
     from minigpt.infer.loading import load_model, source_line
@@ -74,7 +83,7 @@ def lens_cmd(
         check_output(html)
     loaded = load_model(target, inference_device(device, threads))
     lens = lens_of(loaded, text, label, unknown)
-    positions = detail_positions(len(lens.chars), at)
+    positions = detail_positions(len(lens.chars), at) if top or at else []
     if lens.dropped:
         print(
             f"note: the lens reads the first {len(lens.chars)} {_units(lens)} (block_size); "
@@ -89,7 +98,7 @@ def lens_cmd(
     elif html is None:
         colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
         width = shutil.get_terminal_size((100, 24)).columns
-        print(lens_terminal(lens, colour, source_line(loaded), positions, width))
+        print(lens_terminal(lens, colour, source_line(loaded), positions, width, loaded.tokenizer.vocab_size))
 
 
 def detail_positions(n: int, at: list[int] | None) -> list[int]:
@@ -124,17 +133,24 @@ def _names(lens: Lens) -> list[str]:
     return [*lens.layers[:-1], f"{lens.layers[-1]} = output"]
 
 
-def lens_terminal(lens: Lens, colour: bool, source: str, positions: list[int], width: int = 100) -> str:
-    """The lens on a terminal: each layer's bits per character; each layer's top guess after every
-    character, under the character that came; the top 5 at `positions`."""
+def lens_terminal(
+    lens: Lens, colour: bool, source: str, positions: list[int], width: int = 100, vocab: int | None = None
+) -> str:
+    """The lens on a terminal: each layer's bits per character (beside a uniform guess over the
+    `vocab` ids, and why a layer can do worse); each layer's top guess after every character, under
+    the character that came; the top 5 at `positions` (none: how to see them)."""
     names = _names(lens)
     pad = max(len(n) for n in names) + 2
     unit = "char" if lens.unit == "char" else lens.unit
     lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{unit}"]
     lines += [f"{n:<{pad}}{b:>9.3f}" for n, b in zip(names, lens.bits_per_char)]
+    if vocab:
+        lines += uniform_lines(lens, pad, vocab)
     painted = " (on its surprise at the character that came)" if colour else ""
     lines += ["", f"each layer's top guess after each character, in line with the character that came{painted}"]
     lines += _grid(lens, names, pad, colour, max(8, width - pad))
+    if not positions:
+        return "\n".join([*lines, "", "each layer's top 5 guesses: --top (each position), --at POS, --json or --html"])
     lines += ["", "top 5 guesses at each position; [x] is the character that came"]
     if len(positions) < len(lens.chars):
         lines[-1] += (
@@ -144,6 +160,21 @@ def lens_terminal(lens: Lens, colour: bool, source: str, positions: list[int], w
     for i in positions:
         lines += _detail(lens, names, pad, colour, i)
     return "\n".join(lines)
+
+
+def uniform_lines(lens: Lens, pad: int, vocab: int) -> list[str]:
+    """The uniform guess's row under the layers', and why a layer above it is no mistake."""
+    uniform = math.log2(vocab)
+    out = [f"{'uniform guess':<{pad}}{uniform:>9.3f}  (1 in {vocab}: a model that knows nothing)"]
+    worse = [name for name, b in zip(lens.layers, lens.bits_per_char) if b > uniform]
+    if worse:
+        why = (
+            f"{' and '.join(worse)} {'scores' if len(worse) == 1 else 'score'} worse than uniform: the output head "
+            "is the embedding matrix (tied), so a stream still close to the embeddings guesses the character it "
+            "is on, confidently; the blocks move it toward the next one (docs/lens.md)"
+        )
+        out += textwrap.wrap(why, 100)
+    return out
 
 
 def _grid(lens: Lens, names: list[str], pad: int, colour: bool, width: int) -> list[str]:

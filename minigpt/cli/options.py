@@ -16,6 +16,43 @@ def device_option(help: str):
 
 
 DeviceOpt = Annotated[str, device_option("The device: auto is cuda, else mps, else cpu.")]
+
+# the flags `train` and `sweep` share, each a shortcut for a config key (flag_overrides)
+DataOpt = Annotated[
+    Path | None, typer.Option("--data", help="A file, folder or 'glob' to train on (shortcut for data.path=PATH).")
+]
+TrainDeviceOpt = Annotated[
+    str | None, device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
+]
+InitFromOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--init-from",
+        metavar="RUN_DIR|CHECKPOINT",
+        autocompletion=cli_help.complete_run_or_checkpoint,
+        show_default=False,
+        help="Start a new run from these weights (a run directory's best.pt): fine-tuning. Shortcut for "
+        "train.init_from; the model section is the checkpoint's.",
+    ),
+]
+AutoOpt = Annotated[
+    bool,
+    typer.Option(
+        "--auto",
+        help="Choose the model and optimizer for train.max_time from the text and a short speed probe "
+        "(shortcut for train.auto=true; keys you set win).",
+    ),
+]
+
+
+def flag_overrides(
+    data: Path | None, device: str | None, init_from: Path | None, auto: bool
+) -> list[tuple[str, object]]:
+    """The shared flags as the config keys they stand for (those given)."""
+    pairs = [("data.path", data), ("train.device", device), ("train.init_from", init_from), ("train.auto", auto)]
+    return [(key, str(v) if isinstance(v, Path) else v) for key, v in pairs if v is not None and v is not False]
+
+
 ThreadsOpt = Annotated[
     int,
     typer.Option(

@@ -68,6 +68,17 @@ def write_attention_files(
 SURPRISE_RAMP = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # ANSI 256 colours, dark green .. dark red
 
 
+def surprise_legend() -> str:
+    """The colours' key under a coloured text: one swatch per bit of surprise, 0 to 8 and more."""
+    swatches = "".join(
+        f"\x1b[48;5;{code}m\x1b[97m {i}{'+' if i == len(SURPRISE_RAMP) - 1 else ''} \x1b[0m"
+        for i, code in enumerate(SURPRISE_RAMP)
+    )
+    return (
+        f"colours: {swatches} bits of surprise at a character (green expected, red surprising; the first is not scored)"
+    )
+
+
 def score_terminal(scores: Scores, colour: bool, source: str) -> str:
     """`minigpt score`'s text: the characters on backgrounds from green (expected) to red
     (surprising), one step per whole bit and white text on all, or plain columns (position,
@@ -78,7 +89,7 @@ def score_terminal(scores: Scores, colour: bool, source: str) -> str:
             code = SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(b))]
             mark = "\u21b5" if c == "\n" else c  # a line break shows as a coloured arrow, then breaks
             shown.append(f"\x1b[48;5;{code}m\x1b[97m{mark}\x1b[0m" + ("\n" if c == "\n" else ""))
-        lines = ["".join(shown)]
+        lines = ["".join(shown), surprise_legend()]
     else:
         pairs = enumerate(zip(scores.text[1:], scores.bits), start=1)
         lines = ["pos\tchar\tbits", *(f"{i}\t{c!r}\t{b:.3f}" for i, (c, b) in pairs)]

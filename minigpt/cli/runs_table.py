@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, list_snapshots
+from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint, list_snapshots, runs_inside
 from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
 from minigpt.model import parameter_count
@@ -75,7 +75,7 @@ def run_dirs(root: Path) -> list[Path]:
     """Every run directory under `root` (at any depth; `root` itself too), in path order."""
     if not root.is_dir():
         raise UserError(f"{root} is not a directory of runs (train one with: minigpt train --out {root}/NAME)")
-    return sorted({p.parent for name in (LAST, BEST) for p in root.rglob(name)})
+    return runs_inside(root)
 
 
 def run_name(root: Path, run_dir: Path) -> str:
@@ -87,15 +87,42 @@ def list_runs(root: Path) -> list[RunInfo]:
 
 
 def format_runs(runs: list[RunInfo]) -> str:
-    rows = [("run", "steps", "best val", "params", "wall", "snapshots", "started from")]
+    """The table of runs, with a data column when they were trained on different texts (a loss
+    compares only on the same one), and a line saying what a ~ marks when one shows."""
+    data = {r.run: data_name(r.config["data.path"]) for r in runs if r.config}
+    with_data = len(set(data.values())) > 1
+    rows = [
+        ("run", *(["data"] if with_data else []), "steps", "best val", "params", "wall", "snapshots", "started from")
+    ]
     for r in runs:
+        first = (r.run, data.get(r.run, "-")) if with_data else (r.run,)
         if r.problem:
-            rows.append((r.run, "-", "-", "-", "-", "-", f"unreadable: {r.problem}"))
+            rows.append((*first, "-", "-", "-", "-", "-", f"unreadable: {r.problem}"))
             continue
-        rows.append((r.run, *run_cells(r), str(r.snapshots), r.started_from or "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(6)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:6], widths)) + "  " + row[6] for row in rows]
-    return "\n".join(line.rstrip() for line in lines)
+        rows.append((*first, *run_cells(r), str(r.snapshots), r.started_from or "-"))
+    n = len(rows[0]) - 1
+    widths = [max(len(row[i]) for row in rows) for i in range(n)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:n], widths)) + "  " + row[n] for row in rows]
+    return "\n".join([*(line.rstrip() for line in lines), *estimate_legend(runs)])
+
+
+ESTIMATE_LEGEND = (
+    "~: an estimate (the in-training loss, or a sample of the split); without it, the whole validation split"
+)
+
+
+def estimate_legend(runs: list[RunInfo]) -> list[str]:
+    """The line under a table that explains its ~, when a loss carries one."""
+    marked = any(r.best_val_loss is not None and not r.best_val_loss_is_full and not r.problem for r in runs)
+    return [ESTIMATE_LEGEND] if marked else []
+
+
+def data_name(path: str | list[str]) -> str:
+    """A run's data.path, short: the file or folder name ('notes.txt', 'books/ +2' for a list)."""
+    items = [path] if isinstance(path, str) else list(path)
+    first = Path(items[0])
+    name = first.name + ("/" if first.is_dir() else "")
+    return name + (f" +{len(items) - 1}" if len(items) > 1 else "")
 
 
 def run_cells(r: RunInfo) -> tuple[str, str, str, str]:
@@ -161,7 +188,8 @@ def format_sweep(rows: list[SweepRow]) -> str:
             continue
         table.append((row.run, *values, *run_cells(r), row.note))
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table)
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
+    return "\n".join(lines + estimate_legend([row.info for row in rows if row.info is not None]))
 
 
 def runs_page(folder: Path, out: Path) -> str:

@@ -139,9 +139,10 @@ def stdout_text(pieces: Iterable[Piece], n: int) -> Iterator[str]:
 
 def _announce(loaded) -> None:
     """The line on stderr naming the model the samples come from."""
+    from minigpt.checkpoint import val_loss_text
+
     step, val = loaded.checkpoint.step, loaded.checkpoint.val_loss
-    val_text = f", val loss {val:.4f}" if isinstance(val, float) else ""
-    print(f"sampling from {loaded.path} (step {step}{val_text})", file=sys.stderr)
+    print(f"sampling from {loaded.path} (step {step}{val_loss_text(val)})", file=sys.stderr)
 
 
 def _interactive(loaded, opts, stops: list[str]) -> int:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from minigpt.cli import help as cli_help
+from minigpt.cli.options import AutoOpt, DataOpt, InitFromOpt, TrainDeviceOpt, flag_overrides
 from minigpt.cli.train import split_args
 from minigpt.errors import UserError
 
@@ -32,7 +33,8 @@ def sweep_cmd(
             "--out",
             autocompletion=cli_help.complete_directory,
             show_default=False,
-            help="The sweep's folder, one run directory per point in it (default: runs/<config name>-sweep).",
+            help="The sweep's folder, one run directory per point in it (default: runs/<config name>-sweep; with "
+            "--data, runs/<data name>-sweep).",
         ),
     ] = None,
     draw: Annotated[
@@ -42,6 +44,10 @@ def sweep_cmd(
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="The seed of --random's draw.")] = 0,
+    data: DataOpt = None,
+    device: TrainDeviceOpt = None,
+    init_from: InitFromOpt = None,
+    auto: AutoOpt = False,
     max_total_time: Annotated[
         str | None,
         typer.Option(
@@ -59,6 +65,7 @@ def sweep_cmd(
     again after an interruption: finished runs are skipped and an interrupted one resumes (docs/runs.md).
     """
     from minigpt.config.fields import parse_duration
+    from minigpt.config.files import default_run_dir
     from minigpt.train.sweep import plan_sweep
 
     started = time.perf_counter()  # --max-total-time counts from here: torch's import is in it
@@ -68,6 +75,10 @@ def sweep_cmd(
         if budget is None:
             raise UserError(f"--max-total-time must be a duration such as 90s, 30m or 2h, got {max_total_time!r}")
     config_path, items = split_args(args)
+    items += sweep_items(flag_overrides(data, device, init_from, auto), items)
+    if out is None:
+        run_dir = default_run_dir(config_path, items)
+        out = run_dir.with_name(f"{run_dir.name}-sweep")
     sweep = plan_sweep(config_path, items, out, draw, seed)  # every point checked: before torch, before any run
     from minigpt.cli.runs_table import format_sweep, sweep_rows
     from minigpt.train.sweep import run_sweep
@@ -75,3 +86,15 @@ def sweep_cmd(
     outcomes = run_sweep(sweep, budget, started)
     notes = {o.point.name: o.note for o in outcomes}
     print(format_sweep(sweep_rows(sweep, notes)))
+
+
+def sweep_items(pairs: list[tuple[str, object]], given: list[str]) -> list[str]:
+    """The shared flags as fixed sweep items: KEY=VALUE, a value with a comma quoted so that it
+    stays one value (a sweep splits values at commas). A key the `given` items set too is refused."""
+    items = []
+    for key, value in pairs:
+        if any(item.partition("=")[0].strip() == key for item in given):
+            raise UserError(f"{key} is set twice, by its flag and by {key}=...; give one of them")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        items.append(f"{key}='{text}'" if "," in text else f"{key}={text}")
+    return items

@@ -14,20 +14,8 @@ from typing import Annotated, NoReturn
 import typer
 
 from minigpt.cli import help as cli_help
-from minigpt.cli.options import device_option
+from minigpt.cli.options import AutoOpt, DataOpt, InitFromOpt, TrainDeviceOpt, flag_overrides
 from minigpt.errors import UserError
-
-InitFromOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--init-from",
-        metavar="RUN_DIR|CHECKPOINT",
-        autocompletion=cli_help.complete_run_or_checkpoint,
-        show_default=False,
-        help="Start a new run from these weights (a run directory's best.pt): fine-tuning. Shortcut for "
-        "train.init_from; the model section is the checkpoint's.",
-    ),
-]
 
 
 def train_cmd(
@@ -49,12 +37,8 @@ def train_cmd(
             help="Run directory (default: runs/<config name>).",
         ),
     ] = None,
-    data: Annotated[
-        Path | None, typer.Option("--data", help="A file, folder or 'glob' to train on (shortcut for data.path=PATH).")
-    ] = None,
-    device: Annotated[
-        str | None, device_option("The device (shortcut for train.device): auto is cuda, else mps, else cpu.")
-    ] = None,
+    data: DataOpt = None,
+    device: TrainDeviceOpt = None,
     resume: Annotated[
         bool,
         typer.Option(
@@ -68,14 +52,7 @@ def train_cmd(
         int | None,
         typer.Option("--nproc", help="Train with N local processes (DDP), launched through torchrun.", min=1),
     ] = None,
-    auto: Annotated[
-        bool,
-        typer.Option(
-            "--auto",
-            help="Choose the model and optimizer for train.max_time from the text and a short speed probe "
-            "(shortcut for train.auto=true; keys you set win).",
-        ),
-    ] = False,
+    auto: AutoOpt = False,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Print the resolved config (after --auto) and the advice; train nothing."),
@@ -90,15 +67,7 @@ def train_cmd(
     if nproc is not None:
         flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}
         launch_processes(nproc, args, flags, mode, config_path, overrides)
-    extra: list[str | tuple[str, object]] = list(overrides)
-    if data is not None:
-        extra.append(("data.path", str(data)))
-    if device is not None:
-        extra.append(("train.device", device))
-    if init_from is not None:
-        extra.append(("train.init_from", str(init_from)))
-    if auto:
-        extra.append(("train.auto", True))
+    extra: list[str | tuple[str, object]] = [*overrides, *flag_overrides(data, device, init_from, auto)]
     check_config_first(config_path, extra)  # a mistyped key is told before torch is imported
     from minigpt.train.launch import start_run
 
@@ -114,7 +83,9 @@ def split_args(args: list[str]) -> tuple[Path | None, list[str]]:
             f"expected at most one CONFIG file, got {', '.join(configs)}; overrides are written KEY=VALUE "
             "(e.g. model.n_layer=6)"
         )
-    return (Path(configs[0]) if configs else None), overrides
+    from minigpt.config import config_file
+
+    return (config_file(configs[0]) if configs else None), overrides
 
 
 def resume_mode(args: list[str], resume: bool) -> tuple[list[str], bool | str]:

@@ -8,6 +8,8 @@ import it, and nothing else of the config (the schema costs more: docs/benchmark
 
 from __future__ import annotations
 
+from pathlib import Path
+
 DEVICES = ("auto", "cpu", "cuda", "mps")  # and cuda:N
 DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
 DEVICE_METAVAR = "<auto|cpu|cuda|cuda:N|mps>"  # not a closed set (cuda:N), so not a Literal on the command line
@@ -25,3 +27,25 @@ def is_device_name(name: str) -> bool:
     """auto, cpu, mps, cuda or cuda:N (whether it exists here is the runtime's question)."""
     prefix, colon, index = name.partition(":")
     return name in DEVICES or (prefix == "cuda" and bool(colon) and index.isdigit())
+
+
+def shipped_configs() -> dict[str, Path]:
+    """The example configs that come with minigpt, by name (`cpu_4min`): the wheel puts the
+    checkout's configs/ into the package as minigpt/configs/ (pyproject.toml); run from a checkout,
+    they are read from configs/ itself."""
+    package = Path(__file__).resolve().parent.parent
+    for folder in (package / "configs", package.parent / "configs"):
+        if folder.is_dir():
+            return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+    return {}
+
+
+def config_file(given: str) -> Path:
+    """The CONFIG a command line names: the file at that path when there is one, else the shipped
+    config of that name, written `cpu_4min`, `cpu_4min.yaml` or `configs/cpu_4min.yaml` (as the
+    docs do), so the examples work from any folder."""
+    path = Path(given)
+    if path.exists() or path.parent not in (Path("."), Path("configs")):
+        return path
+    name = path.stem if path.suffix in (".yaml", ".yml") else path.name
+    return shipped_configs().get(name, path)

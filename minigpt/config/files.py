@@ -4,6 +4,7 @@ precedence defaults < file < overrides, and the resolved config written back as 
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -44,7 +45,10 @@ def takes_list(key: str) -> bool:
 def read_yaml(path: Path) -> Any:
     """Read YAML with the safe loader; errors name the file, line and column."""
     if not path.exists():
-        raise UserError(f"config file {path} does not exist (see configs/ for examples)")
+        from minigpt.config import shipped_configs
+
+        names = ", ".join(shipped_configs()) or "none found"
+        raise UserError(f"config file {path} does not exist (the shipped configs, usable by name: {names})")
     if path.is_dir():
         raise UserError(f"config file {path} is a directory, not a YAML file")
     if not path.is_file():  # reading a device or a FIFO might never end
@@ -116,9 +120,45 @@ def _text_value(key: str, text: str) -> str | None:
     return text
 
 
+class _ReadableDumper(yaml.SafeDumper):
+    """Strings with line breaks or tabs double-quoted, `"\n\n"`: YAML's default folds them over
+    several lines, which reads as a broken file."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = '"' if any(c in value for c in "\n\r\t") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ReadableDumper.add_representer(str, _str)
+
+
+def default_run_dir(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]) -> Path:
+    """Where a run goes without --out: runs/<CONFIG's name> (runs/default without one), and with
+    data.path on the command line (--data) runs/<the data's name>, or runs/<CONFIG>-<data> with a
+    CONFIG: a second text gets a folder of its own instead of meeting the first text's run."""
+    data = None
+    for item in overrides:
+        key, value = parse_override(item) if isinstance(item, str) else item
+        if key == "data.path" and value:
+            data = value if isinstance(value, str) else value[0]
+    parts = [config_path.stem] if config_path is not None else []
+    if data is not None:
+        parts.append(data_name(data))
+    return Path("runs") / ("-".join(parts) or "default")
+
+
+def data_name(path: str) -> str:
+    """'my_text.txt' -> 'my_text', '~/books/' -> 'books', 'notes/*.md' -> 'notes': a run folder's name."""
+    fixed = re.split(r"[*?\[]", path, maxsplit=1)[0]  # a glob: the folder before its first wildcard
+    p = Path(fixed).expanduser()
+    name = p.name if fixed != path or fixed.endswith("/") else p.stem
+    return name or p.resolve().name or "data"
+
+
 def config_text(cfg: Config) -> str:
     """The resolved config as YAML (the run directory's config.yaml)."""
-    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
+    text = yaml.dump(cfg.to_dict(), Dumper=_ReadableDumper, sort_keys=False, allow_unicode=True)
     return "# resolved minigpt config of this run\n" + text
 
 

@@ -261,13 +261,67 @@ def all_keys() -> dict[str, dataclasses.Field]:
     return {f"{s}.{f.name}": f for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
+# names other tools give these keys: an unknown key with one of them as its last part is pointed here
+KEY_ALIASES = {
+    "learning_rate": "optim.lr",
+    "lr": "optim.lr",
+    "min_learning_rate": "optim.min_lr",
+    "warmup": "optim.warmup_steps",
+    "warmup_iters": "optim.warmup_steps",
+    "wd": "optim.weight_decay",
+    "n_layers": "model.n_layer",
+    "num_layers": "model.n_layer",
+    "layers": "model.n_layer",
+    "n_heads": "model.n_head",
+    "num_heads": "model.n_head",
+    "heads": "model.n_head",
+    "d_model": "model.n_embd",
+    "n_embed": "model.n_embd",
+    "hidden_size": "model.n_embd",
+    "context": "model.block_size",
+    "context_length": "model.block_size",
+    "seq_len": "model.block_size",
+    "epochs": "train.max_steps",
+    "max_iters": "train.max_steps",
+    "iters": "train.max_steps",
+    "steps": "train.max_steps",
+    "batch": "train.batch_size",
+    "data": "data.path",
+}
+ALIAS_NOTES = {"train.max_steps": "minigpt counts optimizer steps, not passes over the text"}
+
+
+def closest_key(key: str) -> str | None:
+    """The key a mistyped or borrowed `key` most likely means, in any section: a name from another
+    tool (`learning_rate`, `epochs`), a key of another section (`train.lr`), a near spelling of a
+    key's name (`n_layers`), else the nearest whole dotted key."""
+    keys = all_keys()
+    section, _, tail = key.rpartition(".")
+    tail = tail.lower()
+    if tail in KEY_ALIASES:
+        return KEY_ALIASES[tail]
+    names = {}  # a field name -> its key, the given section's first
+    for k in sorted(keys, key=lambda k: k.split(".")[0] != section):
+        names.setdefault(k.split(".")[1], k)
+    close = difflib.get_close_matches(tail, list(names), n=1, cutoff=0.75)
+    if close:
+        return names[close[0]]
+    whole = difflib.get_close_matches(key, list(keys), n=1, cutoff=0.5)
+    return whole[0] if whole else None
+
+
 def _suggest(key: str) -> str:
-    close = difflib.get_close_matches(key, list(all_keys()), n=1, cutoff=0.5)
-    if not close:
-        # a bare field name ("lr") or a section typo: match on the last part
-        tail = key.rsplit(".", 1)[-1]
-        close = [k for k in all_keys() if k.endswith("." + tail)][:1]
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    """ " (did you mean 'optim.lr'?)", saying where the key lives and what it is when the section
+    written was another one (or none)."""
+    found = closest_key(key)
+    if found is None:
+        return ""
+    section = found.split(".")[0]
+    if key.rpartition(".")[0] == section:
+        return f" (did you mean '{found}'?)"
+    note = ALIAS_NOTES.get(found, "") if key.rpartition(".")[2].lower() in KEY_ALIASES else ""
+    what = f"{note}; " if note else ""
+    return f" (did you mean '{found}'? {what}it is in the {section} section: {all_keys()[found].metadata['help']})"
 
 
 def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:

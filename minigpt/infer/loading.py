@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from minigpt.checkpoint import BEST, Checkpoint, resolve_checkpoint
+from minigpt.checkpoint import BEST, Checkpoint, resolve_checkpoint, val_loss_text
 from minigpt.config.schema import Config, config_from_dict
 from minigpt.data.tokenizer import Tokenizer, tokenizer_from_dict
 from minigpt.errors import UserError, first_line
@@ -70,7 +70,7 @@ def column_major_for_decoding(model: GPT) -> None:
 def source_line(loaded: LoadedModel) -> str:
     """Which model this is, for pages and reprs: its checkpoint, step and validation loss, and shape."""
     ckpt = loaded.checkpoint
-    val = f", val loss {ckpt.val_loss:.4f}" if isinstance(ckpt.val_loss, float) else ""
+    val = val_loss_text(ckpt.val_loss)
     cfg = loaded.config.model
     shape = f"{cfg.n_layer} layers x {cfg.n_head} heads, context {cfg.block_size}, pos_emb {cfg.pos_emb}"
     return f"{loaded.path} (step {ckpt.step}{val}; {shape})"

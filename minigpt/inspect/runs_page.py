@@ -37,5 +37,8 @@ def runs_html(folder: str, runs: list[dict[str, Any]]) -> HtmlPage:
     differ = differing_keys([r["config"] for r in runs if r.get("config")])
     data = {"folder": folder, "runs": finite(runs), "differ": differ}
     curves = sum(1 for r in runs if r.get("curve") and r["curve"]["step"])
-    summary = f"{len(runs)} run(s), {curves} with a val loss curve; {len(differ)} config key(s) differ"
+    keys = "every config key is the same"
+    if differ:
+        keys = "1 config key differs" if len(differ) == 1 else f"{len(differ)} config keys differ"
+    summary = f"{len(runs)} run{'' if len(runs) == 1 else 's'}, {curves} with a val loss curve; {keys}"
     return HtmlPage(render("runs", f"runs: {folder}", data), "runs", summary, height=900)

@@ -243,7 +243,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
     why = (
         f"{c.rung[0]} x {c.rung[1]} ({n / 1e6:.2f}M block parameters), context {c.rung[3]}, batch {c.rung[4]}"
         + (f", dropout {c.model.dropout}" if c.model.dropout else "")
-        + f": ~{c.steps:,} steps in {budget_s:.0f} s here, {c.tokens / n:.0f} tokens per parameter, "
+        + f": ~{c.steps:,} steps in {budget_s:.0f} s here, {per_block_parameter(c.tokens, n, 'token')}, "
         f"{c.passes:.1f} passes over the text"
         + ("" if lasting else f"; the text is small for the time: patience stops it near step {c.turn:,}")
     )
@@ -255,6 +255,14 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
 OVERFIT_PASSES = 20.0
 DROPOUT_GAIN = 20.0
 SHORT_DOCUMENTS = 1.0  # documents shorter than this share of the context on average: said so (docs/auto.md)
+
+
+def per_block_parameter(tokens: float, params: int, unit: str) -> str:
+    """'0.25 chars per block parameter': the one rounding and wording of the ratio the advisor's
+    rules use (two significant figures below 10, so a ratio under one never shows as 0 or 1)."""
+    ratio = tokens / max(params, 1)
+    shown = f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.2g}"
+    return f"{shown} {unit}{'' if shown == '1' else 's'} per block parameter"
 
 
 def turn_step(m: ModelConfig, batch: int, train_tokens: int) -> int:
@@ -274,7 +282,7 @@ def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, allowed: int | No
     tokens = steps * t.batch_size * m.block_size
     lines = [
         f"plan: {parameter_count(m, vocab) / 1e6:.2f}M parameters; {steps:,} steps see {tokens / 1e6:,.1f}M {unit}s, "
-        f"{tokens / n:,.0f} per block parameter, {tokens / max(train_tokens, 1):,.1f} passes over the "
+        f"{per_block_parameter(tokens, n, unit)}, {tokens / max(train_tokens, 1):,.1f} passes over the "
         f"{train_tokens / 1e6:,.2f}M training {unit}s"
     ]
     turn = turn_step(m, t.batch_size, train_tokens)
@@ -289,8 +297,8 @@ def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, allowed: int | No
         )
     elif tokens < n:
         lines.append(
-            f"advice: the model is big for this run: under one {unit} per parameter; a smaller model, or --auto "
-            "with train.max_time, learns more in the same time"
+            f"advice: the model is big for this run: {per_block_parameter(tokens, n, unit)}, under one; a smaller "
+            "model, or --auto with train.max_time, learns more in the same time"
         )
     lines += schedule_advice(cfg, allowed)
     mean_doc = len(corpus.ids) / max(corpus.documents, 1)

@@ -8,8 +8,10 @@ finished, doing nothing, when it already ended (`finished`)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,10 +19,11 @@ from typing import Any
 
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint, resumable_checkpoint
 from minigpt.config.fields import parse_duration
-from minigpt.config.files import check_overrides, config_text, load_config, parse_override
-from minigpt.config.schema import Config, ModelConfig, batch_split_error, config_from_dict
+from minigpt.config.files import check_overrides, config_text, default_run_dir, load_config, parse_override
+from minigpt.config.schema import DEFAULT_DATA_PATH, Config, ModelConfig, batch_split_error, config_from_dict
 from minigpt.data.corpus import Corpus, load_corpus
-from minigpt.data.sources import absolute_spec
+from minigpt.data.encoding import file_sha256
+from minigpt.data.sources import absolute_spec, describe, resolve_sources
 from minigpt.data.tokenizer import CharTokenizer, Tokenizer, name_chars, tokenizer_from_dict
 from minigpt.errors import UserError
 from minigpt.io.lock import FileLock, LockHeld
@@ -73,8 +76,7 @@ def start_run(
     `resume` "auto" starts or resumes; a resumed run may be found finished (None). `dry_run`: print
     the resolved config and the advisor's lines, and train nothing.
     The whole command line is checked before the run directory is looked at."""
-    name = config_path.stem if config_path is not None else "default"
-    out_dir = out_dir if out_dir is not None else Path("runs") / name
+    out_dir = out_dir if out_dir is not None else default_run_dir(config_path, overrides)
     existing = find_checkpoint(out_dir, prefer=LAST)
     if resume and existing is not None and config_path is None:
         check_overrides(overrides)  # a resumed run's own config is read from its checkpoint
@@ -86,9 +88,7 @@ def start_run(
     if resume:
         return _resume(config_path, overrides, out_dir, started=started, dry_run=dry_run)
     if existing is not None and not dry_run:
-        raise UserError(
-            f"{out_dir} already holds a run ({existing.name}); continue it with --resume, or pick another --out"
-        )
+        raise UserError(taken_run_dir(out_dir, existing, cfg))
     if cfg.train.init_from is None:
         return run_training(
             cfg, out_dir, started=started, explicit=explicit_keys(config_path, overrides), dry_run=dry_run
@@ -99,6 +99,34 @@ def start_run(
     start = Checkpoint.load(source)
     cfg = fine_tuning_config(config_path, overrides, config_from_dict(start.config, str(source)), source)
     return run_training(cfg, out_dir, init_from=(source, start), started=started, dry_run=dry_run)
+
+
+def taken_run_dir(out_dir: Path, existing: Path, cfg: Config) -> str:
+    """Why a new run cannot go into `out_dir`, which holds the run of `existing`: the data is
+    checked first (a missing file is the mistake to tell), then --resume is offered only when it
+    would succeed (the same text, no key changed that a resume may not change), and a free --out."""
+    if cfg.data.path == DEFAULT_DATA_PATH and not Path(DEFAULT_DATA_PATH).exists():  # fetched when it trains
+        return f"{out_dir} already holds a run ({existing.name}); pick another --out"
+    files = resolve_sources(cfg.data.path)
+    if cfg.data.val_path is not None:
+        resolve_sources(cfg.data.val_path, "data.val_path")
+    free = next(p for n in itertools.count(2) if not (p := out_dir.with_name(f"{out_dir.name}-{n}")).exists())
+    taken = f"{out_dir} already holds a run ({existing.name})"
+    ckpt = Checkpoint.load(existing)
+    saved = config_from_dict(ckpt.config, str(existing))
+    same_data = absolute_spec(cfg.data.path) == saved.data.path or (  # a copy of the same text resumes too
+        len(files) == 1 and ckpt.data.get("sha256") == file_sha256(files[0].path, files[0].size)
+    )
+    try:
+        resume_changes(saved, cfg.replace(**{"data.path": saved.data.path}), "")
+    except UserError:
+        a, b = saved.flat(), cfg.flat()
+        differ = [k for k in a if a[k] != b[k] and not k.startswith(MAY_CHANGE_ON_RESUME)]
+        shown = ", ".join(f"{k} {a[k]!r} -> {b[k]!r}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "")
+        return f"{taken} with another config ({shown}); pick another --out, e.g. --out {free}"
+    if not same_data:
+        return f"{taken} trained on {describe(saved.data.path)}; pick another --out, e.g. --out {free}"
+    return f"{taken}; continue it with --resume, or pick another --out, e.g. --out {free}"
 
 
 def explicit_keys(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]) -> frozenset[str]:
@@ -395,7 +423,7 @@ def run_training(
     if dry_run:
         for line in advised:
             log(line)
-        print(config_text(cfg), end="")
+        print(dry_run_text(cfg, explicit, steps), end="")
         return None
     distributed.init(dist, device)
     lock = RunLock(out_dir)
@@ -420,6 +448,20 @@ def run_training(
     finally:
         lock.release()
         distributed.shutdown()
+
+
+def dry_run_text(cfg: Config, explicit: frozenset[str], expected: int | None) -> str:
+    """`--dry-run`'s config, with a comment on train.max_steps where the time budget, not the
+    steps, ends the run: --auto sets it as a cap only (`expected`: the steps it plans)."""
+    t = cfg.train
+    if t.auto and "train.max_steps" not in explicit:
+        planned = f"; --auto plans ~{expected:,} steps" if expected else ""
+        why = f"a cap only: train.max_time {t.max_time} ends the run{planned}"
+    elif t.max_time:
+        why = f"or train.max_time {t.max_time}, whichever comes first, ends the run"
+    else:
+        return config_text(cfg)
+    return re.sub(r"^(  max_steps: \d+)$", rf"\1  # {why}", config_text(cfg), count=1, flags=re.M)
 
 
 def _start_from(trainer: Trainer, source: Path, start: Checkpoint) -> None:

@@ -177,7 +177,7 @@ function pick(i) {
 byId("source").textContent = DATA.folder;
 const curves = POINTS.filter((p) => p.length > 1).length;
 byId("counts").textContent = `${RUNS.length} run${RUNS.length === 1 ? "" : "s"}, ${curves} with a curve; ` +
-  (DIFFER.length ? `${DIFFER.length} config key${DIFFER.length === 1 ? "" : "s"} differ (marked)` : "every config key is the same");
+  (DIFFER.length ? `${DIFFER.length} config ${DIFFER.length === 1 ? "key differs" : "keys differ"} (marked)` : "every config key is the same");
 segmented(byId("xaxis"), ["step", "wall time"], 0, (k) => { xKey = k ? "seconds" : "step"; drawChart(); });
 byId("note").textContent = "The curves are the fixed-batch val loss at each evaluation (TensorBoard's val/loss); a run " +
   "without event files shows results.json's last point. The table's val loss is the whole validation split after " +
