@@ -6,7 +6,8 @@ bf16 hundreds of times slower. So `train.dtype: auto` and `sample --dtype auto` 
 matrix products (a block's two MLP products, forward and backward, under autocast) in float32 and in
 bf16 on the threads the run uses, and take bf16 only where it is faster by a margin. The answer is
 cached per machine (CPU model and flags, torch version, oneDNN's ISA limit, threads, shape) in the
-user's cache folder, so the probe costs its fraction of a second once.
+user's cache folder, so the probe costs its fraction of a second once; a ratio measured while other
+processes kept the cores busy serves its own run but is not cached.
 """
 
 from __future__ import annotations
@@ -109,6 +110,14 @@ def measure(rows: int, width: int) -> float:
     return ratio
 
 
+def machine_busy() -> bool:
+    """Whether more processes wanted to run over the last minute than this process may use cores."""
+    try:
+        return os.getloadavg()[0] > len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no load average or affinity (Windows, macOS): assume quiet
+        return False
+
+
 def _read(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -130,6 +139,8 @@ def cpu_precision(rows: int, width: int, cache_dir: Path | None = None) -> Choic
     with torch.random.fork_rng(devices=[]):
         ratio = measure(rows, width)
     choice = Choice(ratio >= MARGIN, round(ratio, 3))
+    if machine_busy():  # other processes' load skews the ratio: good for this run, not for every later one
+        return choice
     entries = _read(path)
     entries[key] = {
         "bf16": choice.bf16,
