@@ -57,6 +57,7 @@ def test_the_series_names_three_lessons() -> None:
         ("learned", "model.norm=post model.bias=true model.mlp_act=relu2 model.logit_softcap=30"),
         ("sinusoidal", "model.attn_only=true"),
     ],
+    ids=["rope-pre", "learned-post-bias-relu2-softcap", "sinusoidal-attn-only"],
 )
 def test_lessons_train_a_run_and_check_every_step_on_it(
     positions: str, options: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
