@@ -5,6 +5,7 @@
     m.sample("ROMEO:", max_new_tokens=200, temperature=0.8, seed=1)   # -> str
     m.score("ROMEO: But, soft!")                # -> Scores: .bits, .probs, .bits_per_char, .top_ids
     maps, chars = m.attention("ROMEO: But")     # -> (layer, head, T, T) tensor, the characters
+    m.module.blocks[0].attn.c_attn.weight       # the torch module and its weights
     m.show_attention(text)                      # the explorer page, inline in Jupyter
     m.show_score(text)                          # the surprise page, inline in Jupyter
     m.export("exports/hf")                      # a transformers folder (format="onnx": ONNX)
@@ -49,6 +50,14 @@ class Model:
     def config(self):
         """The run's resolved config (`config.model.block_size`, `config.model.pos_emb`, ...)."""
         return self.loaded.config
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The torch module itself (minigpt.model.GPT, in eval mode), for reading its weights by name
+        (`.wte.weight`, `.blocks[0].attn.c_attn.weight`, ...) and hooking its HookPoints
+        (`.blocks[0].attn.pattern`, `.head_out`); the lessons/ notebooks recompute it from these. Changing
+        a weight here changes what this Model samples and scores."""
+        return self.loaded.model
 
     @property
     def path(self) -> Path:
