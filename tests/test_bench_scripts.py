@@ -102,8 +102,7 @@ def test_the_report_reads_its_targets_from_targets_yaml(monkeypatch) -> None:
     assert (row.target, row.met) == ("<= 1.45", "NO")
 
 
-def test_no_script_is_over_500_lines() -> None:
-    long = {
-        str(p.relative_to(SCRIPTS)): n for p in SCRIPTS.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500
-    }
+def test_no_benchmark_file_is_over_500_lines() -> None:
+    files = [SCRIPTS / "bench.py", *(SCRIPTS / "benchmarks").rglob("*.py")]
+    long = {str(p.relative_to(SCRIPTS)): n for p in files if (n := len(p.read_text().splitlines())) > 500}
     assert not long, f"split these into a benchmark's own modules: {long}"
