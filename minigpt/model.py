@@ -49,7 +49,7 @@ def evaluating(model: nn.Module) -> Iterator[nn.Module]:
 
 def linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """module(x) without nn.Module's call machinery: the same operation, and hooks on these layers are
-    not used. Speed trick, kept: decoding 10% faster (6x384 model); training gains nothing (docs/benchmarks.md)."""
+    not used. Speed trick: faster decoding (docs/benchmarks.md, "Speed tricks on trial")."""
     return F.linear(x, module.weight, module.bias)
 
 
@@ -109,7 +109,7 @@ def causal_attention(
 
     On the CPU, bf16 queries (bf16 autocast, or a bf16 model sampling) are attended in float32: the
     CPU's bf16 flash-attention kernels are slower than its float32 ones, while the matrix multiplies
-    around them gain from bf16 (docs/benchmarks.md). float32 is also the more accurate softmax. The
+    around them gain from bf16. float32 is also the more accurate softmax. The
     result has the queries' dtype."""
     if mask is None and q.size(2) not in (1, k.size(2)):
         raise ValueError(f"{q.size(2)} queries over {k.size(2)} keys need an explicit attention mask")
@@ -251,7 +251,7 @@ class GPT(nn.Module):
         if cfg.pos_emb == "sinusoidal":
             # scaled to the token embeddings' size at init (std 0.02 a channel; sin/cos have rms 1/sqrt 2),
             # as the original Transformer's sqrt(d) embedding scale makes the two comparable there;
-            # unscaled, the positions drown the characters (docs/attention.md, docs/benchmarks.md)
+            # unscaled, the positions drown the characters (docs/attention.md)
             table = sinusoidal_table(cfg.block_size, cfg.n_embd) * (0.02 * math.sqrt(2))
             self.register_buffer("pos_table", table, persistent=False)
         if cfg.pos_emb == "rope":

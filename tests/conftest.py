@@ -6,7 +6,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
-import random
 import shutil
 import sys
 import tempfile
@@ -71,6 +70,7 @@ _bytecode_cache_for_the_session()
 _one_share_of_the_cores_per_worker()
 
 from minigpt.cli.app import main  # noqa: E402
+from tests.helpers import TINY, TRAINED_RUN_PEAK_TFLOPS, make_text  # noqa: E402, F401  (also for older imports)
 
 
 def _take_the_machine(alone: bool) -> IO[str]:
@@ -118,36 +118,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the middle, one would wait for the other worker's test, maybe a long one). Then the long `early`
     ones, so that no worker is left with one at the end. A stable sort: the rest keep their order."""
     items.sort(key=lambda item: 0 if item.get_closest_marker("alone") else 1 if item.get_closest_marker("early") else 2)
-
-
-TINY = [
-    "model.n_layer=2",
-    "model.n_head=2",
-    "model.n_embd=32",
-    "model.block_size=16",
-    "train.batch_size=8",
-    "train.eval_steps=2",
-    "train.device=cpu",
-    "log.interval=5",
-    "log.sample_length=20",
-    "log.attention_probe=",  # drawing attention images costs ~0.5 s an eval: only trained_run draws them
-    "optim.warmup_steps=5",
-]
-TRAINED_RUN_PEAK_TFLOPS = 1.0  # a made-up CPU peak, so that trained_run logs MFU
-
-
-def make_text(n_chars: int = 20_000, seed: int = 0) -> str:
-    """A text with structure to learn (repeated words and lines), made up on the spot."""
-    rng = random.Random(seed)
-    words = ["the", "king", "queen", "speak", "hear", "me", "now", "good", "lord", "what", "say", "you"]
-    lines = []
-    size = 0
-    while size < n_chars:
-        name = rng.choice(["ROMEO", "JULIET", "KING"])
-        line = f"{name}:\n" + " ".join(rng.choice(words) for _ in range(rng.randint(4, 10))).capitalize() + ".\n\n"
-        lines.append(line)
-        size += len(line)
-    return "".join(lines)[:n_chars]
 
 
 @pytest.fixture(autouse=True)

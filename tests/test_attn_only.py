@@ -27,22 +27,16 @@ from minigpt.runtime.mfu import flops_per_token
 from minigpt.train.launch import vocabulary_check
 from minigpt.train.preflight import estimate
 
-from .conftest import TINY, make_text
-from .test_cli import one_error_line
+from .helpers import TINY, TINY_MODEL, make_text, one_error_line, tiny_model, trained_like
 
 V = 20
-BASE = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "attn_only": True}
+BASE = {**TINY_MODEL, "attn_only": True}
 CPU = torch.device("cpu")
 
 
 def model(seed: int = 0, **options) -> GPT:
     """A tiny attention-only model with every weight moved off its initial value, as training would."""
-    torch.manual_seed(seed)
-    m = GPT(ModelConfig(**{**BASE, **options}), V).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return m
+    return trained_like(tiny_model(V, seed, **{"attn_only": True, **options}))
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from minigpt.config.schema import Config
 from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.train.autosize import AUTO_KEYS, PROBE, Probe, advice, choose, model_of, step_flops
-from tests.conftest import TINY, make_text
+from tests.helpers import TINY, make_text
 
 VOCAB = 65
 MB = 1_000_000

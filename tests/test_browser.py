@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import make_text
+from tests.helpers import make_text
 
 BLOCK, STRIDE = 16, 8  # the tiny trained run's context, and its windows' step
 

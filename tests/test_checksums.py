@@ -11,7 +11,7 @@ import torch
 
 from minigpt.checkpoint import Checkpoint, load_checkpoint, snapshot_name, tensor_checksums
 
-from .test_cli import one_error_line
+from .helpers import one_error_line
 
 TENSOR = "blocks.1.mlp.c_fc.weight"
 

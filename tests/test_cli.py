@@ -19,7 +19,7 @@ from minigpt.config.schema import DataConfig
 from minigpt.data.corpus import load_corpus
 from minigpt.train.trainer import Trainer
 
-from .conftest import TINY, make_text
+from .helpers import TINY, make_text, one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALAR_TAGS = {"train/loss", "val/loss", "val/bpc", "lr", "grad_norm", "tokens_per_sec"}
@@ -117,14 +117,6 @@ def test_eval_on_another_file(trained_run: Path, tmp_path: Path, cli) -> None:
     bad.write_text("ZZZ{}")
     r = cli("eval", trained_run, "--data", bad)
     assert r.code == 2 and "never saw" in r.err
-
-
-def one_error_line(r) -> str:
-    assert r.code == 2, r
-    lines = [ln for ln in r.err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r
-    assert "Traceback" not in r.err
-    return lines[0]
 
 
 def test_user_mistakes_get_one_line_and_exit_2(trained_run: Path, text_file: Path, tmp_path: Path, cli) -> None:

@@ -22,8 +22,7 @@ from minigpt import __version__
 from minigpt.cli.help import EXAMPLES, SampleDtype, UnknownChars, complete_directory, complete_run_or_checkpoint
 from minigpt.config.schema import SampleOptions, all_keys, is_device_name
 
-from .conftest import TINY
-from .test_cli import one_error_line
+from .helpers import TINY, one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["train", "sweep", "sample", "eval", "score", "attention", "export", "runs"]

@@ -21,7 +21,7 @@ from minigpt.data.corpus import encode_corpus
 from minigpt.data.sources import resolve_sources
 from minigpt.data.tokenizer import CharTokenizer
 
-from .conftest import TINY, make_text
+from .helpers import TINY, make_text
 
 RUN = [*TINY, "train.max_steps=20", "train.eval_interval=5", "log.sample_length=0"]
 

@@ -24,7 +24,7 @@ from minigpt.infer.evaluate import evaluate_ids
 from minigpt.model import GPT
 from minigpt.train.disk import snapshot_plan
 
-from .conftest import TINY, make_text
+from .helpers import TINY, make_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,9 +17,7 @@ import pytest
 
 from minigpt.checkpoint import load_checkpoint
 
-from .conftest import TINY, make_text
-from .test_distributed import launch
-from .test_reliability import spawn, wait_for_step
+from .helpers import TINY, launch, make_text, spawn, wait_for_step
 
 LONG = [
     *TINY,

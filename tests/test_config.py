@@ -137,7 +137,7 @@ def test_integer_keys_take_whole_numbers_in_any_notation(tmp_path: Path) -> None
 )
 def test_an_integer_key_refuses_a_non_integer_in_one_line(where, value, message, tmp_path: Path, cli) -> None:
     """train.max_steps=1e30 used to be taken as 10**30 steps (training for ever), and 2.5 as 2."""
-    from .test_cli import one_error_line
+    from .helpers import one_error_line
 
     out = tmp_path / "run"
     if where == "yaml":

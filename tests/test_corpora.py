@@ -22,7 +22,7 @@ from minigpt.infer.evaluate import evaluate_ids
 from minigpt.model import GPT
 from minigpt.train.launch import vocabulary_check
 
-from .conftest import TINY, make_text
+from .helpers import TINY, make_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from minigpt.data.corpus import Batcher, fetch_tiny_shakespeare, load_corpus
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.errors import UserError
 
-from .conftest import make_text
+from .helpers import make_text
 
 
 def test_tokenizer_round_trip_and_sorted_vocab() -> None:

@@ -19,8 +19,8 @@ from minigpt.inspect.formation import follow_run, score_point
 from minigpt.inspect.lens import logit_lens
 from minigpt.train.trainer import Trainer
 
-from .conftest import TINY
 from .fake_device import fake_device  # noqa: F401 (a fixture)
+from .helpers import TINY
 
 TEXT = "KING:\nSpeak now good lord what say you."
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,25 +12,12 @@ import torch
 
 from minigpt.checkpoint import load_checkpoint
 
-from .conftest import TINY
+from .helpers import TINY, launch
 
 ROOT = Path(__file__).resolve().parents[1]
 # float32: one process and two must agree to float32 rounding, which bf16 autocast (the CPU default
 # where the CPU has native bf16) does not give when the batch is split differently
 RUN = [*TINY, "train.max_steps=12", "train.eval_interval=6", "model.dropout=0.0", "train.dtype=float32"]
-
-
-def launch(*args: str | Path, cache: Path, wait: bool = True, extra_path: Path | None = None):
-    """`minigpt train --nproc 2 ARGS` as a real process tree (torchrun + 2 workers)."""
-    path = [str(ROOT)] + ([str(extra_path)] if extra_path else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "MINIGPT_CACHE_DIR": str(cache)}
-    cmd = [sys.executable, "-m", "minigpt", "train", "--nproc", "2", *map(str, args)]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
-    )
-    if wait:
-        proc.communicate_result = proc.communicate(timeout=240)
-    return proc
 
 
 def assert_close(a: Path, b: Path, atol: float = 1e-5) -> None:

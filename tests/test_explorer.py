@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from minigpt.errors import UserError
-from tests.conftest import make_text
+from tests.helpers import make_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,12 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import make_text
-
-
-def page_data(path: Path) -> dict:
-    html = path.read_text(encoding="utf-8")
-    return json.loads(html.split('<script type="application/json" id="minigpt-data">')[1].split("</script>")[0])
+from tests.helpers import make_text, page_data
 
 
 def test_attention_and_score_pages_from_the_cli(trained_run: Path, tmp_path: Path, cli) -> None:

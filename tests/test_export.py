@@ -28,8 +28,7 @@ from minigpt.export.folder import export_loaded
 from minigpt.infer.loading import load_model
 from minigpt.model import GPT, parameter_count
 
-from .conftest import TINY, make_text
-from .test_cli import one_error_line
+from .helpers import TINY, make_text, one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 16  # TINY's model.block_size

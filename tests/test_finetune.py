@@ -16,8 +16,7 @@ from minigpt.data.tokenizer import CharTokenizer
 from minigpt.train.launch import starting_vocabulary, starting_weights
 from minigpt.train.trainer import Trainer
 
-from .conftest import TINY, make_text
-from .test_cli import one_error_line
+from .helpers import TINY, make_text, one_error_line
 
 SHORT = [*TINY, "log.sample_length=0"]
 
@@ -108,7 +107,7 @@ def test_fine_tuning_mistakes(trained_run: Path, other_text: Path, tmp_path: Pat
 
 
 def test_code_carrying_checkpoint_is_refused_for_init_from(tmp_path: Path, other_text: Path, monkeypatch, cli):
-    from .test_reliability import Evil
+    from .helpers import Evil
 
     marker = tmp_path / "pwned"
     monkeypatch.setenv("EVIL_MARKER", str(marker))

@@ -13,7 +13,7 @@ import yaml
 from minigpt.config.files import load_config
 from minigpt.errors import UserError
 
-from .conftest import TINY
+from .helpers import TINY
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_runs_shows_the_data_when_it_differs_explains_its_marks_and_pluralizes(
 ) -> None:
     import shutil
 
-    from .conftest import make_text
+    from .helpers import make_text
 
     shutil.copytree(trained_run, tmp_path / "runs" / "a")
     notes = tmp_path / "notes.txt"
@@ -185,7 +185,7 @@ def test_the_shipped_configs_work_by_name_from_any_folder(text_file: Path, tmp_p
 
 
 def test_a_second_training_on_other_data_just_works(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
-    from .conftest import make_text
+    from .helpers import make_text
 
     monkeypatch.chdir(tmp_path)
     notes = tmp_path / "notes.txt"
@@ -221,7 +221,7 @@ def test_sweep_takes_trains_flags(tmp_path: Path, cli, monkeypatch) -> None:
 
     from minigpt.cli.app import app
 
-    from .conftest import make_text
+    from .helpers import make_text
 
     commands = get_command(app).commands
     shared = ("--data", "--device", "--init-from", "--auto")

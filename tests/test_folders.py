@@ -21,7 +21,7 @@ from minigpt.data.corpus import load_corpus
 from minigpt.data.ignore import GitIgnore, ignored
 from minigpt.errors import UserError
 
-from .conftest import TINY, make_text
+from .helpers import TINY, make_text
 
 ROOT = Path(__file__).resolve().parents[1]
 PYC = b"\xa7\r\r\n\x00\x00\x00\x00" + bytes(range(256)) * 4  # a bytecode header: NUL bytes, not UTF-8

@@ -13,7 +13,7 @@ import pytest
 from minigpt.checkpoint import list_snapshots
 from minigpt.cli.app import main
 
-from .conftest import TINY, make_text
+from .helpers import TINY, make_text
 
 STEPS = [20, 40, 60]  # train.keep_every=20 over 60 steps; best.pt and last.pt are at step 60 too
 HEADS = [f"L{layer}H{head}" for layer in range(2) for head in range(2)]

@@ -22,8 +22,7 @@ from minigpt.train.optim import AdamW, load_optimizer_state
 from minigpt.train.state import RngStreams
 from minigpt.train.trainer import StopRequest
 
-from .test_cli import one_error_line
-from .test_trainer import make_trainer
+from .helpers import make_trainer, one_error_line
 
 TINY_MODEL = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8)
 

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from minigpt.config.schema import ModelConfig
 from minigpt.inspect import heads_page as hp
 from minigpt.inspect.heads import HeadsReport, analyze_heads
-from minigpt.model import GPT
+
+from .helpers import tiny_model
 
 VOCAB = 20
 LABELS = [chr(ord("a") + i) for i in range(VOCAB)]
@@ -23,8 +22,7 @@ LABELS = [chr(ord("a") + i) for i in range(VOCAB)]
 
 def tiny_report(ablation: str = "mean") -> HeadsReport:
     """A random 2-layer, 2-head model's report: one head's ablation measured exactly, three estimated."""
-    torch.manual_seed(0)
-    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16), VOCAB)
+    model = tiny_model(VOCAB, 0)
     ids = np.random.default_rng(0).integers(0, VOCAB, size=600).astype(np.int64)
     return analyze_heads(model, ids=ids, ablation=ablation, exact=1, meta={"source": "a tiny random model"})
 

@@ -24,7 +24,7 @@ from minigpt.errors import UserError
 from minigpt.inspect.heads import detection_patterns, pattern_scores, repeated_tokens
 from minigpt.model import GPT
 
-from .conftest import make_text
+from .helpers import make_text
 
 BLOCK = 16
 TL_PATTERNS = {

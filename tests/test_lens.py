@@ -16,8 +16,7 @@ from minigpt.config.schema import ModelConfig
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.inspect.lens import logit_lens
 from minigpt.model import GPT
-from tests.conftest import make_text
-from tests.test_explorer_cli import page_data
+from tests.helpers import make_text, page_data
 
 BLOCK, LAYERS = 16, 2  # the tiny trained run's context and blocks
 TEXT = "KING:\nSpeak now"  # 15 characters, inside the context

@@ -11,7 +11,7 @@ from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import ModelConfig
 from minigpt.runtime.mfu import device_peak, flops_per_token, lookup_peak_tflops, mfu_percent
 
-from .conftest import TRAINED_RUN_PEAK_TFLOPS
+from .helpers import TRAINED_RUN_PEAK_TFLOPS
 
 
 def test_flops_per_token_counts_every_matmul() -> None:

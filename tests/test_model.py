@@ -8,7 +8,9 @@ import torch
 from minigpt.config.schema import ModelConfig
 from minigpt.model import GPT, KVCache
 
-CFG = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.0)
+from .helpers import TINY_MODEL, tiny_model
+
+CFG = ModelConfig(**TINY_MODEL, dropout=0.0)
 V = 20
 
 
@@ -96,8 +98,7 @@ def test_too_long_input_is_refused() -> None:
 
 
 def test_dropout_only_in_training_mode() -> None:
-    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.5)
-    m = model(cfg)
+    m = tiny_model(V, 0, dropout=0.5)
     idx = torch.randint(V, (2, 16))
     assert torch.equal(m(idx)[0], m(idx)[0])  # eval: deterministic
     m.train()

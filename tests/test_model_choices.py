@@ -21,25 +21,16 @@ from minigpt.infer.loading import load_model
 from minigpt.model import GPT, KVCache, parameter_count
 from minigpt.train.optim import build_optimizer
 
-from .conftest import TINY, make_text
+from .helpers import TINY, TINY_MODEL, make_text, tiny_model, trained_like
 
 V = 20
-BASE = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16}
+BASE = TINY_MODEL
 ALL = {"qk_norm": True, "mlp_act": "relu2", "zero_init_proj": True, "value_embeds": True, "logit_softcap": 5.0}
 CPU = torch.device("cpu")
 
 
 def model(seed: int = 0, **options) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(ModelConfig(**BASE, **options), V).eval()
-
-
-def trained_like(m: GPT) -> GPT:
-    """Every weight moved off its initial value, as training would (zero projections included)."""
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return m
+    return tiny_model(V, seed, **options)
 
 
 def test_every_option_is_off_by_default() -> None:

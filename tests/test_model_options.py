@@ -10,21 +10,18 @@ import pytest
 import torch
 
 from minigpt.checkpoint import load_checkpoint
-from minigpt.config.schema import ModelConfig
 from minigpt.infer.decode import generate
 from minigpt.model import GPT, KVCache, apply_rope, rope_tables, sinusoidal_table
 from minigpt.train.optim import AdamW
 
-from .conftest import TINY
+from .helpers import TINY, tiny_model
 
 V = 20
 OPTIONS = list(itertools.product(["learned", "sinusoidal", "rope"], ["pre", "post"]))
 
 
 def model(pos_emb: str, norm: str, seed: int = 0) -> GPT:
-    torch.manual_seed(seed)
-    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, pos_emb=pos_emb, norm=norm)
-    return GPT(cfg, V).eval()
+    return tiny_model(V, seed, pos_emb=pos_emb, norm=norm)
 
 
 @pytest.mark.parametrize(("pos_emb", "norm"), OPTIONS)

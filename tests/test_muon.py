@@ -15,7 +15,7 @@ from minigpt.model import GPT
 from minigpt.train import optim
 from minigpt.train.optim import MuonAdamW, build_optimizer, orthogonalize
 
-from .test_trainer import make_trainer, weights
+from .helpers import make_trainer, weights
 
 CPU = torch.device("cpu")
 

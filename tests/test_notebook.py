@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_text
+from tests.helpers import make_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

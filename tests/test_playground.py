@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from minigpt.cli.app import main
-from tests.conftest import TINY, make_text
+from tests.helpers import TINY, make_text
+
+from .helpers import one_error_line
 
 MODELS = {  # the model options the page must cover, each in one tiny model
     "rope_char": ["model.pos_emb=rope"],
@@ -249,13 +251,6 @@ def test_python_api_writes_the_page_and_shows_inline(runs, tmp_path: Path) -> No
     page = load(runs["rope_char"]).playground(tmp_path / "p.html")
     assert (tmp_path / "p.html").read_text(encoding="utf-8") == page.html
     assert page._repr_html_().startswith("<iframe srcdoc=")
-
-
-def one_error_line(result) -> str:
-    assert result.code == 2, result
-    lines = result.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
-    return lines[0]
 
 
 def test_a_page_past_the_limit_is_refused_with_one_line(runs, cli, tmp_path: Path, monkeypatch) -> None:

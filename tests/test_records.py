@@ -19,7 +19,7 @@ import pytest
 from minigpt.config.schema import DataConfig
 from minigpt.data.corpus import encode_corpus, load_corpus
 from minigpt.errors import UserError
-from tests.conftest import TINY, make_text
+from tests.helpers import TINY, make_text
 
 # documents with the awkward parts: commas, quotes, tabs and newlines inside a field, non-ASCII
 DOCS = [

@@ -7,8 +7,6 @@ import os
 import pickle
 import random
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,41 +15,12 @@ import pytest
 import torch
 
 from minigpt.checkpoint import load_checkpoint, save_checkpoint
-from minigpt.errors import UserError
 from minigpt.model import GPT
 
-from .conftest import TINY
+from .helpers import TINY, Evil, spawn, wait_for_step
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = [*TINY, "train.max_steps=100000", "train.eval_interval=1000", "train.ckpt_interval=3", "log.interval=1"]
-
-
-def spawn(*args: str | Path, cache: Path, prelude: str = "") -> subprocess.Popen:
-    """`python -m minigpt ARGS` in a child process (optionally after running `prelude` in it)."""
-    code = prelude + "\nimport sys\nfrom minigpt.cli.app import run\nsys.argv = ['minigpt', *sys.argv[1:]]\nrun()\n"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(cache)}
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
-def wait_for_step(path: Path, step: int, proc: subprocess.Popen, timeout: float = 90) -> None:
-    """Wait until the checkpoint at `path` reaches `step` (the child is training by then)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        try:
-            if path.exists() and load_checkpoint(path)["step"] >= step:
-                return
-        except UserError:
-            pass  # never expected (writes are atomic), but a reader must not crash the test on it
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError(f"{path} did not reach step {step} in {timeout}s: {proc.communicate()}")
 
 
 def weights_equal(a: Path, b: Path) -> bool:
@@ -179,11 +148,6 @@ def test_resume_allows_safe_keys_and_names_unsafe_ones(text_file: Path, tmp_path
     assert "resuming with changed" in r.err and "train.max_steps=8" in r.err
 
 
-class Evil:
-    def __reduce__(self):
-        return (os.system, (f"touch {Path(os.environ['EVIL_MARKER'])}",))
-
-
 @pytest.mark.parametrize("how", ["torch.save", "pickle"])
 def test_checkpoint_that_would_run_code_is_refused(how: str, tmp_path: Path, monkeypatch, cli) -> None:
     marker = tmp_path / "pwned"
@@ -221,7 +185,7 @@ def test_non_checkpoint_files(tmp_path: Path, cli) -> None:
 def test_a_damaged_checkpoint_is_one_short_line_naming_it(damage: str, trained_run: Path, tmp_path: Path, cli):
     """Not torch's zip reader's two sentences ("PytorchStreamReader failed reading zip archive ...
     internal miniz error ..."): the file and a short reason, exit 2, for every command that reads it."""
-    from .test_cli import one_error_line
+    from .helpers import one_error_line
 
     whole = (trained_run / "last.pt").read_bytes()
     noise = random.Random(0).randbytes(4000)

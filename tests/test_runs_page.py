@@ -12,8 +12,7 @@ import pytest
 
 from minigpt.inspect.runs_page import differing_keys, finite
 
-from .conftest import TINY
-from .test_cli import one_error_line
+from .helpers import TINY, one_error_line
 
 VIEWPORT = (1200, 860)
 SHORT = [*TINY, "log.progress=off", "train.max_steps=20", "train.eval_interval=5"]

@@ -7,14 +7,15 @@ from minigpt.config.schema import ModelConfig
 from minigpt.infer.decode import generate, generate_steps, sample_next_token
 from minigpt.model import GPT
 
-CFG = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16)
+from .helpers import TINY_MODEL, tiny_model
+
+CFG = ModelConfig(**TINY_MODEL)
 V = 12
 
 
 def trained_ish_model() -> GPT:
     """A random model with sharpened logits, so sampling is neither uniform nor one-hot."""
-    torch.manual_seed(3)
-    m = GPT(CFG, V)
+    m = tiny_model(V, 3)
     with torch.no_grad():
         for p in m.parameters():
             if p.dim() >= 2:

@@ -45,7 +45,7 @@ def test_progress_drives_the_decay_and_warmup_still_counts_steps() -> None:
 
 
 def test_time_schedule_needs_max_time(text_file, tmp_path, cli) -> None:
-    from .test_cli import one_error_line
+    from .helpers import one_error_line
 
     line = one_error_line(cli("train", "--data", text_file, "--out", tmp_path / "r", "optim.schedule_by=time"))
     assert "optim.schedule_by time needs train.max_time" in line and "train.max_time=4m" in line
@@ -57,7 +57,7 @@ def test_a_time_budget_ends_its_decay_and_scores_the_last_weights(text_file, tmp
 
     from minigpt.checkpoint import Checkpoint
 
-    from .conftest import TINY
+    from .helpers import TINY
 
     out = tmp_path / "r"
     r = cli(
@@ -95,7 +95,7 @@ def test_a_time_budget_ends_its_decay_and_scores_the_last_weights(text_file, tmp
 def test_a_resumed_time_budget_continues_its_decay_from_where_it_stopped(text_file, tmp_path) -> None:
     import time
 
-    from .test_trainer import make_trainer
+    from .helpers import make_trainer
 
     trainer = make_trainer(
         text_file,

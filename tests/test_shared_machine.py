@@ -20,7 +20,7 @@ from minigpt.data.corpus import load_corpus
 from minigpt.errors import UserError
 from minigpt.runtime import device as runtime
 
-from .conftest import TINY
+from .helpers import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,7 @@ import pytest
 from minigpt.checkpoint import Checkpoint
 from minigpt.train.sweep import RunBudget, Sweep, split_values, value_labels
 
-from .conftest import TINY, make_text
-from .test_cli import one_error_line
+from .helpers import TINY, make_text, one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = [a for a in TINY if not a.startswith("model.n_layer=")] + ["log.progress=off"]

@@ -14,7 +14,7 @@ from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import all_keys
 from minigpt.train.trainer import Trainer
 
-from .conftest import TINY, make_text
+from .helpers import TINY, make_text
 
 METRICS = ["val/loss", "val/bpc", "val/loss_full", "val/bpc_full"]
 # characters make_text lacks: a digit, a tab, a caseless letter, a symbol, a vertical tab (unprintable)

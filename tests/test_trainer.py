@@ -9,24 +9,10 @@ from pathlib import Path
 import torch
 
 from minigpt.checkpoint import LAST, Checkpoint
-from minigpt.config.files import load_config
-from minigpt.data.corpus import load_corpus
-from minigpt.train.trainer import Trainer
 
-from .conftest import TINY
+from .helpers import make_trainer, weights
 
 CPU = torch.device("cpu")
-
-
-def make_trainer(text_file: Path, out: Path, *overrides: str) -> Trainer:
-    # dropout on, so the global RNG stream matters as much as the batch stream
-    cfg = load_config(None, [*TINY, f"data.path={text_file}", "train.max_steps=20", "model.dropout=0.1", *overrides])
-    corpus = load_corpus(cfg.data, cfg.model.block_size)
-    return Trainer(cfg, corpus, corpus.tokenizer, CPU, torch.float32, out)
-
-
-def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
 
 
 def test_state_dict_into_a_new_trainer_continues_exactly(text_file: Path, tmp_path: Path) -> None:

@@ -25,9 +25,8 @@ def honour_named_shell(args: list[str]) -> None:
 def exit_fast(code: int) -> NoReturn:
     """End the process with `code`, without the interpreter's slow teardown.
 
-    The teardown walks every object torch's import created (most of the exit's time:
-    docs/benchmarks.md): gc.freeze() leaves them to the OS; files are closed
-    by then and atexit handlers still run.
+    The teardown walks every object torch's import created (most of the exit's time):
+    gc.freeze() leaves them to the OS; files are closed by then and atexit handlers still run.
 
     That is not enough once triton is loaded (a compiled training run). nanobind, its bindings
     library, checks from a C exit hook after the teardown that every type, function and object it
@@ -35,10 +34,9 @@ def exit_fast(code: int) -> NoReturn:
     reference cycles (each refers to itself through its __mro__), which only the teardown's last
     collection frees, and that collection skips frozen objects: after gc.freeze() every nanobind
     type is reported, though none leaked. Without the freeze the report goes away, but the
-    collection then walks the compiler's objects too (seconds after a compiled run:
-    docs/benchmarks.md), so such a process ends with os._exit after the shutdown steps that matter.
-    Speed trick, kept: every command ends about 0.2 s sooner (5% of a short one); the nanobind branch
-    is for correctness, no false leak reports (docs/benchmarks.md)."""
+    collection then walks the compiler's objects too (seconds after a compiled run), so such a
+    process ends with os._exit after the shutdown steps that matter. Speed trick: every command ends
+    sooner; benchmark `scripts/bench.py tricks` (the nanobind branch is for correctness)."""
     if nanobind_loaded():
         _exit_without_teardown(code)
     gc.freeze()

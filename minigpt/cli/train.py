@@ -138,7 +138,7 @@ def launch_local(nproc: int, argv: list[str]) -> NoReturn:
     """Replace this process with torchrun's elastic launcher running `minigpt ARGV` on `nproc` local
     processes (standalone rendezvous on a free port), through `runtime/torchrun.py`: SIGUSR1 reaches
     the workers like SIGTERM, and a planned stop's exit code (143, 138, 74, ...) comes back. Nothing
-    here imports torch: this process only becomes the launcher (seconds saved a launch: docs/benchmarks.md)."""
+    here imports torch: this process only becomes the launcher (a faster launch)."""
     command = [
         sys.executable,
         "-m",

@@ -3,7 +3,8 @@ and YAML files with KEY=VALUE overrides (files). Standard library and PyYAML onl
 
 Here: the closed sets of values that both the config and the command line name (devices, the
 sampling flags' choices), in the package's own module because `minigpt --help` and every Tab press
-import it, and nothing else of the config (the schema costs more: docs/benchmarks.md).
+import it, and nothing else of the config (the schema costs more to import; benchmark
+`scripts/bench.py startup`).
 """
 
 from __future__ import annotations

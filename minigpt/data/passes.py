@@ -65,7 +65,7 @@ def _utf8_error(e: UnicodeDecodeError, offset: int, raw: bytes) -> str:
 
 BATCH = 1 << 20  # small files are read whole and handled this many bytes at a time: a real source
 # tree has tens of thousands of files of a few KB, and per-file numpy and decoder calls cost more
-# than the bytes (docs/benchmarks.md)
+# than the bytes (benchmark `scripts/bench.py data --only tree`)
 NON_ASCII = bytes(range(128, 256))
 CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8's bytes after a character's first
 FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII ids, numbered first, are lower)
@@ -73,7 +73,7 @@ FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII id
 
 def _read_whole(f: SourceFile) -> bytes:
     """A small file's bytes: one open, one read of its size and a byte more, one close (os calls,
-    not a file object: less time per file, docs/benchmarks.md)."""
+    not a file object: less time per file)."""
     try:
         fd = os.open(f.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
@@ -118,7 +118,7 @@ class _BackgroundJobs:
     """Jobs run in order on a second thread while the caller goes on, at most `depth` of them
     waiting; a job's error is raised in the caller. The write system call and hashing a large
     chunk let go of Python's lock, so on two cores they run beside the encoder's own work (a large
-    share of the ids pass: docs/benchmarks.md). Reading and hashing a tree's small files there gains
+    share of the ids pass). Reading and hashing a tree's small files there gains
     nothing: each file's system calls wait for the lock again."""
 
     def __init__(self, depth: int) -> None:
@@ -366,7 +366,7 @@ def write_ids(
 
     def put(data: bytes | bytearray | np.ndarray) -> None:
         nonlocal written
-        background.submit(out.write, data)  # an array as it is: its buffer, not a copy (docs/benchmarks.md)
+        background.submit(out.write, data)  # an array as it is: its buffer, not a copy
         written += (data.nbytes if isinstance(data, np.ndarray) else len(data)) // dtype.itemsize
 
     def put_text(text: bytes | bytearray) -> None:

@@ -115,7 +115,7 @@ def _fields_hint(name: str, have: Sequence[str]) -> str:
 
 
 JSONL_BATCH = 1 << 20  # bytes of lines parsed as one JSON array: one call into the C parser for
-# many records, several times the rate of a call per line (docs/benchmarks.md)
+# many records, faster than a call per line (benchmark `scripts/bench.py data --only jsonl`)
 
 
 def _jsonl(path: str, size: int) -> Iterator[tuple[str, Any, float]]:

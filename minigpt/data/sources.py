@@ -27,7 +27,7 @@ class SourceFile:
     """One document of the corpus."""
 
     path: str  # absolute, as found (symlinks not resolved: the name a user recognises); a str, not a
-    # Path: building a Path for each of tens of thousands of files slowed a cached start (docs/benchmarks.md)
+    # Path: building a Path for each of tens of thousands of files slows a cached start (`bench.py data`)
     name: str  # relative name, stable when the folder moves: the manifest's key and the val choice's input
     size: int
     mtime_ns: int

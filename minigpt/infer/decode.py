@@ -96,9 +96,9 @@ def generate_steps(
     (B, 1) forward instead of B, and yields the step's new ids, one a row, for max_new_tokens steps.
     A caller that needs no more (every row ended by a stop string) stops iterating: nothing more is
     computed. Row i draws from generators[i], so it gives the tokens batch 1 gives with that
-    generator (up to the last bits of the batched matrix products: see docs/benchmarks.md for how
-    often that changes a draw). use_cache=False recomputes the last block_size ids at every step
-    instead: the reference the KV cache is tested against.
+    generator (up to the last bits of the batched matrix products, which can change a draw).
+    use_cache=False recomputes the last block_size ids at every step instead: the reference the KV
+    cache is tested against.
     """
     if not prompts or not prompts[0] or len({len(p) for p in prompts}) != 1:
         raise ValueError("generate_steps needs prompts of one length, at least one token each")

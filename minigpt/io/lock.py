@@ -48,7 +48,7 @@ class FileLock:
     def acquire(self) -> bool:
         """Take the lock: True once held, False on a filesystem that has none (see above). LockHeld
         when non-blocking and held elsewhere; OSError when the file cannot be opened or made."""
-        import filelock  # here, not at the top: its import (docs/benchmarks.md) is paid only by those who lock
+        import filelock  # here, not at the top: its import is paid only by those who lock
 
         lock = filelock.FileLock(
             self.path,

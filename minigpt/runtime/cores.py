@@ -1,7 +1,6 @@
 """The cores this process may use and how busy other processes keep them: the thread count a
 command starts with, and the one a CPU training follows while it runs. Standard library only.
-Kept on trial: two default trainings at once on 2 cores took 79 s following the load, 589 s with
-fixed threads (docs/benchmarks.md)."""
+Speed trick: trainings sharing a machine do not collapse; benchmark `scripts/bench.py share`."""
 
 from __future__ import annotations
 
@@ -70,8 +69,8 @@ class CoreShare:
 
     libgomp's idle threads spin before they sleep. Alone, that is what a training wants: small
     operations ran slower with OMP_WAIT_POLICY=PASSIVE (sleeping threads wake late). Beside another
-    busy process, two spinning thread teams take each other's cores and both collapse (the figures:
-    docs/benchmarks.md). So a training keeps the default
+    busy process, two spinning thread teams take each other's cores and both collapse. So a
+    training keeps the default
     and, every `every` seconds, measures how many of its cores other processes keep busy: with
     one thread per core left to it, no thread waits on a core that someone else holds."""
 

@@ -87,8 +87,8 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
     `busy` (measured by the caller; inference only). Returns the count.
 
     Why the inference commands leave busy cores alone: decoding is many tiny operations whose
-    threads spin-wait for each other, so beside a training one thread decodes several times faster
-    than two (`scripts/bench.py share`, docs/benchmarks.md)."""
+    threads spin-wait for each other, so beside a training one thread decodes faster than two
+    (benchmark `scripts/bench.py share`)."""
     if requested > 0:
         count = requested
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
@@ -124,8 +124,8 @@ def follow_core_load(share: CoreShare | None) -> None:
 
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). There, bf16
-    matrix multiplies run several times faster than float32 ones (docs/benchmarks.md); without it
-    bf16 is emulated and slower than float32."""
+    matrix multiplies can run faster than float32 ones (`scripts/bench.py peak` measures both);
+    without it bf16 is emulated and slower than float32."""
     cpu = getattr(torch, "cpu", None)
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)

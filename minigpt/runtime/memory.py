@@ -70,7 +70,7 @@ def release_pages(ids: Any) -> None:
     The page cache keeps them (a read-only file mapping's pages are the file's), so the next read
     is a cheap fault. Without this the kernel leaves every page a random window touched mapped (a
     large folio, up to 2 MB, per window), and resident memory grows towards the corpus's size; with
-    it, it stays flat, for little time a batch (docs/benchmarks.md)."""
+    it, it stays flat (benchmark `scripts/bench.py data`)."""
     mapping = getattr(ids, "_mmap", None)
     if mapping is not None and hasattr(mapping, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
         mapping.madvise(mmap.MADV_DONTNEED)

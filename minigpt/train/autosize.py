@@ -23,7 +23,7 @@ from minigpt.runtime.mfu import flops_per_token
 from minigpt.train.optim import build_optimizer
 
 # (n_layer, n_embd, n_head, block_size, batch_size), smallest first. The anchor is
-# configs/cpu_4min.yaml's shape, the winner of a measured grid at ~3,400 steps (docs/benchmarks.md);
+# configs/cpu_4min.yaml's shape, the winner of a measured grid (docs/benchmarks.md);
 # the 6 x 384 rung is the GPU recipe (configs/shakespeare_char.yaml).
 LADDER = (
     (2, 64, 4, 64, 16),

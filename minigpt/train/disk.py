@@ -4,7 +4,7 @@ so that a run that cannot save is refused in one line instead of failing at its 
 A checkpoint holds the float32 weights and the optimizer's state: AdamW keeps two moments a
 parameter (Muon one, for its matrices), so 12 bytes a parameter bound both, plus the position
 table, random-number states, config and vocabulary (`_FIXED`): an upper bound on an actual write
-(`payload_bytes` gives its size; docs/benchmarks.md).
+(`payload_bytes` gives its size).
 
 The run directory's filesystem must hold `last.pt`, `best.pt` and one temporary copy (a checkpoint
 is written beside the old one and renamed over it). Files already there count as room they will
@@ -27,7 +27,7 @@ _FIXED = 64 * 1024  # random-number states, config, vocabulary, the archive's re
 _SMALL_FILES = 256 * 1024  # config.yaml, results.json, TensorBoard events: room for them too
 # what a snapshot holds beside the weights: the zip's headers (~1 KB a tensor), the config and
 # the pickled dicts; 32 KB plus a generous share per tensor and per vocabulary entry is an upper
-# bound on what tiny to default models measured (docs/benchmarks.md)
+# bound on what tiny to default models hold
 OVERHEAD_BYTES = 32 << 10
 PER_TENSOR_BYTES = 1536
 PER_VOCAB_ENTRY_BYTES = 16

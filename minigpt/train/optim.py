@@ -4,37 +4,25 @@ Both implement the part of torch.optim.Optimizer the trainer uses (`Optimizer`: 
 zero_grad, step, state_dict, load_state_dict), with torch.optim's state-dict layout, so checkpoints
 move between them and torch's own optimizers.
 
-AdamW, for CPU (and MPS) training: torch.optim.AdamW's update, op for op (decoupled weight decay,
-bias-corrected moments; a test holds the two to the same numbers), without the torch._dynamo import
-that the first use of any torch.optim optimizer costs (seconds of a CPU run's start:
-docs/benchmarks.md). It runs torch's fused AdamW kernel (`torch._fused_adamw_`, the one behind
-`torch.optim.AdamW(fused=True)`, which has a CPU implementation): one pass over each parameter, its
-gradient and both moments, where the foreach formulation makes eight (docs/benchmarks.md); the same
-update as foreach operations where the kernel is missing (an older torch, another device). On CUDA
-the trainer uses torch.optim.AdamW(fused=True) instead.
-Speed trick, kept: the first optimizer step is about 5 s sooner (the step itself costs the same as
-torch's fused AdamW); the trial is in docs/benchmarks.md ("Speed tricks on trial").
+AdamW, for CPU (and MPS) training, is torch.optim.AdamW's update, op for op (decoupled weight decay,
+bias-corrected moments; a test holds the two to the same numbers). It runs torch's fused AdamW
+kernel (`torch._fused_adamw_`, which has a CPU implementation) and the same update as foreach
+operations where the kernel is missing; on CUDA the trainer uses torch.optim.AdamW(fused=True).
+Speed trick: no torch._dynamo import, so the first step comes seconds sooner; benchmark
+`scripts/bench.py tricks`.
 
-Muon (Keller Jordan, 2024; the optimizer of the speed-record GPT trainers) keeps a Nesterov
-momentum of each matrix's gradient and replaces the update by its nearest semi-orthogonal matrix,
-found with four Newton-Schulz iterations (Polar Express's coefficients, NS_SCHEDULE): every
-direction of the update moves by the same amount, where Adam's would be dominated by a few. It
-applies to the 2-D weights inside the blocks (attention q, k and v, each its own square matrix;
-the attention and MLP projections).
-Embeddings, the tied head, norms and biases stay with AdamW, as in the speed-record trainers.
-
-Its step size is `optim.muon_lr` at the peak, scaled by the same schedule as `optim.lr` (the
-trainer sets every group's lr to schedule x the group's `lr_scale`). A matrix with more rows than
-columns gets a sqrt(rows / cols) larger step, so that its update's RMS per entry matches a square one's.
-
-Newton-Schulz runs in bfloat16 where the hardware multiplies it (a CUDA GPU from Ampere on, a CPU
-with AVX512-BF16 or AMX) and in float32 elsewhere: emulated bfloat16 products are far slower
-(docs/benchmarks.md). In float32 the MLP's 4:1 matrices iterate on their small Gram matrices
-instead (`gram_newton_schulz`): the same iterations in fewer FLOPs.
-
-Not torch.optim.Muon (measured against it: docs/benchmarks.md): it takes each 2-D parameter as
-one matrix (the fused q/k/v weight as one (3C, C) matrix), loops over them one by one, always
-orthogonalizes in bfloat16, and imports torch._dynamo at its first step.
+Muon (Keller Jordan, 2024) keeps a Nesterov momentum of each matrix's gradient and replaces the update by its nearest
+semi-orthogonal matrix, found with four Newton-Schulz iterations (Polar Express's coefficients,
+NS_SCHEDULE). It applies to the 2-D weights inside the blocks (attention q, k and v, each its own
+square matrix; the attention and MLP projections); embeddings, the tied head, norms and biases stay
+with AdamW. Its step size is `optim.muon_lr` at the peak, scaled by the same schedule as `optim.lr`
+(the trainer sets every group's lr to schedule x the group's `lr_scale`). A matrix with more rows
+than columns gets a sqrt(rows / cols) larger step, so that its update's RMS per entry matches a
+square one's. Newton-Schulz runs in bfloat16 where the hardware multiplies it (a CUDA GPU from
+Ampere on, a CPU with AVX512-BF16 or AMX) and in float32 elsewhere, where the MLP's 4:1 matrices
+iterate on their small Gram matrices instead (`gram_newton_schulz`): the same iterations in fewer
+FLOPs. Not torch.optim.Muon, which takes the fused q/k/v weight as one matrix, always
+orthogonalizes in bfloat16 and imports torch._dynamo at its first step.
 """
 
 from __future__ import annotations
@@ -205,7 +193,7 @@ NS_COEFFS = (3.4445, -4.7750, 2.0315)
 # One (a, b, c) per iteration: Polar Express (Amsel, Persson, Musco, Gower 2025), a different
 # polynomial for each step, as the speed-record trainers publish them for five steps, less the
 # second (four products of three matrix multiplies instead of five): the same loss as Jordan's
-# five steps in a faster Muon step (docs/benchmarks.md).
+# five steps in a faster Muon step.
 NS_SCHEDULE: tuple[tuple[float, float, float], ...] = (
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
@@ -224,7 +212,7 @@ def orthogonalize(
     vectors, for each matrix of a (batch, rows, cols) stack, computed in `dtype`; returned in
     float32. One iteration per (a, b, c) of `schedule` (NS_SCHEDULE; `steps` repeats Jordan's
     coefficients instead). Each is three batched matrix products with the scalings folded in
-    (baddbmm): separate bfloat16 multiplies and adds took longer than the products (docs/benchmarks.md).
+    (baddbmm): separate bfloat16 multiplies and adds would take longer than the products.
     A float32 matrix more than 1.5 times as long as it is short takes the Gram route (gram_newton_schulz):
     the same iterations for fewer products."""
     if schedule is None:
@@ -254,8 +242,8 @@ def gram_newton_schulz(x: torch.Tensor, schedule: tuple[tuple[float, float, floa
     x_k = P_k x_0, where P_k is a product of polynomials in A_0 = x_0 x_0^T. Everything commutes, so
     A_{k+1} = Q A_k Q with Q = q(A_k), and P_{k+1} = P_k Q: four (m, m) products an iteration (two in
     the first and the last), one (m, m) by (m, n) product for the Gram matrix and one to apply P at the
-    end. Against three products an iteration on the (m, n) matrix, that is fewer FLOPs once n > 1.5 m
-    (docs/benchmarks.md). The same numbers as the direct iterations up to float32 rounding; in bfloat16
+    end. Against three products an iteration on the (m, n) matrix, that is fewer FLOPs once n > 1.5 m.
+    The same numbers as the direct iterations up to float32 rounding; in bfloat16
     the products of products lose too much, so only float32 takes this route."""
     a_mat = torch.bmm(x, x.mT)  # (B, m, m)
     p_mat: torch.Tensor | None = None
@@ -322,7 +310,7 @@ class MuonAdamW(Optimizer):
             grads = [p.grad for _, p in live]
             states = [self.state.setdefault(p, {"momentum_buffer": torch.zeros_like(p)}) for _, p in live]
             bufs = [state["momentum_buffer"] for state in states]
-            # one foreach operation each over every matrix, not two per matrix (docs/benchmarks.md)
+            # one foreach operation each over every matrix, not two per matrix
             torch._foreach_lerp_(bufs, grads, 1 - momentum)
             updates = torch._foreach_lerp(grads, bufs, momentum)  # Nesterov: the gradient pushed on along the momentum
             by_shape: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
