@@ -7,12 +7,20 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from minigpt.config.schema import ModelConfig
 from minigpt.infer.evaluate import icl_score
-from minigpt.inspect.heads import analyze_heads, ceilings, pattern_scores, repeated_tokens
+from minigpt.inspect.heads import (
+    EXACT_ALL_FLOPS,
+    analyze_heads,
+    ceilings,
+    exact_choice,
+    pattern_scores,
+    repeated_tokens,
+)
 from minigpt.model import GPT
 
 
@@ -35,23 +43,75 @@ def hand_set_model(block: int = 16, vocab: int = 10) -> GPT:
     return model
 
 
-def test_a_hand_set_previous_head_and_a_uniform_head_score_as_documented():
+def expected_text_scores(ids: np.ndarray, T: int) -> dict[str, dict[str, float]]:
+    """What the exact previous head and the uniform head score on the whole windows of `ids`, counted
+    position by position: each pattern's share of the head's weight on its targets, averaged over
+    the positions (1..T-1 of each window) that have a target."""
+    totals = {head: dict.fromkeys(("previous", "duplicate", "induction", "first", "distance"), 0.0) for head in "pu"}
+    counts = dict.fromkeys(("previous", "duplicate", "induction", "first"), 0)
+    for start in range(0, len(ids) - T, T):
+        w = [int(v) for v in ids[start : start + T]]
+        for t in range(1, T):
+            hits = {
+                "previous": [t - 1],
+                "duplicate": [s for s in range(t) if w[s] == w[t]],
+                "induction": [s for s in range(1, t + 1) if w[s - 1] == w[t]],
+                "first": [0],
+            }
+            for name, keys in hits.items():
+                if keys:
+                    counts[name] += 1
+                    totals["p"][name] += float(t - 1 in keys)  # all its weight on key t - 1
+                    totals["u"][name] += len(keys) / (t + 1)  # 1 / (t + 1) on every key up to t
+            totals["p"]["distance"] += 1.0
+            totals["u"]["distance"] += t / 2
+    rows = (len(ids) - 1) // T * (T - 1)
+    return {
+        head: {name: v / (rows if name == "distance" else counts[name]) for name, v in got.items()}
+        for head, got in totals.items()
+    }
+
+
+def test_a_hand_set_previous_head_and_a_uniform_head_score_on_the_text_as_counted():
     model = hand_set_model()
-    report = analyze_heads(model)
+    T = 16
+    ids = np.random.default_rng(0).integers(0, 10, size=40 * T + 1)  # 40 whole windows
+    report = analyze_heads(model, ids, ablation="none")
+    prev, uniform = report.heads
+    want = expected_text_scores(ids, T)
+    assert report.positions["previous"] == 40 * (T - 1)
+    for name in ("previous", "duplicate", "induction", "first", "distance"):
+        assert prev.scores[name] == pytest.approx(want["p"][name], abs=2e-3), name
+        assert uniform.scores[name] == pytest.approx(want["u"][name], abs=1e-5), name
+    # the documented closed forms: a uniform head scores (H_T - 1) / (T - 1) previous and first, T/4 distance
+    harmonic = sum(1 / (t + 1) for t in range(T))
+    assert uniform.scores["previous"] == pytest.approx((harmonic - 1) / (T - 1), abs=1e-5)
+    assert uniform.scores["distance"] == pytest.approx(T / 4, abs=1e-4) == report.uniform["distance"]
+    for name in ("previous", "duplicate", "induction", "first"):  # the uniform head is the header's uniform head
+        assert report.uniform[name] == pytest.approx(uniform.scores[name], abs=1e-5)
+        assert uniform.evidence[name] == pytest.approx(0.0, abs=1e-4)
+    assert prev.scores["previous"] == pytest.approx(1.0, abs=1e-3) and prev.evidence["previous"] > 0.99
+    assert (prev.role, uniform.role) == ("previous", "mixed")
+
+
+def test_a_hand_set_previous_head_and_a_uniform_head_score_on_the_probe_as_documented():
+    model = hand_set_model()
+    ids = np.random.default_rng(0).integers(0, 10, size=400)
+    report = analyze_heads(model, ids, ablation="none")
     prev, uniform = report.heads
     c = report.ceilings
     T = 16
     assert c["previous"] == pytest.approx((T - 1) / T)
     # the exact previous head: its whole weight off the first row is on t-1
-    assert prev.scores["previous"] == pytest.approx(c["previous"], abs=1e-3)
-    assert prev.scores["distance"] == pytest.approx((T - 1) / T, abs=1e-2)
-    assert prev.role == "previous"
+    assert prev.probe["previous"] == pytest.approx(c["previous"], abs=1e-3)
+    assert prev.probe["distance"] == pytest.approx((T - 1) / T, abs=1e-2)
     # the uniform head: row t puts 1/(t+1) on each key, so previous = (H_T - 1) / T and first = H_T / T
     harmonic = sum(1 / (t + 1) for t in range(T))
-    assert uniform.scores["previous"] == pytest.approx((harmonic - 1) / T, abs=1e-5)
-    assert uniform.scores["first"] == pytest.approx(harmonic / T, abs=1e-5)
-    assert uniform.scores["distance"] == pytest.approx(sum(t / 2 for t in range(T)) / T, abs=1e-4)
-    assert uniform.role == "mixed"
+    assert uniform.probe["previous"] == pytest.approx((harmonic - 1) / T, abs=1e-5)
+    assert uniform.probe["first"] == pytest.approx(harmonic / T, abs=1e-5)
+    assert uniform.probe["distance"] == pytest.approx(sum(t / 2 for t in range(T)) / T, abs=1e-4)
+    for name in ("previous", "duplicate", "induction", "first"):
+        assert report.probe_uniform[name] == pytest.approx(uniform.probe[name], abs=1e-5)
 
 
 def test_pattern_scores_of_a_perfect_induction_pattern_reach_the_ceiling():
@@ -183,3 +243,47 @@ def test_runs_written_by_an_earlier_release_are_measured(cli, kind: str):
     for h in heads:
         assert 0 <= h["scores"]["previous"] <= 1 and h["scores"]["distance"] >= 0
         assert h["ablation"]["exact"] and h["ablation"]["stderr"] >= 0
+
+
+def test_exact_auto_measures_every_head_when_cheap_else_the_top_estimates_and_every_pattern_candidate():
+    estimate = torch.tensor([[0.50, 0.01, 0.20], [0.02, 0.13, 0.00]])  # (L, nh)
+    everything = [(0, 0), (0, 2), (1, 1), (1, 0), (0, 1), (1, 2)]  # largest estimate first
+    assert exact_choice(estimate, "auto", [], rerun_flops=EXACT_ALL_FLOPS) == everything
+    # too costly for all: the estimates of at least a quarter of the largest, and the candidates
+    assert exact_choice(estimate, "auto", [], rerun_flops=2 * EXACT_ALL_FLOPS) == [(0, 0), (0, 2), (1, 1)]
+    assert exact_choice(estimate, "auto", [(1, 2)], rerun_flops=2 * EXACT_ALL_FLOPS) == [(0, 0), (0, 2), (1, 1), (1, 2)]
+    assert exact_choice(estimate, 2, [(1, 2)], rerun_flops=0) == [(0, 0), (0, 2)]
+    assert exact_choice(estimate, None, [], rerun_flops=1e30) == everything
+
+
+def test_the_scores_at_every_evaluation_read_bounded_batches_and_match_one_big_batch(monkeypatch):
+    """score_point (the TensorBoard head scores, --over-training) holds at most MAP_FLOATS attention
+    weights at once and windows of at most SCORE_CONTEXT, and the sums come out as from one batch."""
+    from minigpt.inspect import heads as heads_module
+    from minigpt.inspect.formation import score_point
+
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=64), 12)
+    ids = np.random.default_rng(1).integers(0, 12, size=3000)
+    whole = heads_module.score_text(model, ids)
+    shapes = []
+    real = GPT.attention_maps
+
+    def recorded(self, idx):
+        shapes.append(tuple(idx.shape))
+        return real(self, idx)
+
+    monkeypatch.setattr(GPT, "attention_maps", recorded)
+    bound = 3 * 2 * 2 * 64 * 64  # three windows of 64 a batch
+    monkeypatch.setattr(heads_module, "MAP_FLOATS", bound)
+    monkeypatch.setattr(heads_module, "SCORE_CONTEXT", 32)
+    point = score_point(model, ids, None)
+    assert shapes and all(2 * 2 * b * t * t <= bound and t <= 32 for b, t in shapes), shapes
+    bounded = heads_module.score_text(model, ids)
+    assert bounded.context == 32 and whole.context == 64
+    assert point.induction == bounded.scores["induction"] and point.previous == bounded.scores["previous"]
+    monkeypatch.setattr(heads_module, "SCORE_CONTEXT", 64)
+    again = heads_module.score_text(model, ids)
+    for name in ("previous", "duplicate", "induction", "first", "distance"):
+        assert np.allclose(again.scores[name], whole.scores[name], atol=1e-6), name
+    assert again.positions == whole.positions
