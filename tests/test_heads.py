@@ -55,7 +55,8 @@ def expected_text_scores(ids: np.ndarray, T: int) -> dict[str, dict[str, float]]
             hits = {
                 "previous": [t - 1],
                 "duplicate": [s for s in range(t) if w[s] == w[t]],
-                "induction": [s for s in range(1, t + 1) if w[s - 1] == w[t]],
+                # on text, induction asks for a repeat of the last two tokens
+                "induction": [s for s in range(2, t + 1) if w[s - 1] == w[t] and w[s - 2] == w[t - 1]],
                 "first": [0],
             }
             for name, keys in hits.items():

@@ -138,8 +138,8 @@ def heads_table(report, colour: bool) -> str:
         f"scores on {meta.get('text', 'the text')}: {meta.get('windows', 0):,} windows of {meta.get('context', 0)} "
         f"{unit}s; each the share of a head's attention on the pattern's targets, averaged over the positions that "
         "have one",
-        "  prev: the previous position; dup: earlier copies of the current "
-        f"{unit}; induct: the {unit} after such a copy; first: position 0",
+        f"  prev: the previous position; dup: earlier copies of the current {unit}; induct: the {unit} after an "
+        f"earlier copy of the last two; first: position 0",
         "  positions with a target: " + ", ".join(f"{short[k]} {n[k]:,}" for k in n),
         "  a perfect head scores 1.00; a uniform head (its weight spread evenly) "
         + ", ".join(f"{short[k]} {u[k]:.2f}" for k in short),

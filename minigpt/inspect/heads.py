@@ -4,11 +4,12 @@ pattern clearly dominates (docs/heads.md).
 
 A pattern marks, for each query position, its target keys: the previous position, earlier
 occurrences of the query's token (duplicate), the token after such an occurrence (induction,
-the prefix-matching score), or position 0 (first). On text, a head's score is the share of its
-attention on the targets, averaged over the positions that have a target, with how many there
-were. On the probe (n random tokens, drawn by the text's frequencies, written twice) it is
-TransformerLens' head detector: sum(A * P) / sum(A), whose best value `ceilings` gives. Both are
-reduced on the model's device, a bounded batch of windows at a time."""
+the prefix-matching score; on text the occurrence must be of the last two tokens), or position 0
+(first). On text, a head's score is the share of its attention on the targets, averaged over the
+positions that have a target, with how many there were. On the probe (n random tokens, drawn by
+the text's frequencies, written twice) it is TransformerLens' head detector: sum(A * P) / sum(A),
+whose best value `ceilings` gives. Both are reduced on the model's device, a bounded batch of
+windows at a time."""
 
 from __future__ import annotations
 
@@ -74,23 +75,24 @@ def repeated_tokens(
     return torch.cat([first, first], dim=1)
 
 
-def targets(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+def targets(tokens: torch.Tensor, prefix: int = 1) -> dict[str, torch.Tensor]:
     """Each pattern's targets (B, T, T) over sequences (B, T), row = query, column = key, as
     TransformerLens builds them: previous (key t-1), duplicate (an earlier key with the query's
-    token), induction (the key right after such an earlier copy), first (key 0)."""
+    token), induction (the key right after such an earlier copy), first (key 0). With prefix 2
+    an induction target must also follow a copy of the token before the query: the last two
+    tokens repeat (on text, where one character recurs everywhere, this is where copying can help)."""
     B, T = tokens.shape
     same = (tokens[:, :, None] == tokens[:, None, :]).tril(-1)  # (B, T, T) earlier keys with the query's token
     induction = torch.zeros_like(same)
     induction[:, :, 1:] = same[:, :, :-1]  # one key to the right of each earlier copy
+    if prefix == 2:
+        induction[:, :, 1] = False  # key 1 has no token two before it
+        induction[:, 1:, 2:] &= same[:, :-1, :-2]  # key s - 2 holds the token at query t - 1
     eye = torch.ones(T, T, dtype=torch.bool, device=tokens.device)
     first = torch.zeros_like(same)
     first[:, :, 0] = True
-    return {
-        "previous": eye.tril(-1).triu(-1).expand(B, T, T),
-        "duplicate": same,
-        "induction": induction,
-        "first": first,
-    }
+    previous = eye.tril(-1).triu(-1).expand(B, T, T)
+    return {"previous": previous, "duplicate": same, "induction": induction, "first": first}
 
 
 def detection_patterns(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -99,19 +101,19 @@ def detection_patterns(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def pattern_sums(weights: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+def pattern_sums(weights: Iterable[tuple[torch.Tensor, torch.Tensor]], prefix: int = 1) -> dict:
     """Per query position, summed over windows: each head's weight on each pattern's targets
     (pattern -> (L, nh, T)), how many windows have a target there (pattern -> (T,)), what a
     uniform head puts on them (pattern -> (T,)), and the weighted distance back (L, nh, T).
     `weights` yields (attention (L, B, nh, T, T), tokens (B, T)) on one device; the sums come
-    back on the CPU in float64, one small tensor per batch."""
+    back on the CPU in float64, one small tensor per batch. `prefix`: see `targets`."""
     out: dict = {"share": {}, "defined": {}, "uniform": {}, "distance": 0.0, "windows": 0}
     for A, tokens in weights:
         A = A.float()
         T = tokens.size(1)
         pos = torch.arange(T, device=A.device)
         gap = (pos[:, None] - pos[None, :]).clamp(min=0).float()  # (T, T) query - key
-        for name, P in targets(tokens).items():
+        for name, P in targets(tokens, prefix).items():
             Pf = P.float()
             sums = {
                 "share": torch.einsum("lbhts,bts->lht", A, Pf),
@@ -216,7 +218,7 @@ def score_text(
             counts += torch.bincount(x.flatten().cpu(), minlength=model.vocab_size)
             yield x
 
-    sums = pattern_sums(_maps(model, counted()))
+    sums = pattern_sums(_maps(model, counted()), prefix=2)
     scores, positions, uniform = text_scores(sums)
     return TextScores(
         {name: v.tolist() for name, v in scores.items()},

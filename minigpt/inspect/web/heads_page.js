@@ -306,7 +306,7 @@ const ROLE_TEXT = {
 };
 byId("legend").innerHTML = `<h2>How to read it</h2>` +
   `<p>A score is the share of a head's attention on a pattern's targets: the previous ${UNIT}, earlier copies of the current one ` +
-  `(duplicate), the ${UNIT} after such a copy (induction), position 0 (first). The numbers are measured on ${esc(DATA.text)}, ` +
+  `(duplicate), the ${UNIT} after an earlier copy of the last two (induction), position 0 (first). The numbers are measured on ${esc(DATA.text)}, ` +
   `averaged over the positions that have a target (${PATTERNS.map((p) => `${SHORT[p]} ${DATA.positions[p].toLocaleString("en")}`).join(", ")}): ` +
   `a perfect head scores 1, a uniform head (its weight spread evenly over the keys) ` +
   PATTERNS.map((p) => `${SHORT[p]} ${DATA.uniform[p].toFixed(2)}`).join(", ") + `. The bars show the evidence: how far a score is ` +
