@@ -5,19 +5,25 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+import minigpt
 from minigpt.config.schema import ModelConfig
 from minigpt.infer.evaluate import icl_score
 from minigpt.inspect.heads import (
     EXACT_ALL_FLOPS,
+    ROLE_MIN,
     analyze_heads,
     ceilings,
+    evidence,
     exact_choice,
+    head_patterns,
+    head_role,
     pattern_scores,
     repeated_tokens,
 )
@@ -180,6 +186,10 @@ CIRCUIT = [
 ]
 
 
+# the separator model: seed 2 forms its induction head within the 800 steps (float32: the same run everywhere)
+SEPARATED = [*CIRCUIT, "train.seed=2", "train.dtype=float32"]
+
+
 @pytest.mark.early
 def test_a_two_layer_attention_only_model_forms_an_induction_head_in_layer_1(cli, tmp_path: Path):
     data = repeated_strings(tmp_path / "rep.txt")
@@ -217,6 +227,39 @@ def test_a_one_layer_attention_only_model_has_no_induction_head(cli, tmp_path: P
     assert all(h["ablation"] is None for h in heads)
 
 
+def separated_repeats(path: Path, lines: int = 8000, seed: int = 0) -> Path:
+    """Lines of a random string of 6 to 15 letters, a '|', and the same string again."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(lines):
+        s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(6, 15)))
+        out.append(f"{s}|{s}")
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.early
+def test_the_copying_head_of_a_separator_model_is_found_on_its_text_and_missed_by_the_bare_probe(cli, tmp_path):
+    """Issue 50: on text written around a separator the bare-repeat probe asks the model to copy what it
+    never saw copied; the scores on its own text name the head, and exact ablation ranks it first."""
+    data = separated_repeats(tmp_path / "sep.txt")
+    run = tmp_path / "sep"
+    assert cli("train", "--data", data, "--out", run, "model.n_layer=2", *SEPARATED).code == 0
+    result = cli("heads", run, "--json")  # --exact auto: a model this small has every head measured
+    assert result.code == 0, result
+    heads = [json.loads(line) for line in result.out.splitlines()]
+    assert all(h["ablation"]["exact"] for h in heads), heads
+    top = max(heads, key=lambda h: h["ablation"]["loss_delta"])
+    assert (top["layer"], top["role"]) == (1, "induction"), heads
+    assert top["scores"]["induction"] > 0.5
+    # the bare probe (uniform random characters repeated, no separator) on its own misses it
+    model = minigpt.load(run, device="cpu").loaded.model
+    probe, perfect, uniform, _, _ = head_patterns(model)
+    bare = {name: float(v[top["layer"], top["head"]]) for name, v in probe.items()}
+    assert evidence(bare, perfect, uniform)["induction"] < ROLE_MIN
+    assert head_role(evidence(bare, perfect, uniform), bare["distance"]) != "induction"
+
+
 def test_icl_score_is_the_papers_500_minus_50_for_long_contexts():
     curve = torch.arange(600, dtype=torch.float64).numpy()
     assert icl_score(curve) == (499 - 49, 499, 49)
@@ -232,6 +275,14 @@ def test_the_heads_table_marks_estimates_and_shows_every_head(cli, trained_run: 
     assert len(rows) == 4  # 2 layers x 2 heads (conftest.TINY)
     assert sum("~" in row for row in rows) == 3  # one exact, three estimates
     assert "±" in "".join(rows)
+    # the table explains itself: every column, and a uniform head's scores beside a perfect head's
+    head = result.out.split("\nlayer head")[0]
+    for column in ("prev:", "dup:", "induct:", "first:", "dist:", "probe ind:", "~ marks an estimate"):
+        assert column in head, column
+    assert "a perfect head scores 1.00; a uniform head" in head
+    assert re.search(r"a uniform head \(its weight spread evenly\) prev 0\.\d\d, dup 0\.\d\d, induct 0\.\d\d", head)
+    assert re.search(r"dist: .*\(a uniform head: \d+\.\d\)", head)
+    assert result.out.rstrip().splitlines()[-1].startswith("roles: ")
 
 
 @pytest.mark.parametrize("kind", ["char", "byte"])

@@ -21,8 +21,9 @@ ROLES = (
 )
 ROLE_HELP = (
     "Scores: the share of a head's attention on a pattern's targets, on windows of the run's validation text "
-    "(or --data, --text), averaged over the positions that have a target; 'probe ind' is the induction score on "
-    f"random characters written twice. Roles: {ROLES}."
+    "(or --data, --text), averaged over the positions that have a target (a perfect head scores 1; the table's "
+    "header prints a uniform head's); 'dist' is how many positions back a head looks on average; 'probe ind' is "
+    f"the induction score on random characters written twice. Roles: {ROLES}."
 )
 ROLE_COLOURS = {"previous": "36", "induction": "35", "duplicate": "33", "first": "34", "local": "32", "mixed": "2"}
 
