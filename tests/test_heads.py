@@ -230,11 +230,12 @@ def test_a_one_layer_attention_only_model_has_no_induction_head(cli, tmp_path: P
 
 
 def separated_repeats(path: Path, lines: int = 8000, seed: int = 0) -> Path:
-    """Lines of a random string of 6 to 15 letters (a-z, A-Z), a '|', and the same string again."""
+    """Lines of a random string of 6 to 12 letters (a-z, A-Z), a '|', and the same string again: the
+    copy is at most 13 positions back, where the probe of a context of 32 repeats at 16."""
     rng = random.Random(seed)
     out = []
     for _ in range(lines):
-        s = "".join(rng.choice(string.ascii_letters) for _ in range(rng.randint(6, 15)))
+        s = "".join(rng.choice(string.ascii_letters) for _ in range(rng.randint(6, 12)))
         out.append(f"{s}|{s}")
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
     return path

@@ -213,9 +213,8 @@ def score_text(
     counts = torch.zeros(model.vocab_size, dtype=torch.int64)
 
     def counted() -> Iterator[torch.Tensor]:
-        nonlocal counts
         for x in _text_batches(model, ids, table, max_tokens):
-            counts += torch.bincount(x.flatten().cpu(), minlength=model.vocab_size)
+            counts.add_(torch.bincount(x.flatten(), minlength=model.vocab_size).cpu())
             yield x
 
     sums = pattern_sums(_maps(model, counted()), prefix=2)
