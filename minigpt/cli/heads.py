@@ -134,9 +134,11 @@ def heads_table(report, colour: bool) -> str:
     meta, u, n, c, pu = report.meta, report.uniform, report.positions, report.ceilings, report.probe_uniform
     unit = "character" if meta.get("unit", "char") == "char" else meta.get("unit", "token")
     short = {"previous": "prev", "duplicate": "dup", "induction": "induct", "first": "first"}
+    windows = meta.get("windows", 0)
     lines = [
         f"{meta.get('source', '')}",
-        f"scores on {meta.get('text', 'the text')}: {meta.get('windows', 0):,} windows of {meta.get('context', 0)} "
+        f"scores on {meta.get('text', 'the text')}: {windows:,} window{'s' if windows != 1 else ''} of "
+        f"{meta.get('context', 0)} "
         f"{unit}s; each the share of a head's attention on the pattern's targets, averaged over the positions that "
         "have one",
         f"  prev: the previous position; dup: earlier copies of the current {unit}; induct: the {unit} after an "
