@@ -15,7 +15,8 @@ import torch
 
 import minigpt
 from minigpt.config.schema import ModelConfig
-from minigpt.infer.evaluate import icl_score
+from minigpt.infer.evaluate import eval_ids_for, icl_score
+from minigpt.infer.loading import load_model
 from minigpt.inspect.heads import (
     EXACT_ALL_FLOPS,
     ROLE_MIN,
@@ -29,6 +30,8 @@ from minigpt.inspect.heads import (
     repeated_tokens,
 )
 from minigpt.model import GPT
+
+from .fake_device import fake_device  # noqa: F401 (a fixture)
 
 
 def hand_set_model(block: int = 16, vocab: int = 10) -> GPT:
@@ -342,3 +345,18 @@ def test_the_scores_at_every_evaluation_read_bounded_batches_and_match_one_big_b
     for name in ("previous", "duplicate", "induction", "first", "distance"):
         assert np.allclose(again.scores[name], whole.scores[name], atol=1e-6), name
     assert again.positions == whole.positions
+
+
+def test_heads_scores_and_ablation_run_on_a_device_without_float64(trained_run: Path, fake_device) -> None:  # noqa: F811
+    """Issue 54: the ablation's sums are reduced on the device in float32 (a Mac has no float64) and
+    the text and probe scores are reduced there too; the numbers are the CPU's."""
+    on_cpu, on_device = load_model(trained_run, torch.device("cpu")), load_model(trained_run, fake_device)
+    ids, table, _ = eval_ids_for(on_cpu, None)
+    want = analyze_heads(on_cpu.model, ids, table, exact=1)
+    got = analyze_heads(on_device.model, ids, table, exact=1)
+    for a, b in zip(got.heads, want.heads, strict=True):
+        for name in ("previous", "duplicate", "induction", "first", "distance"):
+            assert a.scores[name] == pytest.approx(b.scores[name], abs=1e-5)
+            assert a.probe[name] == pytest.approx(b.probe[name], abs=1e-5)
+        assert a.ablation["exact"] == b.ablation["exact"]
+        assert a.ablation["loss_delta"] == pytest.approx(b.ablation["loss_delta"], abs=1e-4)
