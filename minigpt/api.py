@@ -133,12 +133,19 @@ class Model:
 
         return hooked_model(self.loaded)
 
-    def heads(self, data: str | Path | None = None, ablation: str = "mean", exact: int | str | None = "auto"):
-        """What each attention head does (`minigpt heads`): a `HeadsReport` whose `.heads` hold each
-        head's pattern scores, role and ablation; `.to_dict()` for JSON (docs/heads.md)."""
+    def heads(
+        self,
+        data: str | Path | None = None,
+        ablation: str = "mean",
+        exact: int | str | None = "auto",
+        text: str | None = None,
+    ):
+        """What each attention head does (`minigpt heads`), measured on the run's validation text
+        (or `data`, or `text`): a `HeadsReport` whose `.heads` hold each head's pattern scores on
+        the text and on the probe, role and ablation; `.to_dict()` for JSON (docs/heads.md)."""
         from minigpt.inspect.heads import heads_of
 
-        return heads_of(self.loaded, data, ablation, exact)
+        return heads_of(self.loaded, data, ablation, exact, text)
 
     def export(self, out: str | Path, format: str = "hf", dtype: str = "float32", force: bool = False) -> Path:
         """Write the model for other tools (`minigpt export`): format 'hf', a folder transformers

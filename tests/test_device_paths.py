@@ -53,8 +53,8 @@ def test_eval_by_position_lens_and_head_scores_run_on_the_device(trained_run: Pa
     assert icl_score(curve)[1:] == icl_score(np.zeros(len(curve)))[1:]
     lens = logit_lens(on_device.model, on_device.tokenizer, TEXT)
     np.testing.assert_allclose(lens.loss, logit_lens(on_cpu.model, on_cpu.tokenizer, TEXT).loss, rtol=1e-5)
-    point = score_point(on_device.model, ids, table, False)  # the head scores logged at each evaluation
-    expected = score_point(on_cpu.model, ids, table, False)
+    point = score_point(on_device.model, ids, table)  # the head scores logged at each evaluation
+    expected = score_point(on_cpu.model, ids, table)
     assert point.icl_score == pytest.approx(expected.icl_score, abs=1e-5)
     np.testing.assert_allclose(point.induction, expected.induction, rtol=1e-5)
 

@@ -60,8 +60,10 @@ def test_heads_page_grid_detail_and_ablation_bars(page, report: HeadsReport, tmp
     rows = page.eval_on_selector_all("#detail-body table tr", cells)
     assert [r[0] for r in rows] == ["previous", "duplicate", "induction", "first"]
     for name, row in zip(["previous", "duplicate", "induction", "first"], rows, strict=True):
-        assert float(row[1]) == pytest.approx(head.scores[name], abs=0.0005)
-        assert float(row[2]) == pytest.approx(report.ceilings[name], abs=0.0005)
+        assert float(row[1]) == pytest.approx(head.scores[name], abs=0.0005)  # on the text
+        assert float(row[2]) == pytest.approx(report.uniform[name], abs=0.0005)
+        assert float(row[3]) == pytest.approx(head.probe[name], abs=0.0005)
+        assert float(row[4]) == pytest.approx(report.ceilings[name], abs=0.0005)
     detail = page.inner_text("#detail-body")
     assert f"{head.ablation['loss_delta']:+.4f}".replace("-", "\u2212") in detail
     assert head.role in page.inner_text("#detail-role")

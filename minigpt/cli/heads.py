@@ -14,10 +14,16 @@ from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_devi
 from minigpt.errors import UserError
 
 Ablation = Literal["mean", "zero", "none"]
+ROLES = (
+    "a pattern's lift above a uniform head, as a share of a perfect head's, must reach 0.5 and beat every other "
+    "pattern's by 0.2 (previous, duplicate, induction, first); else 'local' when the head looks fewer than 3 "
+    "positions back on average; else 'mixed' (docs/heads.md)"
+)
 ROLE_HELP = (
-    "Roles: a pattern's score divided by what a perfect head scores on the same sequences must reach 0.5 and beat "
-    "every other pattern's by 0.2 (previous, duplicate, induction, first); else 'local' when the head looks fewer "
-    "than 3 positions back on average; else 'mixed' (docs/heads.md)."
+    "Scores: the share of a head's attention on a pattern's targets, on windows of the run's validation text "
+    "(or --data, --text), averaged over the positions that have a target (a perfect head scores 1; the table's "
+    "header prints a uniform head's); 'dist' is how many positions back a head looks on average; 'probe ind' is "
+    f"the induction score on random characters written twice. Roles: {ROLES}."
 )
 ROLE_COLOURS = {"previous": "36", "induction": "35", "duplicate": "33", "first": "34", "local": "32", "mixed": "2"}
 
@@ -26,9 +32,11 @@ def heads_cmd(
     target: TargetArg,
     data: Annotated[
         Path | None,
-        typer.Option(
-            "--data", help="Measure ablations on this file, folder or 'glob' instead of the run's validation split."
-        ),
+        typer.Option("--data", help="Measure on this file, folder or 'glob' instead of the run's validation split."),
+    ] = None,
+    text: Annotated[
+        str | None,
+        typer.Option("--text", help="Measure on this text instead (ablation needs block_size + 1 characters)."),
     ] = None,
     ablation: Annotated[
         Ablation,
@@ -40,8 +48,9 @@ def heads_cmd(
         str,
         typer.Option(
             "--exact",
-            help="How many heads, ranked by the estimate, get an exact "
-            "ablation: a number, or 'all'; the rest are estimates.",
+            help="How many heads, ranked by the estimate, get an exact ablation: a number, or 'all'; the rest are "
+            "estimates. auto: every head when that is cheap (small models), else the largest estimates and every head "
+            "whose patterns make it a candidate for a role.",
         ),
     ] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")] = False,
@@ -66,7 +75,7 @@ def heads_cmd(
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
-    """What each attention head does: pattern scores on repeated random text, a role, and the loss its removal costs."""
+    """What each attention head does: pattern scores on the run's own text, a role, and the loss its removal costs."""
     from minigpt.inspect.pages import check_output
 
     for path, flag in ((html, "--html"), (png, "--png")):
@@ -83,7 +92,7 @@ def heads_cmd(
     from minigpt.infer.loading import load_model
     from minigpt.inspect.heads import heads_of
 
-    report = heads_of(load_model(target, inference_device(device, threads)), data, ablation, n_exact)
+    report = heads_of(load_model(target, inference_device(device, threads)), data, ablation, n_exact, text)
     if html is not None:
         from minigpt.inspect.heads_page import heads_page
 
@@ -93,7 +102,14 @@ def heads_cmd(
         for h in report.heads:
             print(
                 json.dumps(
-                    {"layer": h.layer, "head": h.head, "scores": h.scores, "ablation": h.ablation, "role": h.role}
+                    {
+                        "layer": h.layer,
+                        "head": h.head,
+                        "scores": h.scores,
+                        "probe": h.probe,
+                        "ablation": h.ablation,
+                        "role": h.role,
+                    }
                 )
             )
     elif html is None:
@@ -111,22 +127,42 @@ def _exact_count(exact: str) -> int | None | str:
 
 
 def heads_table(report, colour: bool) -> str:
-    """One row per head: the pattern scores, the mean distance, the role and the ablation."""
+    """One row per head: the pattern scores on the text, the mean distance, the probe's induction
+    score, the role and the ablation; the header says what each column is and what a perfect and a
+    uniform head score."""
     paint = (lambda text, code: f"\033[{code}m{text}\033[0m") if colour else (lambda text, code: text)
-    c = report.ceilings
+    meta, u, n, c, pu = report.meta, report.uniform, report.positions, report.ceilings, report.probe_uniform
+    unit = "character" if meta.get("unit", "char") == "char" else meta.get("unit", "token")
+    short = {"previous": "prev", "duplicate": "dup", "induction": "induct", "first": "first"}
+    windows = meta.get("windows", 0)
     lines = [
-        f"{report.meta.get('source', '')}",
-        f"pattern scores on {len(report.tokens) // 2} random characters repeated twice (a perfect head scores: "
-        f"previous {c['previous']:.2f}, duplicate {c['duplicate']:.2f}, induction {c['induction']:.2f}, "
-        f"first {c['first']:.2f})",
+        f"{meta.get('source', '')}",
+        f"scores on {meta.get('text', 'the text')}: {windows:,} window{'s' if windows != 1 else ''} of "
+        f"{meta.get('context', 0)} "
+        f"{unit}s; each the share of a head's attention on the pattern's targets, averaged over the positions that "
+        "have one",
+        f"  prev: the previous position; dup: earlier copies of the current {unit}; induct: the {unit} after an "
+        f"earlier copy of the last two; first: position 0",
+        "  positions with a target: " + ", ".join(f"{short[k]} {n[k]:,}" for k in n),
+        "  a perfect head scores 1.00; a uniform head (its weight spread evenly) "
+        + ", ".join(f"{short[k]} {u[k]:.2f}" for k in short),
+        f"dist: how many positions back a head looks on average, weighted by its attention (a uniform head: "
+        f"{u['distance']:.1f})",
+        f"probe ind: the induction score on {len(report.tokens) // 2} random {unit}s written twice (perfect "
+        f"{c['induction']:.2f}, uniform {pu['induction']:.2f})",
     ]
     if report.base_loss is not None:
+        exact = sum(bool(h.ablation and h.ablation["exact"]) for h in report.heads)
         lines.append(
             f"ablation: the rise in loss when a head's output is replaced by its {report.ablation}"
             f"{' over the sample' if report.ablation == 'mean' else 's'}, on {report.ablation_tokens:,} "
-            f"predictions (loss {report.base_loss:.4f} with every head); ~ marks an estimate"
+            f"predictions (loss {report.base_loss:.4f} with every head); {exact} of {len(report.heads)} measured "
+            "exactly (± a standard error), ~ marks an estimate"
         )
-    header = f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  {'role':<9}"
+    header = (
+        f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  {'probe ind':>9}"
+    )
+    header += f"  {'role':<9}"
     if report.base_loss is not None:
         header += f"  {'ablation (nats)':>18}"
     lines += ["", header]
@@ -134,18 +170,14 @@ def heads_table(report, colour: bool) -> str:
         s = h.scores
         row = (
             f"{h.layer:>5} {h.head:>4}  {s['previous']:>5.2f} {s['duplicate']:>5.2f} {s['induction']:>6.2f} "
-            f"{s['first']:>5.2f} {s['distance']:>5.1f}  "
+            f"{s['first']:>5.2f} {s['distance']:>5.1f}  {h.probe['induction']:>9.2f}  "
         )
         row += paint(f"{h.role:<9}", ROLE_COLOURS.get(h.role, "0"))
         if h.ablation is not None:
             a = h.ablation
-            mark = " " if a["exact"] else "~"
-            row += (
-                f"  {mark}{a['loss_delta']:>+8.4f} ± {a['stderr']:.4f}"
-                if a["exact"]
-                else f"  {mark}{a['loss_delta']:>+8.4f}"
-            )
+            row += f"   {a['loss_delta']:>+8.4f} ± {a['stderr']:.4f}" if a["exact"] else f"  ~{a['loss_delta']:>+8.4f}"
         lines.append(row)
+    lines += ["", f"roles: {ROLES}"]
     return "\n".join(lines)
 
 

@@ -4,8 +4,9 @@ trainer scores its model for TensorBoard at each evaluation (docs/heads.md).
 
 Each point is the in-context-learning score (Olsson et al. 2022: the loss late in the context
 minus the loss early in it, `icl_score`) and every head's induction and previous-token pattern
-scores (`head_patterns`). The phase change is marked where the strongest head's induction score
-rises fastest per step between two consecutive checkpoints."""
+scores on the same validation text (`score_text`, as `minigpt heads` scores it). The phase change
+is marked where the strongest head's induction score rises fastest per step between two
+consecutive checkpoints."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from minigpt.checkpoint import BEST, LAST, SNAPSHOT, list_snapshots, load_checkp
 from minigpt.errors import UserError
 from minigpt.infer.evaluate import icl_score, loss_by_position
 from minigpt.infer.windows import spread_starts
-from minigpt.inspect.heads import MIN_HALF, ROLE_MIN, head_patterns
+from minigpt.inspect.heads import ROLE_MIN, score_text
 from minigpt.model import GPT
 
 # predictions of the validation sample the ICL score is measured on (whole windows, evenly spread,
@@ -33,14 +34,15 @@ NO_SNAPSHOTS = "{run} has no snapshots to follow over training; train with train
 @dataclass
 class HeadPoint:
     """One model's scores: the ICL score and the mean loss over the sample, and every head's
-    induction and previous-token scores (n_layer lists of n_head); the head scores are empty when
-    the context is too short for the repeated sequences (block_size < 8)."""
+    induction and previous-token scores on the validation text (n_layer lists of n_head: the
+    share of its attention on the pattern's targets, over the positions that have one)."""
 
     icl_score: float
     sample_loss: float
     induction: list[list[float]]
     previous: list[list[float]]
-    induction_ceiling: float = 0.0  # what a perfect induction head scores on the same sequences
+    induction_ceiling: float = 1.0  # what a perfect induction head scores
+    induction_uniform: float = 0.0  # what a head spreading its weight evenly scores on the same text
     step: int = 0
     files: list[str] = field(default_factory=list)  # the checkpoints of this step
     val_loss: float | None = None  # the checkpoint's own estimate (train.eval_steps batches), when evaluated
@@ -71,22 +73,15 @@ class HeadPoint:
         }
 
 
-def score_point(
-    model: GPT, ids: np.ndarray, table: np.ndarray | None, byte_mode: bool, max_tokens: int = ICL_TOKENS
-) -> HeadPoint:
+def score_point(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_tokens: int = ICL_TOKENS) -> HeadPoint:
     """The ICL score over a spread sample of `max_tokens` predictions of `ids` (all of its whole
-    windows when it is shorter) and the head scores on repeated random sequences; the model's
-    mode is left as it was."""
+    windows when it is shorter) and the heads' pattern scores on the same text (`score_text`:
+    bounded windows, reduced on the device); the model's mode is left as it was."""
     by_position = loss_by_position(model, ids, table, max_tokens)
     icl, _, _ = icl_score(by_position)
-    induction: list[list[float]] = []
-    previous: list[list[float]] = []
-    ceiling = 0.0
-    if model.cfg.block_size // 2 >= MIN_HALF:
-        scores, ceilings, _, _ = head_patterns(model, byte_mode)
-        induction, previous = scores["induction"].tolist(), scores["previous"].tolist()
-        ceiling = ceilings["induction"]
-    return HeadPoint(icl, float(by_position.mean()), induction, previous, ceiling)
+    text = score_text(model, ids, table)
+    induction, previous = text.scores["induction"], text.scores["previous"]
+    return HeadPoint(icl, float(by_position.mean()), induction, previous, induction_uniform=text.uniform["induction"])
 
 
 def run_checkpoints(run_dir: Path) -> list[Path]:
@@ -122,7 +117,7 @@ def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS)
         loaded = load_model(by_step[step][0], device)
         if ids is None:
             ids, table, what = eval_ids_for(loaded, None)
-        point = score_point(loaded.model.float(), ids, table, loaded.tokenizer.kind == "byte", max_tokens)
+        point = score_point(loaded.model.float(), ids, table, max_tokens)
         point.step, point.files = step, [p.name for p in by_step[step]]
         val = loaded.checkpoint.val_loss
         point.val_loss = float(val) if isinstance(val, float) else None
@@ -142,12 +137,12 @@ def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS)
 def phase_change(points: list[HeadPoint]) -> tuple[int, int, float] | None:
     """(step before, step after, rise) of the interval between consecutive checkpoints where the
     strongest induction score rises fastest per step; None until an induction head has formed,
-    that is until some checkpoint's strongest score reaches ROLE_MIN (half) of a perfect head's,
-    the share `minigpt heads` asks of an induction head (else every small wobble would be marked)."""
+    that is until some checkpoint's strongest score is ROLE_MIN (half) of the way from a uniform
+    head's to a perfect head's, as `minigpt heads` asks of an induction head (else every small
+    wobble would be marked)."""
     best: tuple[float, int, int, float] | None = None
     strongest = [p.strongest() for p in points]
-    ceiling = points[0].induction_ceiling
-    if not ceiling or all(s is None or s[2] < ROLE_MIN * ceiling for s in strongest):
+    if all(s is None or s[2] < formed(points[0]) for s in strongest):
         return None
     for a, b, sa, sb in zip(points, points[1:], strongest, strongest[1:]):
         if sa is None or sb is None or b.step <= a.step:
@@ -159,11 +154,22 @@ def phase_change(points: list[HeadPoint]) -> tuple[int, int, float] | None:
     return best[1:] if best else None
 
 
+def formed(point: HeadPoint) -> float:
+    """The induction score of a formed head: ROLE_MIN of the way from a uniform head's to a perfect head's."""
+    return point.induction_uniform + ROLE_MIN * (point.induction_ceiling - point.induction_uniform)
+
+
 def formation_table(points: list[HeadPoint], about: str) -> str:
     """One row per checkpoint: step, the checkpoint's val loss, the sample's loss, the ICL score and
     the strongest induction head."""
-    ceiling = points[0].induction_ceiling
-    lines = [about, f"induction: pattern score on repeated random sequences (a perfect head scores {ceiling:.2f})", ""]
+    p0 = points[0]
+    lines = [
+        about,
+        f"induction: the share of a head's attention on the character after an earlier copy of the current one, "
+        f"on the same text (a perfect head scores {p0.induction_ceiling:.2f}, a uniform one "
+        f"{p0.induction_uniform:.2f})",
+        "",
+    ]
     lines.append(f"{'step':>8}  {'val loss':>8}  {'sample':>8}  {'ICL':>7}  {'induction':<12}  files")
     for p in points:
         best = p.strongest()
@@ -179,10 +185,11 @@ def formation_table(points: list[HeadPoint], about: str) -> str:
             f"phase change: the strongest induction score rises fastest between steps {phase[0]} and "
             f"{phase[1]} ({phase[2]:+.3f})",
         ]
-    elif ceiling:
+    else:
         lines += [
             "",
-            f"no phase change yet: no induction score reaches {ROLE_MIN * ceiling:.2f} (half a perfect head's)",
+            f"no phase change yet: no induction score reaches {formed(p0):.2f} (half way from a uniform head's to "
+            "a perfect head's)",
         ]
     return "\n".join(lines)
 
@@ -205,16 +212,9 @@ def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
         for h in range(len(points[0].induction[la])):
             values = [p.induction[la][h] for p in points]
             top.plot(steps, values, color=colours[la], ls=styles[h % len(styles)], marker=".", label=f"L{la}H{h}")
-    if points[0].induction_ceiling:
-        top.axhline(points[0].induction_ceiling, color="0.5", lw=0.8, ls=":")
-        top.annotate(
-            "perfect head",
-            (steps[0], points[0].induction_ceiling),
-            fontsize=7,
-            color="0.4",
-            textcoords="offset points",
-            xytext=(2, -10),
-        )
+    for level, text in ((points[0].induction_ceiling, "perfect head"), (points[0].induction_uniform, "uniform head")):
+        top.axhline(level, color="0.5", lw=0.8, ls=":")
+        top.annotate(text, (steps[0], level), fontsize=7, color="0.4", textcoords="offset points", xytext=(2, -10))
     top.set_ylabel("induction score")
     top.legend(
         fontsize=7,

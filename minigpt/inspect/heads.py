@@ -1,16 +1,20 @@
-"""What each attention head does, measured: pattern scores on repeated random sequences, the loss
-each head's removal costs (ablation), and a role where one pattern clearly dominates.
+"""What each attention head does, measured: pattern scores on the model's own text and on a
+repeated random probe, the loss each head's removal costs (ablation), and a role where one
+pattern clearly dominates (docs/heads.md).
 
-Pattern scores follow TransformerLens' head detector: for a detection pattern P (T, T) of 0s and
-1s and a head's attention A (T, T), score = sum(A * P) / sum(A), averaged over the sequences.
-The sequences are n random tokens repeated twice (T = 2n <= block_size), so a head can only be
-as good as the rows that have a target allow; `ceilings` gives that best score and roles compare
-each score with it (docs/heads.md)."""
+A pattern marks, for each query position, its target keys: the previous position, earlier
+occurrences of the query's token (duplicate), the token after such an occurrence (induction,
+the prefix-matching score; on text the occurrence must be of the last two tokens), or position 0
+(first). On text, a head's score is the share of its attention on the targets, averaged over the
+positions that have a target, with how many there were. On the probe (n random tokens, drawn by
+the text's frequencies, written twice) it is TransformerLens' head detector: sum(A * P) / sum(A),
+whose best value `ceilings` gives. Both are reduced on the model's device, a bounded batch of
+windows at a time."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -22,120 +26,266 @@ from minigpt.infer.windows import losses_of, spread_starts, text_windows
 from minigpt.model import GPT, evaluating
 
 PATTERNS = ("previous", "duplicate", "induction", "first")
-MIN_HALF = 4  # the shortest repeated half: a context of fewer than 2 * 4 tokens has no room for the test
-SEQUENCES = 8  # repeated sequences averaged over
-# roles: a pattern's score relative to its ceiling (the perfect head's score) must reach ROLE_MIN and
-# beat every other pattern's by ROLE_MARGIN; a head with none but a short mean reach is local
+MIN_HALF = 4  # the shortest repeated half: a context of fewer than 2 * 4 tokens has no room for the probe
+SEQUENCES = 8  # repeated sequences of the probe
+SCORE_TOKENS = 8_192  # positions of the text the pattern scores read (spread windows, the same every time)
+SCORE_CONTEXT = 256  # the longest window the pattern scores read: memory grows with its square
+MAP_FLOATS = 1 << 24  # attention weights held at once while scoring (64 MB of float32): sets the batch
+TEXT_POSITIONS = 200  # a pattern's text score decides the role when this many positions have a target
+# roles: a pattern's lift above a uniform head, as a share of a perfect head's (the evidence), must
+# reach ROLE_MIN and beat every other pattern's by ROLE_MARGIN; a head with none but a short reach is local
 ROLE_MIN = 0.5
 ROLE_MARGIN = 0.2
 LOCAL_DISTANCE = 3.0
 ROLE_NAMES = {"previous": "previous", "duplicate": "duplicate", "induction": "induction", "first": "first"}
-ABLATION_TOKENS = 65_536  # the validation sample head ablation is measured on
-# --exact auto: exact ablation for the heads whose estimate is at least AUTO_SHARE of the largest, at most AUTO_EXACT
+ABLATION_TOKENS = 65_536  # the validation sample head ablation is measured on, at most
+ABLATION_FLOPS = 4e11  # ... and at most this many forward FLOPs of it: a large model reads fewer windows
+EXACT_ALL_FLOPS = 1e12  # --exact auto measures every head exactly when all the reruns cost at most this
+# otherwise exact for the heads whose estimate is at least AUTO_SHARE of the largest (at most
+# AUTO_EXACT of them) and every head whose pattern evidence reaches ROLE_MIN
 AUTO_SHARE = 0.25
 AUTO_EXACT = 6
 RERUN_BATCHES = 4  # exact reruns go through the blocks this many estimate batches at a time
 
 
 def repeated_tokens(
-    vocab_size: int, block_size: int, byte_mode: bool = False, n_seq: int = SEQUENCES, seed: int = 0
+    vocab_size: int,
+    block_size: int,
+    byte_mode: bool = False,
+    n_seq: int = SEQUENCES,
+    seed: int = 0,
+    freqs: np.ndarray | None = None,
 ) -> torch.Tensor:
-    """n_seq sequences (n_seq, 2n) of n random tokens followed by the same n again, n = block_size // 2.
-    A byte model draws printable ASCII bytes (the other byte values rarely occur in text)."""
-    half = block_size // 2
+    """n_seq sequences (n_seq, 2n) of n random tokens followed by the same n again,
+    n = min(block_size, SCORE_CONTEXT) // 2. The tokens are drawn by `freqs` (counts per token id,
+    e.g. the text's), else uniformly (a byte model: printable ASCII)."""
+    half = min(block_size, SCORE_CONTEXT) // 2
     if half < MIN_HALF:
         raise UserError(
             f"model.block_size {block_size} is too short for head patterns: the repeated sequences need at least "
             f"{2 * MIN_HALF} positions"
         )
     gen = torch.Generator().manual_seed(seed)
-    low, high = (32, 127) if byte_mode else (0, vocab_size)
-    first = torch.randint(low, high, (n_seq, half), generator=gen)
+    if freqs is not None and np.asarray(freqs).sum() > 0:
+        weights = torch.as_tensor(np.asarray(freqs, dtype=np.float64))
+        first = torch.multinomial(weights, n_seq * half, replacement=True, generator=gen).view(n_seq, half)
+    else:
+        low, high = (32, 127) if byte_mode else (0, vocab_size)
+        first = torch.randint(low, high, (n_seq, half), generator=gen)
     return torch.cat([first, first], dim=1)
 
 
+def targets(tokens: torch.Tensor, prefix: int = 1) -> dict[str, torch.Tensor]:
+    """Each pattern's targets (B, T, T) over sequences (B, T), row = query, column = key, as
+    TransformerLens builds them: previous (key t-1), duplicate (an earlier key with the query's
+    token), induction (the key right after such an earlier copy), first (key 0). With prefix 2
+    an induction target must also follow a copy of the token before the query: the last two
+    tokens repeat (on text, where one character recurs everywhere, this is where copying can help)."""
+    B, T = tokens.shape
+    same = (tokens[:, :, None] == tokens[:, None, :]).tril(-1)  # (B, T, T) earlier keys with the query's token
+    induction = torch.zeros_like(same)
+    induction[:, :, 1:] = same[:, :, :-1]  # one key to the right of each earlier copy
+    if prefix == 2:
+        induction[:, :, 1] = False  # key 1 has no token two before it
+        induction[:, 1:, 2:] &= same[:, :-1, :-2]  # key s - 2 holds the token at query t - 1
+    eye = torch.ones(T, T, dtype=torch.bool, device=tokens.device)
+    first = torch.zeros_like(same)
+    first[:, :, 0] = True
+    previous = eye.tril(-1).triu(-1).expand(B, T, T)
+    return {"previous": previous, "duplicate": same, "induction": induction, "first": first}
+
+
 def detection_patterns(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The 0/1 patterns (T, T) of one sequence (T,), row = query, column = key, as TransformerLens
-    builds them: previous (key t-1), duplicate (an earlier key with the query's token), induction
-    (the key right after such an earlier copy), first (key 0)."""
-    T = tokens.numel()
-    same = (tokens[:, None] == tokens[None, :]).float().tril(-1)  # (T, T): earlier keys with the query's token
-    induction = torch.zeros(T, T)
-    induction[:, 1:] = same[:, :-1]  # one key to the right of each earlier copy
-    first = torch.zeros(T, T)
-    first[:, 0] = 1.0
-    return {
-        "previous": torch.diag(torch.ones(T - 1), -1),
-        "duplicate": same,
-        "induction": induction.tril(),
-        "first": first,
-    }
+    """The 0/1 float patterns (T, T) of one sequence (T,), as TransformerLens builds them."""
+    return {name: P[0].float() for name, P in targets(tokens[None]).items()}
+
+
+@torch.no_grad()
+def pattern_sums(weights: Iterable[tuple[torch.Tensor, torch.Tensor]], prefix: int = 1) -> dict:
+    """Per query position, summed over windows: each head's weight on each pattern's targets
+    (pattern -> (L, nh, T)), how many windows have a target there (pattern -> (T,)), what a
+    uniform head puts on them (pattern -> (T,)), and the weighted distance back (L, nh, T).
+    `weights` yields (attention (L, B, nh, T, T), tokens (B, T)) on one device; the sums come
+    back on the CPU in float64, one small tensor per batch. `prefix`: see `targets`."""
+    out: dict = {"share": {}, "defined": {}, "uniform": {}, "distance": 0.0, "windows": 0}
+    for A, tokens in weights:
+        A = A.float()
+        T = tokens.size(1)
+        pos = torch.arange(T, device=A.device)
+        gap = (pos[:, None] - pos[None, :]).clamp(min=0).float()  # (T, T) query - key
+        for name, P in targets(tokens, prefix).items():
+            Pf = P.float()
+            sums = {
+                "share": torch.einsum("lbhts,bts->lht", A, Pf),
+                "defined": P.any(-1).float().sum(0),
+                "uniform": (Pf.sum(-1) / (pos + 1)).sum(0),
+            }
+            for key, value in sums.items():
+                value = value.cpu().double()
+                out[key][name] = out[key][name] + value if name in out[key] else value
+        out["distance"] = out["distance"] + torch.einsum("lbhts,ts->lht", A, gap).cpu().double()
+        out["windows"] += tokens.size(0)
+    return out
 
 
 def pattern_scores(weights: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Scores (L, nh) of attention weights (L, B, nh, T, T) over token sequences (B, T): each
-    pattern's sum(A * P) / sum(A) averaged over the sequences, and `distance`, the mean number of
-    positions between a query and the keys it attends to."""
-    weights = weights.float().cpu()
-    out: dict[str, list[torch.Tensor]] = {name: [] for name in (*PATTERNS, "distance")}
-    T = tokens.size(1)
-    gap = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).clamp(min=0).float()  # (T, T) query - key
-    for b in range(tokens.size(0)):
-        A = weights[:, b]  # (L, nh, T, T)
-        total = A.sum(dim=(-2, -1))
-        for name, P in detection_patterns(tokens[b]).items():
-            out[name].append((A * P).sum(dim=(-2, -1)) / total)
-        out["distance"].append((A * gap).sum(dim=(-2, -1)) / total)
-    return {name: torch.stack(v).mean(0) for name, v in out.items()}
+    """The probe's scores (L, nh) of attention weights (L, B, nh, T, T) over sequences (B, T):
+    each pattern's sum(A * P) / sum(A) averaged over the sequences (TransformerLens' detect_head),
+    and `distance`, the mean number of positions between a query and the keys it attends to."""
+    return probe_scores(pattern_sums([(weights, tokens.to(weights.device))]))[0]
+
+
+def probe_scores(sums: dict) -> tuple[dict[str, torch.Tensor], dict[str, float], dict[str, float]]:
+    """From `pattern_sums` of the probe: the scores (name -> (L, nh)), a perfect head's (the share
+    of rows that have a target) and a uniform head's, every row counted."""
+    rows = sums["windows"] * sums["distance"].size(-1)
+    scores = {name: (s.sum(-1) / rows).float() for name, s in sums["share"].items()}
+    scores["distance"] = (sums["distance"].sum(-1) / rows).float()
+    ceiling = {name: float(d.sum()) / rows for name, d in sums["defined"].items()}
+    uniform = {name: float(u.sum()) / rows for name, u in sums["uniform"].items()}
+    return scores, ceiling, uniform
+
+
+def text_scores(sums: dict) -> tuple[dict[str, torch.Tensor], dict[str, int], dict[str, float]]:
+    """From `pattern_sums` of text windows: each pattern's mean share (name -> (L, nh)) over the
+    positions that have a target, how many there were, and a uniform head's share. Position 0
+    (a query with no choice) is left out, also of `distance`, the mean of how far back a head looks
+    (a uniform head's is T / 4)."""
+    scores, positions, uniform = {}, {}, {}
+    for name in PATTERNS:
+        n = float(sums["defined"][name][1:].sum())
+        positions[name] = int(n)
+        scores[name] = (sums["share"][name][..., 1:].sum(-1) / max(n, 1.0)).float()
+        uniform[name] = float(sums["uniform"][name][1:].sum()) / max(n, 1.0)
+    T = sums["distance"].size(-1)
+    scores["distance"] = (sums["distance"][..., 1:].sum(-1) / max(sums["windows"] * (T - 1), 1)).float()
+    uniform["distance"] = T / 4  # row t looks t / 2 back on average: the mean over rows 1..T-1
+    return scores, positions, uniform
+
+
+def _maps(model: GPT, batches: Iterable[torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(attention maps (L, B, nh, T, T), tokens (B, T)) of each batch of token windows, in eval mode."""
+    with evaluating(model):
+        for x in batches:
+            yield model.attention_maps(x), x
+
+
+def _batch(model: GPT, T: int) -> int:
+    """Windows of T tokens per batch: MAP_FLOATS attention weights at most (one window at least)."""
+    return max(1, MAP_FLOATS // (model.cfg.n_layer * model.cfg.n_head * T * T))
+
+
+def _text_batches(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_tokens: int) -> Iterator[torch.Tensor]:
+    """Windows (B, T) of `ids` on the model's device, T = min(block_size, SCORE_CONTEXT): an evenly
+    spread sample of max_tokens positions (all whole windows of a shorter text; a text shorter
+    than one window is read as one)."""
+    T = min(model.cfg.block_size, SCORE_CONTEXT)
+    n_pred = len(ids) - 1
+    if n_pred < T:
+        row = np.asarray(ids[: T + 1])
+        yield torch.from_numpy(table[row] if table is not None else row.astype(np.int64))[None].to(model.device)
+        return
+    starts = spread_starts(n_pred, T, max_tokens) or list(range(0, n_pred - T + 1, T))
+    for x, _ in text_windows(ids, T, table, starts, _batch(model, T), model.device):
+        yield x
+
+
+@dataclass
+class TextScores:
+    """Every head's pattern scores on windows of a text, as plain numbers: scores[name] (n_layer
+    lists of n_head) for each pattern and `distance`; positions[name], how many query positions
+    had a target; uniform[name], what a head spreading its weight evenly scores there."""
+
+    scores: dict[str, list[list[float]]]
+    positions: dict[str, int]
+    uniform: dict[str, float]
+    windows: int
+    context: int
+    counts: list[int] = field(default_factory=list)  # how often each token id occurs in the windows
+
+
+def score_text(
+    model: GPT, ids: np.ndarray, table: np.ndarray | None = None, max_tokens: int = SCORE_TOKENS
+) -> TextScores:
+    """Every head's pattern scores over a spread sample of `max_tokens` positions of `ids`, reduced
+    on the model's device a bounded batch at a time (the heads' scores at every evaluation, and
+    `minigpt heads`). The model's mode is left as it was."""
+    counts = torch.zeros(model.vocab_size, dtype=torch.int64)
+
+    def counted() -> Iterator[torch.Tensor]:
+        for x in _text_batches(model, ids, table, max_tokens):
+            counts.add_(torch.bincount(x.flatten(), minlength=model.vocab_size).cpu())
+            yield x
+
+    sums = pattern_sums(_maps(model, counted()), prefix=2)
+    scores, positions, uniform = text_scores(sums)
+    return TextScores(
+        {name: v.tolist() for name, v in scores.items()},
+        positions,
+        uniform,
+        sums["windows"],
+        int(sums["distance"].size(-1)),
+        counts.tolist(),
+    )
 
 
 def ceilings(tokens: torch.Tensor) -> dict[str, float]:
-    """What a perfect head scores on these sequences (B, T): the share of query rows that have a
-    target (a head can put all its weight on targets only there), averaged over the sequences."""
-    T = tokens.size(1)
-    rows: dict[str, list[float]] = {name: [] for name in PATTERNS}
-    for b in range(tokens.size(0)):
-        for name, P in detection_patterns(tokens[b]).items():
-            rows[name].append(float((P.sum(-1) > 0).sum()) / T)
-    return {name: sum(v) / len(v) for name, v in rows.items()}
+    """What a perfect head scores on the probe's sequences (B, T): the share of query rows that
+    have a target (a head can put all its weight on targets only there)."""
+    defined = {name: float(P.any(-1).float().mean()) for name, P in targets(tokens).items()}
+    return defined
 
 
-def head_role(scores: dict[str, float], ceiling: dict[str, float]) -> str:
-    """previous, duplicate, induction or first when that pattern's score reaches ROLE_MIN of its
-    ceiling and beats every other pattern's relative score by ROLE_MARGIN; else local when the head
-    looks on average fewer than LOCAL_DISTANCE positions back; else mixed."""
-    rel = {name: scores[name] / ceiling[name] if ceiling[name] else 0.0 for name in PATTERNS}
-    best = max(rel, key=rel.__getitem__)
-    runner_up = max(v for k, v in rel.items() if k != best)
-    if rel[best] >= ROLE_MIN and rel[best] - runner_up >= ROLE_MARGIN:
+def evidence(scores: dict[str, float], perfect: dict[str, float], uniform: dict[str, float]) -> dict[str, float]:
+    """Each pattern's lift above a uniform head as a share of a perfect head's: 0 uniform, 1 perfect."""
+    return {
+        name: (scores[name] - uniform[name]) / (perfect[name] - uniform[name]) if perfect[name] > uniform[name] else 0.0
+        for name in PATTERNS
+    }
+
+
+def head_role(lift: dict[str, float], distance: float) -> str:
+    """previous, duplicate, induction or first when that pattern's evidence (`evidence`) reaches
+    ROLE_MIN and beats every other pattern's by ROLE_MARGIN; else local when the head looks on
+    average fewer than LOCAL_DISTANCE positions back; else mixed."""
+    best = max(lift, key=lift.__getitem__)
+    runner_up = max(v for k, v in lift.items() if k != best)
+    if lift[best] >= ROLE_MIN and lift[best] - runner_up >= ROLE_MARGIN:
         return ROLE_NAMES[best]
-    return "local" if scores["distance"] < LOCAL_DISTANCE else "mixed"
+    return "local" if distance < LOCAL_DISTANCE else "mixed"
 
 
 @dataclass
 class HeadResult:
-    """One head: its pattern scores, its role, and the validation loss its ablation costs."""
+    """One head: its pattern scores on the text and on the probe, the evidence its role was read
+    from, its role, and the validation loss its ablation costs."""
 
     layer: int
     head: int
-    scores: dict[str, float]
+    scores: dict[str, float]  # on the text: a share of attention, averaged over the positions with a target
+    probe: dict[str, float]  # on the repeated random probe (TransformerLens' detector)
+    evidence: dict[str, float]  # per pattern: 0 a uniform head, 1 a perfect one (text, or probe where too few)
     role: str
-    # loss_delta (nats), stderr over the sampled windows, exact (measured) or an attribution estimate
+    # loss_delta (nats), stderr over the sampled windows, exact (measured) or an estimate
     ablation: dict[str, float | bool] | None = None
 
 
 @dataclass
 class HeadsReport:
-    """`minigpt heads`: every head, what a perfect head would score, and the ablation's setting."""
+    """`minigpt heads`: every head, what perfect and uniform heads score on the text and the probe,
+    and the ablation's setting."""
 
     heads: list[HeadResult]
-    ceilings: dict[str, float]
-    tokens: list[int]  # the first repeated sequence (the page draws each head's pattern over it)
+    positions: dict[str, int]  # text positions with a target, per pattern
+    uniform: dict[str, float]  # a uniform head's text scores and distance (a perfect head scores 1)
+    ceilings: dict[str, float]  # a perfect head's probe scores
+    probe_uniform: dict[str, float]  # a uniform head's probe scores
+    tokens: list[int]  # the first repeated sequence of the probe (the page draws each head's pattern over it)
     patterns: list[list[list[list[float]]]]  # (L, nh, T, T) weights of the heads over that sequence
     ablation: str  # mean, zero or none
     base_loss: float | None = None  # the sample's loss with every head in place
     ablation_tokens: int = 0  # predictions the ablation was measured over
-    meta: dict = field(default_factory=dict)  # the run: source line, n_layer, n_head, block_size
+    meta: dict = field(default_factory=dict)  # the run: source line, n_layer, n_head, block_size, text
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -146,14 +296,22 @@ class HeadsReport:
 
 @torch.no_grad()
 def head_patterns(
-    model: GPT, byte_mode: bool = False
-) -> tuple[dict[str, torch.Tensor], dict[str, float], torch.Tensor, torch.Tensor]:
-    """Pattern scores (name -> (L, nh)) on the repeated sequences, their ceilings, the sequences
-    (B, T) and the weights over them (L, B, nh, T, T)."""
-    tokens = repeated_tokens(model.vocab_size, model.cfg.block_size, byte_mode)
-    with evaluating(model):
-        weights = model.attention_maps(tokens.to(model.device))
-    return pattern_scores(weights, tokens), ceilings(tokens), tokens, weights
+    model: GPT, byte_mode: bool = False, freqs: np.ndarray | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, float], dict[str, float], torch.Tensor, torch.Tensor]:
+    """The probe: pattern scores (name -> (L, nh)) on the repeated sequences, a perfect and a
+    uniform head's, the sequences (B, T) and the weights over the first one (L, nh, T, T)."""
+    tokens = repeated_tokens(model.vocab_size, model.cfg.block_size, byte_mode, freqs=freqs)
+    step = _batch(model, tokens.size(1))
+    first: list[torch.Tensor] = []
+
+    def maps() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for A, x in _maps(model, (tokens[i : i + step].to(model.device) for i in range(0, len(tokens), step))):
+            if not first:
+                first.append(A[:, 0].float().cpu())
+            yield A, x
+
+    scores, ceiling, uniform = probe_scores(pattern_sums(maps()))
+    return scores, ceiling, uniform, tokens, first[0]
 
 
 @contextmanager
@@ -169,33 +327,66 @@ def _heads_edited(model: GPT, edits: dict[int, object]) -> Iterator[None]:
             h.remove()
 
 
+def ablation_starts(model: GPT, n_pred: int) -> list[int]:
+    """The whole windows head ablation reads: an evenly spread sample of at most ABLATION_TOKENS
+    predictions and ABLATION_FLOPS forward FLOPs (at least 8 windows), or every whole window."""
+    block = model.cfg.block_size
+    if n_pred < block:
+        raise UserError(
+            f"the ablation text has {n_pred + 1:,} tokens; it needs one whole window of "
+            f"block_size + 1 = {block + 1:,} (or pass --ablation none)"
+        )
+    budget = max(8 * block, int(ABLATION_FLOPS / _forward_flops(model)))
+    return spread_starts(n_pred, block, min(ABLATION_TOKENS, budget)) or list(range(0, n_pred - block + 1, block))
+
+
+def _forward_flops(model: GPT) -> float:
+    """Forward FLOPs per token of the model (a third of training's)."""
+    from minigpt.runtime.mfu import flops_per_token
+
+    return flops_per_token(model.cfg, model.vocab_size) / 3
+
+
+def exact_choice(
+    estimate: torch.Tensor, exact: int | str | None, candidates: Iterable[tuple[int, int]], rerun_flops: float
+) -> list[tuple[int, int]]:
+    """The heads (layer, head) to ablate exactly, largest estimate first: all (None), the `exact`
+    largest, or "auto": all when every rerun together costs at most EXACT_ALL_FLOPS
+    (`rerun_flops`), else those whose estimate is at least AUTO_SHARE of the largest (at most
+    AUTO_EXACT) and every pattern candidate."""
+    L, nh = estimate.shape
+    order = sorted(np.ndindex(L, nh), key=lambda lh: -float(estimate[lh]))
+    if exact is None or (exact == "auto" and rerun_flops <= EXACT_ALL_FLOPS):
+        return order
+    if exact != "auto":
+        return order[:exact]
+    top = float(estimate.max())
+    chosen = [lh for lh in order if top > 0 and float(estimate[lh]) >= AUTO_SHARE * top][:AUTO_EXACT]
+    wanted = set(chosen) | set(candidates)
+    return [lh for lh in order if lh in wanted]
+
+
 def ablate_heads(
     model: GPT,
     ids: np.ndarray,
     table: np.ndarray | None,
     mode: str = "mean",
     exact: int | str | None = None,
-    max_tokens: int = ABLATION_TOKENS,
+    candidates: Iterable[tuple[int, int]] = (),
     batch_windows: int = 16,
 ) -> tuple[list[list[dict]], float, int]:
     """The rise in loss when each head's output is replaced by its mean over the sample (mode
-    "mean") or by zeros ("zero"), on an evenly spread sample of whole windows of `ids`.
+    "mean") or by zeros ("zero"), on an evenly spread sample of whole windows of `ids`
+    (`ablation_starts`).
 
     One forward and backward pass estimates every head's rise (`_estimate`). Exact ablation then
     reruns the blocks from the head's layer up, starting from the kept residual stream, for the
-    `exact` heads with the largest estimates (all when None; "auto": those whose estimate is at
-    least AUTO_SHARE of the largest, at most AUTO_EXACT). Returns per layer and head
+    heads `exact_choice` picks (all when `exact` is None). Returns per layer and head
     {loss_delta, stderr, exact} (stderr over the sampled windows; None for an estimate), the
     unablated loss, and the predictions scored."""
     cfg = model.cfg
-    n_pred = len(ids) - 1
-    if n_pred < cfg.block_size:
-        raise UserError(
-            f"the ablation text has {n_pred + 1:,} tokens; it needs one whole window of "
-            f"block_size + 1 = {cfg.block_size + 1:,}"
-        )
     block = cfg.block_size
-    starts = spread_starts(n_pred, block, max_tokens) or list(range(0, n_pred - block + 1, block))
+    starts = ablation_starts(model, len(ids) - 1)
     batches = list(text_windows(ids, block, table, starts, batch_windows, model.device))
     estimate, mean, kept = _estimate(model, batches, mode)
     results = [
@@ -203,10 +394,8 @@ def ablate_heads(
         for la in range(cfg.n_layer)
     ]
     base = torch.cat([losses for _, losses in kept])  # (W,) each window's mean loss
-    order = sorted(np.ndindex(cfg.n_layer, cfg.n_head), key=lambda lh: -float(estimate[lh]))
-    if exact == "auto":
-        top = float(estimate.max())
-        exact = min(AUTO_EXACT, sum(float(estimate[lh]) >= AUTO_SHARE * top for lh in order)) if top > 0 else 0
+    rerun = len(starts) * block * _forward_flops(model) * cfg.n_head * (cfg.n_layer + 1) / 2
+    chosen = exact_choice(estimate, exact, candidates, rerun)
     groups = []  # (ids, targets, the stream entering each layer), RERUN_BATCHES batches at a time
     for i in range(0, len(batches), RERUN_BATCHES):
         part, streams = batches[i : i + RERUN_BATCHES], [k[0] for k in kept[i : i + RERUN_BATCHES]]
@@ -214,7 +403,7 @@ def ablate_heads(
         groups.append((torch.cat([b[0] for b in part]), torch.cat([b[1] for b in part]), layers))
     del kept
     with torch.no_grad(), evaluating(model):
-        for layer, head in order if exact is None else order[:exact]:
+        for layer, head in chosen:
             fill = mean[layer, head].to(model.dtype).to(model.device)
 
             def replace(out: torch.Tensor, head: int = head, fill: torch.Tensor = fill) -> torch.Tensor:
@@ -245,7 +434,9 @@ def _estimate(
     summed loss), the estimate is the mean of d_t + d_t^2 / 2: attribution patching's first-order
     term, which nearly vanishes in a trained model, plus a Gauss-Newton-like second-order one
     (docs/heads.md measures how well it ranks heads against exact ablation). Expanding the square
-    keeps only sums of hs-sized terms, so the fill m may be the sample's mean, known at the end."""
+    keeps only sums of hs-sized terms, so the fill m may be the sample's mean, known at the end.
+    Each batch's sums are reduced on the device in float32 and only they move to the host, where
+    they add up in float64 (no float64 on the device: MPS has none)."""
     cfg = model.cfg
     L, nh, hs = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
     sums = {
@@ -274,15 +465,19 @@ def _estimate(
                     x = model.run_blocks(x, idx, rope, layer, layer + 1)
                 losses = losses_of(model.logits(x), y)  # (B, T)
                 grads = torch.autograd.grad(losses.sum(), outs)
-            z = torch.stack([o.detach() for o in outs], 1).double().cpu()  # (B, L, nh, T, hs)
-            g = torch.stack(grads, 1).double().cpu()
+            z = torch.stack([o.detach() for o in outs], 1).float()  # (B, L, nh, T, hs), on the device
+            g = torch.stack(grads, 1).float()
             zg = (z * g).sum(-1)  # (B, L, nh, T)
-            sums["z"] += z.sum((0, 3))
-            sums["g"] += g.sum((0, 3))
-            sums["zg"] += zg.sum((0, 3))
-            sums["zg2"] += zg.square().sum((0, 3))
-            sums["gzg"] += (g * zg[..., None]).sum((0, 3))
-            sums["gg"] += torch.einsum("blnti,blntj->lnij", g, g)
+            batch = {
+                "z": z.sum((0, 3)),
+                "g": g.sum((0, 3)),
+                "zg": zg.sum((0, 3)),
+                "zg2": zg.square().sum((0, 3)),
+                "gzg": (g * zg[..., None]).sum((0, 3)),
+                "gg": torch.einsum("blnti,blntj->lnij", g, g),
+            }
+            for key, value in batch.items():
+                sums[key] += value.cpu().double()
             kept.append((streams, losses.detach().mean(1).cpu()))
     n = sum(y.numel() for _, y in batches)
     fill = sums["z"] / n if mode == "mean" else torch.zeros_like(sums["z"])  # (L, nh, hs)
@@ -293,44 +488,64 @@ def _estimate(
 
 def analyze_heads(
     model: GPT,
-    byte_mode: bool = False,
-    ids: np.ndarray | None = None,
+    ids: np.ndarray,
     table: np.ndarray | None = None,
+    byte_mode: bool = False,
     ablation: str = "mean",
     exact: int | str | None = None,
     meta: dict | None = None,
 ) -> HeadsReport:
-    """Every head's pattern scores and role, and, given validation `ids` and an ablation mode, the
-    loss its ablation costs (exact for the `exact` heads the estimates rank highest, all when None)."""
-    scores, ceiling, tokens, weights = head_patterns(model, byte_mode)
+    """Every head's pattern scores on the text `ids` and on the probe (its characters drawn by the
+    text's frequencies), its role, and, unless `ablation` is "none", the loss its ablation costs
+    on `ids` (exact for the heads `exact_choice` picks; every one when `exact` is None)."""
     L, nh = model.cfg.n_layer, model.cfg.n_head
-    deltas, base, n_tok = None, None, 0
-    if ids is not None and ablation != "none":
-        deltas, base, n_tok = ablate_heads(model, ids, table, ablation, exact)
+    text = score_text(model, ids, table)
+    probe, ceiling, uniform, tokens, first = head_patterns(model, byte_mode, np.asarray(text.counts))
     heads = []
     for layer in range(L):
         for head in range(nh):
-            s = {name: float(v[layer, head]) for name, v in scores.items()}
-            heads.append(HeadResult(layer, head, s, head_role(s, ceiling), deltas[layer][head] if deltas else None))
-    patterns = weights[:, 0].float().cpu().numpy().round(4).tolist()  # (L, nh, T, T)
-    info = {"n_layer": L, "n_head": nh, "block_size": model.cfg.block_size, **(meta or {})}
-    return HeadsReport(heads, ceiling, tokens[0].tolist(), patterns, ablation, base, n_tok, info)
+            s = {name: v[layer][head] for name, v in text.scores.items()}
+            p = {name: float(v[layer, head]) for name, v in probe.items()}
+            on_text, on_probe = evidence(s, dict.fromkeys(PATTERNS, 1.0), text.uniform), evidence(p, ceiling, uniform)
+            # the text's evidence where it has enough positions with a target, else the probe's
+            lift = {name: (on_text if text.positions[name] >= TEXT_POSITIONS else on_probe)[name] for name in PATTERNS}
+            heads.append(HeadResult(layer, head, s, p, lift, head_role(lift, s["distance"])))
+    deltas, base, n_tok = None, None, 0
+    if ablation != "none":
+        candidates = [(h.layer, h.head) for h in heads if max(h.evidence.values()) >= ROLE_MIN]
+        deltas, base, n_tok = ablate_heads(model, ids, table, ablation, exact, candidates)
+        for h in heads:
+            h.ablation = deltas[h.layer][h.head]
+    patterns = first.numpy().round(4).tolist()  # (L, nh, T, T)
+    info = {"n_layer": L, "n_head": nh, "block_size": model.cfg.block_size, "windows": text.windows, **(meta or {})}
+    info["context"] = text.context
+    probe_part = {"ceilings": ceiling, "probe_uniform": uniform, "tokens": tokens[0].tolist(), "patterns": patterns}
+    ablated = {"ablation": ablation, "base_loss": base, "ablation_tokens": n_tok}
+    return HeadsReport(heads, text.positions, text.uniform, **probe_part, **ablated, meta=info)
 
 
-def heads_of(loaded, data=None, ablation: str = "mean", exact: int | str | None = "auto") -> HeadsReport:
-    """`minigpt heads` on a loaded model: every head measured, ablations on the run's validation
-    split (or all of `data`). exact: "auto" (see ablate_heads), a number of heads, or None for all."""
+def heads_of(
+    loaded, data=None, ablation: str = "mean", exact: int | str | None = "auto", text: str | None = None
+) -> HeadsReport:
+    """`minigpt heads` on a loaded model: every head measured on the run's validation split (or all
+    of `data`, or the string `text`). exact: "auto" (see exact_choice), a number of heads, or None
+    for all."""
     from minigpt.infer.evaluate import eval_ids_for
     from minigpt.infer.loading import source_line
     from minigpt.inspect.pages import token_label
 
     model = loaded.model.float()
-    ids = table = None
-    label = ""
-    if ablation != "none":
+    if text is not None:
+        if data is not None:
+            raise UserError("give --data or --text, not both")
+        from minigpt.data.tokenizer import checked_text
+
+        ids = np.asarray(loaded.tokenizer.encode(checked_text(loaded.tokenizer, text, "--text")), dtype=np.int64)
+        table, label = None, f"--text ({len(ids):,} {loaded.tokenizer.unit}s)"
+    else:
         ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
-    meta = {"source": source_line(loaded), "ablation_text": label, "unit": loaded.tokenizer.unit}
-    report = analyze_heads(model, loaded.tokenizer.kind == "byte", ids, table, ablation, exact, meta)
+    meta = {"source": source_line(loaded), "text": label, "ablation_text": label, "unit": loaded.tokenizer.unit}
+    report = analyze_heads(model, ids, table, loaded.tokenizer.kind == "byte", ablation, exact, meta)
     report.meta["labels"] = [token_label(loaded.tokenizer, i) for i in report.tokens]  # how the page shows them
     return report
 

@@ -1,5 +1,5 @@
 """`minigpt heads --html`: the heads of a model on one offline page. A grid (layers x heads) of each
-head's role, pattern scores and attention over the repeated sequence; one head's pattern large; the
+head's role, pattern scores on the text and attention over the repeated probe sequence; one head's pattern large; the
 loss each head's ablation costs. Built from a `HeadsReport`'s plain numbers (no torch here); the
 page itself is web/heads_page.html and heads_page.js, inlined by `pages.render`."""
 
@@ -23,7 +23,7 @@ MAX_SIDE = 256  # positions a pattern shows per side: the large view is ~400 px,
 def heads_page(report: HeadsReport, labels: list[str] | None = None) -> HtmlPage:
     """The page of `report`; `labels` (one string per token of `report.tokens`, e.g. `pages.token_label`)
     lets it show the sequence's characters, else it shows positions only."""
-    from minigpt.inspect.heads import LOCAL_DISTANCE, ROLE_MARGIN, ROLE_MIN  # loaded already: the report is its
+    from minigpt.inspect.heads import LOCAL_DISTANCE, ROLE_MARGIN, ROLE_MIN, TEXT_POSITIONS  # loaded already
 
     meta = report.meta
     n_layer, n_head = meta["n_layer"], meta["n_head"]
@@ -38,9 +38,23 @@ def heads_page(report: HeadsReport, labels: list[str] | None = None) -> HtmlPage
         "nHead": n_head,
         "tokens": report.tokens,
         "labels": labels,
-        "ceilings": report.ceilings,
+        "ceilings": report.ceilings,  # the probe's
+        "probeUniform": report.probe_uniform,
+        "uniform": report.uniform,  # the text's (a perfect head scores 1 there)
+        "positions": report.positions,
+        "text": meta.get("text", ""),
+        "windows": meta.get("windows", 0),
+        "context": meta.get("context", 0),
         "heads": [
-            {"layer": h.layer, "head": h.head, "scores": h.scores, "role": h.role, "ablation": h.ablation}
+            {
+                "layer": h.layer,
+                "head": h.head,
+                "scores": h.scores,
+                "probe": h.probe,
+                "evidence": h.evidence,
+                "role": h.role,
+                "ablation": h.ablation,
+            }
             for h in report.heads
         ],
         "ablation": report.ablation,
@@ -49,6 +63,7 @@ def heads_page(report: HeadsReport, labels: list[str] | None = None) -> HtmlPage
         "ablationText": meta.get("ablation_text", ""),
         "blockSize": meta.get("block_size"),
         "roleMin": ROLE_MIN,
+        "textPositions": TEXT_POSITIONS,
         "roleMargin": ROLE_MARGIN,
         "localDistance": LOCAL_DISTANCE,
         "pool": pool,  # each pixel of a pattern: the largest weight over pool x pool (query, key) pairs

@@ -73,18 +73,18 @@ class AttentionLogger:
 
 class HeadsLogger:
     """At each eval, heads/icl_score (the ICL score over a fixed spread sample of the validation split)
-    and every head's heads/induction/L{l}H{h} and heads/previous/L{l}H{h} pattern scores, as
-    `minigpt heads RUN --over-training` scores its snapshots (docs/heads.md, with its
+    and every head's heads/induction/L{l}H{h} and heads/previous/L{l}H{h} pattern scores on that
+    text, as `minigpt heads RUN --over-training` scores its snapshots (docs/heads.md, with its
     measured cost: a small share of an eval's time)."""
 
     def __init__(self, model: GPT, tok: Tokenizer, val: Any, table: Any) -> None:
-        self.model, self.val, self.table, self.byte_mode = model, val, table, tok.kind == "byte"
+        self.model, self.val, self.table = model, val, table
         self.layout_written = False
 
     def log(self, writer: Any, step: int) -> None:
         from minigpt.inspect.formation import score_point
 
-        point = score_point(self.model, self.val, self.table, self.byte_mode)
+        point = score_point(self.model, self.val, self.table)
         if not self.layout_written and point.induction:  # Custom Scalars: a chart per pattern, a line per head
             layout = {f"heads/{name}": ["Multiline", [rf"heads/{name}/.*"]] for name in ("induction", "previous")}
             writer.add_custom_scalars({"heads": layout})

@@ -1,6 +1,9 @@
 // The heads page (`minigpt heads --html`). DATA: source, unit, nLayer, nHead, tokens (the repeated
-// sequence), labels (a string per token, or null), ceilings (pattern -> a perfect head's score),
-// heads [{layer, head, scores, role, ablation: {loss_delta, stderr, exact} | null}], ablation (mean,
+// probe sequence), labels (a string per token, or null), ceilings and probeUniform (pattern -> a
+// perfect and a uniform head's probe score), uniform and positions (pattern -> a uniform head's score
+// on the text, and how many positions had a target), text, windows, context (what the text scores read),
+// heads [{layer, head, scores (text), probe, evidence (pattern -> 0 uniform .. 1 perfect, what the role
+// read), role, ablation: {loss_delta, stderr, exact} | null}], ablation (mean,
 // zero, none), baseLoss, ablationTokens, ablationText, blockSize, roleMin, roleMargin, localDistance,
 // pool, side, weights (base64: every head's pattern, side x side bytes of weight x 255, the largest
 // weight over pool x pool positions).
@@ -24,13 +27,8 @@ function isTarget(p, q, k) {
   if (p === "induction") return k >= 1 && k - 1 < q && TOK[k - 1] === TOK[q];
   return k === 0;
 }
-// what a head that spreads its weight evenly over the keys up to its query scores: sum(A * P) / sum(A)
-const UNIFORM = Object.fromEntries(PATTERNS.map((p) => {
-  let s = 0;
-  for (let q = 0; q < T; q++) { let n = 0; for (let k = 0; k <= q; k++) n += isTarget(p, q, k); s += n / (q + 1); }
-  return [p, s / T];
-}));
-const rel = (x, p) => (DATA.ceilings[p] ? x.scores[p] / DATA.ceilings[p] : 0);
+const UNIFORM = DATA.probeUniform; // what a head spreading its weight evenly scores on the probe
+const rel = (x, p) => x.evidence[p]; // the pattern's lift above a uniform head, as a share of a perfect head's
 const strongest = (x) => PATTERNS.reduce((a, b) => (rel(x, b) > rel(x, a) ? b : a));
 
 function roleTag(role) { return `<span class="role" style="background:${ROLE_COLOURS[role] || "#8b94a3"}">${esc(role)}</span>`; }
@@ -152,15 +150,16 @@ byId("big-caption").textContent = `Row: the query (the position reading); column
 function detailHtml(x) {
   const rows = PATTERNS.map((p) => {
     const share = rel(x, p);
-    return `<tr${p === strongest(x) ? ' style="font-weight:650"' : ""}><td>${p}</td><td>${x.scores[p].toFixed(3)}</td><td>${DATA.ceilings[p].toFixed(3)}</td>` +
-      `<td>${UNIFORM[p].toFixed(3)}</td><td>${Math.round(100 * share)}% <span class="track"><span style="width:${(100 * Math.max(0, Math.min(1, share))).toFixed(1)}%;background:${ROLE_COLOURS[p]}"></span></span></td></tr>`;
+    return `<tr${p === strongest(x) ? ' style="font-weight:650"' : ""}><td>${p}</td><td>${x.scores[p].toFixed(3)}</td><td>${DATA.uniform[p].toFixed(3)}</td>` +
+      `<td>${x.probe[p].toFixed(3)}</td><td>${DATA.ceilings[p].toFixed(3)}</td>` +
+      `<td>${Math.round(100 * share)}% <span class="track"><span style="width:${(100 * Math.max(0, Math.min(1, share))).toFixed(1)}%;background:${ROLE_COLOURS[p]}"></span></span></td></tr>`;
   }).join("");
-  const table = `<table class="nums"><tr><th>pattern</th><th>score</th><th>perfect</th><th>uniform</th><th>of perfect</th></tr>${rows}</table>`;
+  const table = `<table class="nums"><tr><th>pattern</th><th>text</th><th>uniform</th><th>probe</th><th>probe perfect</th><th>evidence</th></tr>${rows}</table>`;
   const ranked = PATTERNS.map((p) => rel(x, p)).sort((a, b) => b - a);
   const lead = Math.round(100 * (ranked[0] - ranked[1]));
   let why;
-  if (PATTERNS.includes(x.role)) why = `its ${x.role} score is ${Math.round(100 * rel(x, x.role))}% of a perfect head's, ${lead} points ahead of the next pattern`;
-  else why = `no pattern reaches ${Math.round(100 * DATA.roleMin)}% of a perfect head's score with a lead of ${Math.round(100 * DATA.roleMargin)} points` +
+  if (PATTERNS.includes(x.role)) why = `its ${x.role} score is ${Math.round(100 * rel(x, x.role))}% of the way from a uniform head's to a perfect head's, ${lead} points ahead of the next pattern`;
+  else why = `no pattern reaches ${Math.round(100 * DATA.roleMin)}% of the way from a uniform head's score to a perfect head's with a lead of ${Math.round(100 * DATA.roleMargin)} points` +
     (x.role === "local" ? `, and it looks fewer than ${DATA.localDistance} positions back on average` : "");
   const facts = [`<div><b>${esc(x.role)}</b>: ${why}.</div>`, `<div>Mean distance back: <b>${x.scores.distance.toFixed(2)}</b> positions.</div>`];
   const a = x.ablation;
@@ -291,7 +290,7 @@ window.addEventListener("resize", () => { clearTimeout(drawBars.t); drawBars.t =
 
 // ---- header, role counts, legend
 byId("source").textContent = DATA.source;
-byId("counts").textContent = `${L} layers \u00d7 ${NH} heads \u00b7 patterns over ${HALF} random ${UNIT}s repeated twice (${T} positions)` +
+byId("counts").textContent = `${L} layers \u00d7 ${NH} heads \u00b7 scores on ${DATA.text} (${DATA.windows} windows of ${DATA.context}) \u00b7 maps over ${HALF} random ${UNIT}s repeated twice` +
   (DATA.baseLoss != null ? ` \u00b7 loss ${DATA.baseLoss.toFixed(4)} nats with every head` : "");
 const counts = {};
 HEADS.forEach((x) => { counts[x.role] = (counts[x.role] || 0) + 1; });
@@ -306,17 +305,21 @@ const ROLE_TEXT = {
   mixed: "no clear pattern",
 };
 byId("legend").innerHTML = `<h2>How to read it</h2>` +
-  `<p>The sequence is ${HALF} random ${UNIT}s, then the same ${HALF} again. In a heat map a <b>previous-token</b> head is the line just ` +
+  `<p>A score is the share of a head's attention on a pattern's targets: the previous ${UNIT}, earlier copies of the current one ` +
+  `(duplicate), the ${UNIT} after an earlier copy of the last two (induction), position 0 (first). The numbers are measured on ${esc(DATA.text)}, ` +
+  `averaged over the positions that have a target (${PATTERNS.map((p) => `${SHORT[p]} ${DATA.positions[p].toLocaleString("en")}`).join(", ")}): ` +
+  `a perfect head scores 1, a uniform head (its weight spread evenly over the keys) ` +
+  PATTERNS.map((p) => `${SHORT[p]} ${DATA.uniform[p].toFixed(2)}`).join(", ") + `. The bars show the evidence: how far a score is ` +
+  `from a uniform head's toward a perfect head's.</p>` +
+  `<p>The maps are over a probe: ${HALF} random ${UNIT}s (drawn as often as the text uses them), then the same ${HALF} again. A <b>previous-token</b> head is the line just ` +
   `below the diagonal; an <b>induction</b> head is the stripe in the lower left block, ${HALF - 1} positions below the diagonal ` +
-  `(each query in the repeat reads the ${UNIT} after its earlier copy); a <b>duplicate</b> head, one column left of it.</p>` +
-  `<p>A score is the share of a head's attention on a pattern's targets (sum(A\u00b7P) / sum(A), as TransformerLens' head detector). ` +
-  `Not every query has a target, so a perfect head scores previous ${ceil("previous")}, duplicate ${ceil("duplicate")}, induction ${ceil("induction")}, ` +
-  `first ${ceil("first")}; the bars show the score as a share of that. A uniform head (its weight spread evenly over the keys) scores ` +
-  PATTERNS.map((p) => `${SHORT[p]} ${UNIFORM[p].toFixed(2)}`).join(", ") + `.</p>` +
+  `(each query in the repeat reads the ${UNIT} after its earlier copy); a <b>duplicate</b> head, one column left of it. ` +
+  `On the probe (TransformerLens' sum(A\u00b7P) / sum(A)) a perfect head scores previous ${ceil("previous")}, duplicate ${ceil("duplicate")}, induction ${ceil("induction")}, ` +
+  `first ${ceil("first")}, a uniform one ` + PATTERNS.map((p) => `${SHORT[p]} ${UNIFORM[p].toFixed(2)}`).join(", ") + `.</p>` +
   `<p>Weight <span class="ramp" style="background:linear-gradient(to right, ${[0, 0.25, 0.5, 0.75, 1].map((v) => rgb(viridis(v), 1)).join(", ")})"></span> ` +
   `0 \u2192 1 (square-root scale).</p>` +
   `<dl>${Object.keys(ROLE_COLOURS).map((r) => `<dt>${roleTag(r)}</dt><dd>${ROLE_TEXT[r]}</dd>`).join("")}</dl>` +
-  `<p style="color:var(--muted)">A role needs a pattern at ${Math.round(100 * DATA.roleMin)}% of a perfect head's score or more, ` +
+  `<p style="color:var(--muted)">A role needs a pattern's evidence at ${Math.round(100 * DATA.roleMin)}% or more (from the text where it has ${DATA.textPositions} positions with a target, else the probe), ` +
   `${Math.round(100 * DATA.roleMargin)} points ahead of the next pattern.</p>`;
 byId("note").textContent = "Click a head (in the grid or the ablation chart) for its pattern large and its numbers; hover the large map for each weight.";
 
