@@ -4,6 +4,7 @@ precedence defaults < file < overrides, and the resolved config written back as 
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from collections.abc import Sequence
@@ -120,6 +121,18 @@ def config_text(cfg: Config) -> str:
     """The resolved config as YAML (the run directory's config.yaml)."""
     text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
     return "# resolved minigpt config of this run\n" + text
+
+
+def value_text(value: Any) -> str:
+    """A config value as YAML and the command line spell it: true/false, null, a text with line
+    breaks or edge spaces in double quotes ("\\n"), anything else as str() writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str) and (not value.isprintable() or value != value.strip()):
+        return json.dumps(value)  # YAML's double-quoted form: "\n" stays a newline
+    return str(value)
 
 
 def save_config(cfg: Config, path: Path) -> None:

@@ -30,7 +30,7 @@ from minigpt.runtime.device import configure_threads, log, resolve_device, resol
 from minigpt.train import disk, preflight
 from minigpt.train.autosize import AUTO_KEYS, auto_size, run_advice
 from minigpt.train.disk import write_run_file
-from minigpt.train.reporting import byte_progress
+from minigpt.train.progress import ByteProgress
 from minigpt.train.schedule import RATE_KEYS, replanned_schedule_note
 from minigpt.train.trainer import Trainer, TrainResult
 
@@ -355,7 +355,7 @@ def run_training(
     Every input is checked before anything is written. Launched by torchrun, every rank runs
     this; rank 0 alone writes files and prints. `started`: as start_run's."""
     t_start = started if started is not None else time.perf_counter()
-    corpus = load_corpus(cfg.data, cfg.model.block_size, byte_progress, vocabulary_check(cfg.model))
+    corpus = load_corpus(cfg.data, cfg.model.block_size, ByteProgress, vocabulary_check(cfg.model))
     # record the text's absolute paths: the run resumes and evaluates from any working directory
     absolute = {"data.path": absolute_spec(cfg.data.path)}
     if cfg.data.val_path is not None:
