@@ -1277,14 +1277,15 @@ def add_memory_args(ap: argparse.ArgumentParser) -> None:
 
 SAMPLER = r"""
 import sys, time
-from minigpt.runtime.cores import START_LOAD  # as `minigpt sample` does: before torch loads
+from minigpt.runtime.cores import CoreLoad
+START = CoreLoad()  # as `minigpt sample` does: before torch loads
 import torch
 from pathlib import Path
 from minigpt.infer.loading import cast_for_sampling, load_model
 from minigpt.runtime.device import configure_threads
 from minigpt.infer.decode import generate
 
-configure_threads(0, START_LOAD.others())
+configure_threads(0, START.others())
 loaded = load_model(Path(sys.argv[1]), torch.device("cpu"))
 cast_for_sampling(loaded, "auto", "cpu")
 gen = torch.Generator().manual_seed(1)

@@ -131,7 +131,7 @@ def test_disk_fills_at_a_checkpoint_then_resume_auto(leave: int, small_fs, text_
 
 @pytest.mark.parametrize("which", ["results.json", "config.yaml", "events"])
 def test_full_disk_for_the_other_files_of_a_run(which: str, small_fs, text_file: Path, cli, monkeypatch) -> None:
-    import minigpt.train.launch as launch
+    from minigpt.train import launch
     from minigpt.train.tensorboard import TensorBoard
     from minigpt.train.trainer import Trainer
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from minigpt.config.schema import SECTIONS, Config, all_keys, config_from_dict, set_dotted
+from minigpt.config.schema import SECTIONS, Config, all_keys, check_value, config_from_dict, set_dotted
 from minigpt.errors import UserError
 
 
@@ -135,22 +135,8 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
-def save_config(cfg: Config, path: Path) -> None:
-    """Write the resolved config as YAML."""
-    path.write_text(config_text(cfg), encoding="utf-8")
-
-
 def check_overrides(overrides: Sequence[str | tuple[str, Any]], source: str = "command line") -> None:
     """Each override's key and value on its own (unknown keys, types, bounds, choices), before the
     rest of the config is known: a resumed run checks them against its saved config later."""
-    from minigpt.config.fields import field_error
-    from minigpt.config.schema import _coerce
-
     for item in overrides:
-        key, value = parse_override(item) if isinstance(item, str) else item
-        set_dotted({}, key, value, source)
-        section, name = key.split(".")
-        value = _coerce(key, value, typing.get_type_hints(SECTIONS[section])[name], source)
-        problem = field_error(key, value, all_keys()[key].metadata)
-        if problem:
-            raise UserError(f"{source}: {problem}")
+        check_value(*(parse_override(item) if isinstance(item, str) else item), source)

@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from minigpt.checkpoint import snapshot_name
-
 
 class Callback:
     """The events of a run, each given the `Trainer` (train/trainer.py), in order: `on_train_start`
@@ -41,6 +39,8 @@ class Snapshots(Callback):
     step went non-finite (the next sync point reports the divergence; a broken model is never kept)."""
 
     def on_step_end(self, trainer: Any, stats: Any) -> None:
+        from minigpt.checkpoint import snapshot_name
+
         t, step = trainer.cfg.train, trainer.state.step
         if not t.keep_every or step % t.keep_every or not trainer.dist.is_main:
             return

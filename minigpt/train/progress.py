@@ -11,13 +11,8 @@ import sys
 import time
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
-from minigpt.config.schema import Config
-from minigpt.data.corpus import Corpus
-from minigpt.data.tokenizer import Tokenizer
-from minigpt.model import GPT
 from minigpt.runtime import device as runtime
 from minigpt.runtime import distributed
 from minigpt.runtime.device import log
@@ -25,16 +20,10 @@ from minigpt.runtime.mfu import device_peak, flops_per_token
 from minigpt.train.callbacks import Callback
 
 
-def describe_run(
-    cfg: Config,
-    corpus: Corpus,
-    tok: Tokenizer,
-    model: GPT,
-    device: torch.device,
-    dtype: torch.dtype,
-    dist: distributed.Dist,
-) -> None:
-    """The start-up lines: the data, the model and where it runs, the MFU basis."""
+def describe_run(trainer: Any) -> None:
+    """The start-up lines of a `Trainer`: the data, the model and where it runs, the MFU basis."""
+    cfg, corpus, tok, model = trainer.cfg, trainer.corpus, trainer.tok, trainer.model
+    device, dist = trainer.device, trainer.dist
     n_train, n_val = len(corpus.train), len(corpus.val)
     unit = tok.unit + "s"
     log(
@@ -42,7 +31,7 @@ def describe_run(
         f"{n_train:,} train / {n_val:,} val)"
     )
     where = f"{dist.world_size} processes ({device.type}, DDP)" if dist.enabled else f"device {device}"
-    log(f"model: {model.num_params() / 1e6:.2f}M parameters | {where} | dtype {runtime.dtype_name(dtype)}")
+    log(f"model: {model.num_params() / 1e6:.2f}M parameters | {where} | dtype {runtime.dtype_name(trainer.dtype)}")
     peak, peak_source = device_peak(device, cfg.log.peak_tflops)
     if peak is not None or device.type == "cuda":
         log(f"MFU: {flops_per_token(cfg.model, tok.vocab_size) / 1e6:.1f} MFLOP per token trained; peak {peak_source}")

@@ -24,44 +24,6 @@ from minigpt.io.diskspace import write_errors
 from minigpt.model import GPT, evaluating
 from minigpt.train.callbacks import Callback
 
-
-def sample_text(model: GPT, tok: Tokenizer, prompt: str, length: int, seed: int) -> str:
-    """A short sample for TensorBoard, from its own generator (training RNG untouched); prompt
-    characters the model does not know are dropped."""
-    device = model.device
-    ids = tok.encode_checked(prompt, "log.sample_prompt", unknown="skip").tolist() or [0]
-    gen = torch.Generator(device=device).manual_seed(seed)
-    return tok.decode(ids + generate(model, ids, length, temperature=0.8, generator=gen))
-
-
-class AttentionImages:
-    """The probe text's attention maps as a TensorBoard image (unknown characters dropped); the
-    figure is built once and redrawn (its cost: docs/benchmarks.md)."""
-
-    def __init__(self, model: GPT, tok: Tokenizer, probe: str):
-        self.model = model
-        self.ids = tok.encode_checked(probe, "log.attention_probe", unknown="skip")[: model.cfg.block_size].tolist()
-        self.chars = tok.pieces(self.ids)
-        self.figure: Any = None
-
-    def log(self, writer: Any, step: int) -> None:
-        if len(self.ids) < 2:
-            return
-        from minigpt.inspect.attention import AttentionFigure
-
-        model = self.model
-        with evaluating(model):
-            maps = model.attention_maps(torch.tensor([self.ids], device=model.device))[:, 0]
-        if self.figure is None:
-            cfg = model.cfg
-            self.figure = AttentionFigure(self.chars, list(range(cfg.n_layer)), list(range(cfg.n_head)), light=True)
-        writer.add_figure("attention", self.figure.update(maps, f"step {step}"), step, close=False)
-
-    def close(self) -> None:
-        if self.figure is not None:
-            self.figure.close()
-
-
 HPARAM_METRICS = ("val/loss", "val/bpc", "val/loss_full", "val/bpc_full")  # scalars on_eval and on_train_end log
 HPARAM_SECTIONS = ("model", "optim", "train")  # the keys shown unless log.hparam_keys names others
 
@@ -118,32 +80,6 @@ def embedding_metadata(tok: Tokenizer) -> list[list[str]]:
             label = label.encode("unicode_escape").decode("ascii")
         rows.append([label, token_class(tok, i)])
     return rows
-
-
-class Embeddings:
-    """The token embedding matrix for TensorBoard's projector at each eval: RUN/NNNNN/embeddings/
-    holds tensors.tsv and metadata.tsv (folders without event files, so no extra runs) and
-    RUN/projector_config.pbtxt lists every step. One row per vocabulary entry: small next to an eval."""
-
-    def __init__(self, model: GPT, tok: Tokenizer, writer: Any, out_dir: Path) -> None:
-        self.model, self.rows, self.writer, self.out_dir = model, embedding_metadata(tok), writer, out_dir
-        config = out_dir / "projector_config.pbtxt"
-        if config.exists():
-            # the writer rewrites the whole config at each add_embedding from what it holds: a
-            # resumed run starts from the steps already listed, or they would drop out of it
-            from google.protobuf import text_format
-            from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig
-
-            writer._projector_config = text_format.Parse(config.read_text(encoding="utf-8"), ProjectorConfig())
-
-    def log(self, step: int) -> None:
-        """Written at once (not by the event thread): a failure names the step's folder."""
-        weight = self.model.wte.weight.detach().float().cpu()  # (vocab, n_embd)
-        room = 16 * weight.numel()  # ~16 characters a number
-        with write_errors(self.out_dir / f"{step:05d}", room, _events_after(self.out_dir)):
-            self.writer.add_embedding(
-                weight, metadata=self.rows, metadata_header=["token", "class"], global_step=step, tag="embeddings"
-            )
 
 
 _EVENT_BYTES = 4096  # an event is small, but a full disk has no page left to take it
@@ -205,28 +141,39 @@ class GuardedWriter:
 
 class TensorBoard(Callback):
     """log.tensorboard: the run's event file (rank 0). Scalars at each log step; at each eval the
-    validation loss, log.sample_length characters of text, the attention images of
-    log.attention_probe, then (log.embeddings) the projector's embeddings; the HParams session's
-    start, and its end with success once the run finishes."""
+    validation loss, a text sample (log.sample_length, from its own generator: the training's
+    untouched), the attention maps of log.attention_probe as an image (the figure built once and
+    redrawn), then (log.embeddings) the embedding matrix for the projector: RUN/NNNNN/embeddings/
+    and RUN/projector_config.pbtxt, folders without event files, so no extra runs; the HParams
+    session's start, and its end with success once the run finishes."""
 
     def __init__(self, trainer: Any) -> None:
-        cfg, out_dir, model, tok, start = trainer.cfg, trainer.out_dir, trainer.model, trainer.tok, trainer.state.step
+        cfg, out_dir, tok, start = trainer.cfg, trainer.out_dir, trainer.tok, trainer.state.step
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from torch.utils.tensorboard import SummaryWriter
         # on resume, drop events a crashed run logged after its checkpoint (steps > start)
         with write_errors(out_dir / "events.out.tfevents.*", _EVENT_BYTES, _events_after(out_dir)):
-            writer = SummaryWriter(log_dir=str(out_dir), purge_step=start + 1 if start else None)
-        self.writer = GuardedWriter(writer)
-        self.embeddings = Embeddings(model, tok, writer, out_dir) if cfg.log.embeddings else None
+            self.raw = SummaryWriter(log_dir=str(out_dir), purge_step=start + 1 if start else None)
+        self.writer, self.out_dir = GuardedWriter(self.raw), out_dir
+        self.rows = embedding_metadata(tok) if cfg.log.embeddings else None
+        config = out_dir / "projector_config.pbtxt"
+        if self.rows is not None and config.exists():
+            # the writer rewrites the whole config at each add_embedding from what it holds: a
+            # resumed run starts from the steps already listed, or they would drop out of it
+            from google.protobuf import text_format
+            from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig
+
+            self.raw._projector_config = text_format.Parse(config.read_text(encoding="utf-8"), ProjectorConfig())
         self.session_end: Any = None  # the HParams session's end (success), written once the run finishes
         if cfg.log.hparams:
             # a resumed run writes its start again: TensorBoard keeps a run's first (the first
             # metadata of a tag), so the dashboard shows the values the run started with
             experiment, session_start, self.session_end = hparam_summaries(cfg)
             self.writer.add_summaries([experiment, session_start], start)
-        probe = cfg.log.attention_probe
-        self.attention = AttentionImages(model, tok, probe) if probe else None
+        probe = tok.encode_checked(cfg.log.attention_probe, "log.attention_probe", unknown="skip")
+        self.probe = probe[: cfg.model.block_size].tolist()
+        self.figure: Any = None
 
     def on_log(self, trainer: Any, logs: dict[str, Any]) -> None:
         step, add = logs["step"], self.writer.add_scalar
@@ -238,20 +185,34 @@ class TensorBoard(Callback):
             add("mfu", logs["mfu"], step)
 
     def on_eval(self, trainer: Any, val_loss: float, improved: bool) -> None:
-        step, log_cfg = trainer.state.step, trainer.cfg.log
+        step, log, model, tok = trainer.state.step, trainer.cfg.log, trainer.model, trainer.tok
         self.writer.add_scalar("val/loss", val_loss, step)
         self.writer.add_scalar("val/bpc", val_loss / math.log(2), step)
-        if log_cfg.sample_length > 0:
-            text = sample_text(
-                trainer.model, trainer.tok, log_cfg.sample_prompt, log_cfg.sample_length, trainer.cfg.train.seed
-            )
+        if log.sample_length > 0:
+            ids = tok.encode_checked(log.sample_prompt, "log.sample_prompt", unknown="skip").tolist() or [0]
+            gen = torch.Generator(device=model.device).manual_seed(trainer.cfg.train.seed)
+            text = tok.decode(ids + generate(model, ids, log.sample_length, temperature=0.8, generator=gen))
             # TensorBoard renders text as markdown: a code block keeps the line breaks
             self.writer.add_text("sample", "```\n" + text + "\n```", step)
-        if self.attention is not None:
-            self.attention.log(self.writer, step)
+        if len(self.probe) >= 2:
+            self._attention(model, tok, step)
         self.writer.flush()
-        if self.embeddings is not None:  # after the events, whose failure (a full disk) comes first
-            self.embeddings.log(step)
+        if self.rows is not None:  # after the events, whose failure (a full disk) comes first
+            weight = model.wte.weight.detach().float().cpu()  # (vocab, n_embd)
+            room = 16 * weight.numel()  # ~16 characters a number; written at once, a failure names the folder
+            with write_errors(self.out_dir / f"{step:05d}", room, _events_after(self.out_dir)):
+                header = ["token", "class"]
+                self.raw.add_embedding(weight, self.rows, global_step=step, tag="embeddings", metadata_header=header)
+
+    def _attention(self, model: GPT, tok: Any, step: int) -> None:
+        from minigpt.inspect.attention import AttentionFigure
+
+        with evaluating(model):
+            maps = model.attention_maps(torch.tensor([self.probe], device=model.device))[:, 0]
+        if self.figure is None:
+            layers, heads = list(range(model.cfg.n_layer)), list(range(model.cfg.n_head))
+            self.figure = AttentionFigure(tok.pieces(self.probe), layers, heads, light=True)
+        self.writer.add_figure("attention", self.figure.update(maps, f"step {step}"), step, close=False)
 
     def on_train_end(self, trainer: Any, result: Any) -> None:
         """The best checkpoint's whole-split loss (val/loss_full), and the HParams session's end
@@ -265,8 +226,8 @@ class TensorBoard(Callback):
             if result is not None and self.session_end is not None:
                 self.writer.add_summaries([self.session_end], result.step)
         finally:
-            if self.attention is not None:
-                self.attention.close()
+            if self.figure is not None:
+                self.figure.close()
             try:
                 self.writer.close()
             except WriteError:
@@ -286,7 +247,7 @@ class HeadScores(Callback):
         from minigpt.inspect.formation import score_point
 
         step, corpus = trainer.state.step, trainer.corpus
-        point = score_point(trainer.model, corpus.val, corpus.table, trainer.tok.kind == "byte")
+        point = score_point(trainer.model, corpus.val, corpus.id_map, trainer.tok.kind == "byte")
         if not self.layout_written and point.induction:  # Custom Scalars: a chart per pattern, a line per head
             layout = {f"heads/{name}": ["Multiline", [rf"heads/{name}/.*"]] for name in ("induction", "previous")}
             self.writer.add_custom_scalars({"heads": layout})

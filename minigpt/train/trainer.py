@@ -3,9 +3,9 @@
 `Trainer.__init__` sets everything up, `train_step()` is one optimizer step, `evaluate()` the
 fixed-batch validation loss, `checkpoint()` the one place a checkpoint (or a snapshot) is built,
 `save()` writes it, `state_dict()` / `load_state_dict()` the whole resumable state, and `train()`
-the loop that ties them together with logging, evaluation, checkpoints and interrupts. Which
-config a run uses and whether it resumes is decided in `launch.py`; what it shows and records is
-`reporting.py`'s. A run that diverges ends with the command that continues it at half the rate
+the loop: step, evaluate and save when due, tell the callbacks (`callbacks.py`, `progress.py`,
+`tensorboard.py`) each event. Which config a run uses and whether it resumes is the plan's
+(`launch.py`). A run that diverges ends with the command that continues it at half the rate
 (`diverged_error`, at the end).
 """
 
@@ -45,6 +45,7 @@ from minigpt.train.callbacks import Callback, EarlyStopping, Snapshots, TimeBudg
 from minigpt.train.disk import write_run_file
 from minigpt.train.interrupts import StopNow, StopRequest
 from minigpt.train.optim import build_optimizer, load_optimizer_state
+from minigpt.train.preflight import accum_steps
 from minigpt.train.progress import Progress, describe_run
 from minigpt.train.schedule import lr_at, time_progress
 from minigpt.train.state import RngStreams, TrainState
@@ -113,9 +114,9 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
         micro = t.batch_size // t.grad_accum_steps  # sequences per micro-step, all ranks together
         block = cfg.model.block_size
-        table = corpus.table
-        self.batcher = Batcher(corpus.train, block, micro, t.seed, device, rank=rank, world_size=world, table=table)
-        val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, rank=rank, world_size=world, table=table)
+        ids = {"rank": rank, "world_size": world, "id_map": corpus.id_map}
+        self.batcher = Batcher(corpus.train, block, micro, t.seed, device, **ids)
+        val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, **ids)
         self.val_batches = [val_source.next() for _ in range(t.eval_steps)]  # fixed for the whole run
         self.state = TrainState()
         self.rng = RngStreams(device, self.batcher, self.dist, t.seed)
@@ -134,7 +135,7 @@ class Trainer:
         self._cores: CoreShare | None = None  # set by train()
         self._loss_sum = torch.zeros((), device=device)  # training loss since the last log step
         self._loss_count = 0
-        describe_run(cfg, corpus, tok, self.model, device, dtype, self.dist)
+        describe_run(self)
         wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
         self.train_model = maybe_compile(self.model, t.compile, wrap, self._compile_trial(micro // world), device)
 
@@ -262,11 +263,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         micro = t.batch_size // t.grad_accum_steps // self.dist.world_size
-        split = [
-            a
-            for a in range(t.grad_accum_steps + 1, micro * t.grad_accum_steps + 1)
-            if (t.batch_size // self.dist.world_size) % a == 0
-        ]
+        split = accum_steps(self.cfg, self.dist.world_size, t.grad_accum_steps + 1)
         advice = f"; try train.grad_accum_steps={split[0]} (the same batch in smaller micro-batches)" if split else ""
         return UserError(
             f"out of memory on {self.device} at step {self.state.step} with micro-batches of {micro} sequences of "
@@ -362,7 +359,7 @@ class Trainer:
         best = find_checkpoint(self.out_dir, prefer=BEST)
         if best is not None:
             model.load_state_dict(Checkpoint.load(best).model)
-        return evaluate_ids(model, self.corpus.val, self.corpus.table, self.cfg.train.final_eval_tokens)
+        return evaluate_ids(model, self.corpus.val, self.corpus.id_map, self.cfg.train.final_eval_tokens)
 
     def _final_evaluation(self, stop: StopRequest) -> tuple[EvalResult, float]:
         """final_eval() and its seconds; a stop signal ends it at once: last.pt holds the final step."""
