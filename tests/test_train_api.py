@@ -105,6 +105,12 @@ class Boom(minigpt.Callback):
             raise ValueError("no room for the chart")
 
 
+class StepBoom(minigpt.Callback):
+    def on_step_end(self, trainer, stats) -> None:
+        if trainer.state.step == 3:
+            raise KeyError("x")
+
+
 def test_a_callback_that_raises_stops_the_run_with_last_pt_saved(text_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     overrides = [*TINY, "train.max_steps=12", "train.eval_interval=6", "log.interval=4"]
@@ -116,6 +122,9 @@ def test_a_callback_that_raises_stops_the_run_with_last_pt_saved(text_file: Path
     assert Checkpoint.load(out / "last.pt").step == 8 and not (out / "results.json").exists()
     run = minigpt.train(None, overrides, data=text_file, out=out, resume=True)
     assert run.result.step == 12
+    with pytest.raises(minigpt.UserError, match=r"^callback StepBoom failed in on_step_end at step 3: 'x'; saved "):
+        minigpt.train(None, overrides, data=text_file, out=tmp_path / "step", callbacks=[StepBoom()])
+    assert Checkpoint.load(tmp_path / "step" / "last.pt").step == 3
 
 
 def test_one_plan_for_each_mode(trained_run: Path, text_file: Path, tmp_path: Path, cli) -> None:

@@ -299,10 +299,10 @@ class Trainer:
         and saving the weights trained last."""
         self._request = self._request or reason
 
-    def emit(self, event: str, *args: Any) -> None:
-        """Call `event` on every callback, in order. A user's callback that raises stops the run:
-        last.pt is saved and the error names the callback."""
-        for callback in self.callbacks:
+    def emit(self, event: str, *args: Any, to: Sequence[Callback] | None = None) -> None:
+        """Call `event` on every callback (or those `to`), in order. A user's callback that raises
+        stops the run: last.pt is saved and the error names the callback."""
+        for callback in self.callbacks if to is None else to:
             try:
                 getattr(callback, event)(self, *args)
             except Exception as e:
@@ -426,7 +426,7 @@ class Trainer:
         times and train.max_time count from it)."""
         t, state, result = self.cfg.train, self.state, None
         self._begin(started, callbacks)
-        every_step = [c.on_step_end for c in self.callbacks if type(c).on_step_end is not Callback.on_step_end]
+        every_step = [c for c in self.callbacks if type(c).on_step_end is not Callback.on_step_end]  # the others pass
         self.model.train()
         try:
             self.emit("on_train_start")
@@ -449,8 +449,7 @@ class Trainer:
                         self._evaluate_and_save()
                     elif save_due:
                         self.save(LAST)
-                    for on_step_end in every_step:
-                        on_step_end(self, stats)
+                    self.emit("on_step_end", stats, to=every_step)
                     if (self._request or self._agreed_request) and not last and self.stopped is None:
                         self._requested_stop(stop, synced=log_due or eval_due or save_due)
                 if self.stopped:
