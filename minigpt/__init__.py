@@ -4,21 +4,27 @@
     m = minigpt.load("runs/default")     # a run directory or a .pt file
     m.sample("ROMEO:", max_new_tokens=200)
     m.show_attention("ROMEO: But, soft!")   # in Jupyter: the interactive explorer
+    run = minigpt.train("configs/default.yaml", ["train.max_steps=500"], out="runs/mine")
 
 See minigpt.api.Model for every method.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+from minigpt.errors import UserError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from minigpt.api import Model
+    from minigpt.api import Model, Run
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "load"]
+__all__ = ["Callback", "UserError", "__version__", "load", "train"]
 
 
 def load(target: str | Path = "runs/default", device: str = "auto") -> Model:
@@ -28,3 +34,38 @@ def load(target: str | Path = "runs/default", device: str = "auto") -> Model:
     from minigpt.api import load as load_model
 
     return load_model(target, device)
+
+
+def train(
+    config: str | Path | Mapping[str, Any] | None = None,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    **options: Any,
+) -> Run:
+    """Train a model as `minigpt train` does (out, data, device, resume, init_from, auto are its
+    options; callbacks=[...] watch the run) and return the Run: its folder, numbers and model.
+    See minigpt.api.train. A mistake raises minigpt.UserError with the command line's message."""
+    from minigpt.api import train as train_run
+
+    return train_run(config, overrides, **options)
+
+
+def __getattr__(name: str) -> Any:
+    """minigpt.Callback, the base of minigpt.train()'s callbacks, imported when first named."""
+    if name == "Callback":
+        from minigpt.train.callbacks import Callback
+
+        return Callback
+    raise AttributeError(f"module 'minigpt' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """The import system binds a subpackage on its parent: importing minigpt.train.* would put the
+    subpackage over the function `minigpt.train`. It stays the function; the subpackage is
+    reached with `from minigpt.train import launch` (it is in sys.modules as ever)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not (name == "train" and isinstance(value, types.ModuleType)):
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -10,6 +10,7 @@
     m.show_score(text)                          # the surprise page, inline in Jupyter
     m.export("exports/hf")                      # a transformers folder (format="onnx": ONNX)
     m.playground("playground.html")             # the model in one offline web page, inline in Jupyter
+    run = minigpt.train({"model": {"n_layer": 2}}, ["train.max_steps=200"], out="runs/small")  # -> Run
 
 Every method calls the library functions the command line calls (infer/, inspect/), so the
 numbers and pages are the same as `minigpt sample / score / attention`.
@@ -17,7 +18,11 @@ numbers and pages are the same as `minigpt sample / score / attention`.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,9 +36,14 @@ from minigpt.inspect.attention import attention_maps_for, attention_page
 from minigpt.inspect.lens import Lens, lens_of
 from minigpt.inspect.pages import HtmlPage
 from minigpt.inspect.surprise import score_page
+from minigpt.runtime.cores import CoreLoad
 from minigpt.runtime.device import resolve_device
 
 DEFAULT = SampleOptions()  # Model.sample's defaults are `minigpt sample`'s, the schema's
+
+if TYPE_CHECKING:
+    from minigpt.train.callbacks import Callback
+    from minigpt.train.trainer import TrainResult
 
 
 class Model:
@@ -164,6 +174,47 @@ class Model:
         if path is not None:
             page.save(path)
         return page
+
+
+@dataclass
+class Run:
+    """What `minigpt.train()` trained: the run folder, the numbers of this training (`result`:
+    steps, best_val_loss, val_loss, full.loss on the whole validation split, stopped), None when
+    `resume="auto"` found the run already finished, and its model as `minigpt.load` gives it."""
+
+    path: Path
+    result: TrainResult | None
+    model: Model
+
+
+def train(
+    config: str | Path | Mapping[str, Any] | None = None,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    *,
+    out: str | Path | None = None,
+    data: str | Path | None = None,
+    device: str | None = None,
+    resume: bool | str = False,
+    init_from: str | Path | None = None,
+    auto: bool = False,
+    callbacks: Sequence[Callback] = (),
+) -> Run:
+    """Train as `minigpt train` does, through the same path: `config` a YAML file or a dict of
+    sections ({"model": {"n_layer": 4}}), `overrides` "KEY=VALUE" strings or a dict of dotted keys,
+    and the command's options (`resume="auto"` as `--resume auto`). `callbacks` (subclasses of
+    minigpt.train.callbacks.Callback) get every event after the built-in ones."""
+    from minigpt.train.launch import run_folder, start_run
+    from minigpt.train.plan import Resume, train_request
+
+    if resume not in (False, True, "auto"):
+        raise UserError(f"resume must be False, True or 'auto', not {resume!r}")
+    started, cores = time.perf_counter(), CoreLoad()
+    path, items = train_request(
+        config, overrides, data=data, device=device, init_from=init_from, auto=auto, resume=Resume(resume)
+    )
+    out_dir = run_folder(path, Path(out) if out is not None else None)
+    result = start_run(path, items, out_dir, Resume(resume), started, callbacks=callbacks, load=cores)
+    return Run(out_dir, result, load(out_dir))
 
 
 def load(target: str | Path = "runs/default", device: str = "auto") -> Model:

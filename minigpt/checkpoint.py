@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import shlex
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator
@@ -110,7 +111,7 @@ class Checkpoint:
         zip writer included) is one `WriteError` line, and the previous file stays as it was."""
         payload = self.to_dict()
         kept = f"the previous {path.name} is unchanged" if path.is_file() else f"no {path.name} was written"
-        after = f"{kept}; then resume: minigpt train --out {path.parent} --resume auto"
+        after = f"{kept}; then resume: {resume_command(path.parent, auto=True)}"
         with write_errors(path, payload_bytes(payload), after):
             save_checkpoint(payload, path)
 
@@ -180,6 +181,12 @@ def _on_cpu(obj: Any, copies: dict[tuple, torch.Tensor]) -> Any:
 
 def _not_a_dict(raw: dict[str, Any], key: str) -> bool:
     return raw.get(key) is not None and not isinstance(raw[key], dict)
+
+
+def resume_command(run: Path, *overrides: str, auto: bool = False) -> str:
+    """The command that continues the run in `run`, shell-quoted (`overrides`: KEY=VALUE words)."""
+    words = ["minigpt", "train", "--out", str(run), "--resume", *(["auto"] if auto else []), *overrides]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def payload_bytes(obj: Any) -> int:

@@ -98,10 +98,10 @@ def _fill_at_step(monkeypatch, step: int, action) -> None:
 
     real = Trainer._evaluate_and_save
 
-    def evaluate_and_save(self, reporter):
+    def evaluate_and_save(self):
         if self.state.step == step:
             action()
-        return real(self, reporter)
+        return real(self)
 
     monkeypatch.setattr(Trainer, "_evaluate_and_save", evaluate_and_save)
 
@@ -131,8 +131,8 @@ def test_disk_fills_at_a_checkpoint_then_resume_auto(leave: int, small_fs, text_
 
 @pytest.mark.parametrize("which", ["results.json", "config.yaml", "events"])
 def test_full_disk_for_the_other_files_of_a_run(which: str, small_fs, text_file: Path, cli, monkeypatch) -> None:
-    import minigpt.train.launch as launch
-    from minigpt.train.reporting import Reporter
+    from minigpt.train import launch
+    from minigpt.train.tensorboard import TensorBoard
     from minigpt.train.trainer import Trainer
 
     fs = small_fs("3m")
@@ -144,8 +144,8 @@ def test_full_disk_for_the_other_files_of_a_run(which: str, small_fs, text_file:
         real_write = launch.write_run_file
         monkeypatch.setattr(launch, "write_run_file", lambda path, text: (fill(fs), real_write(path, text))[1])
     else:  # the attention image (tens of KB) needs pages the full disk does not have
-        real_eval = Reporter.on_eval
-        monkeypatch.setattr(Reporter, "on_eval", lambda self, *a: (fill(fs), real_eval(self, *a))[1])
+        real_eval = TensorBoard.on_eval
+        monkeypatch.setattr(TensorBoard, "on_eval", lambda self, *a: (fill(fs), real_eval(self, *a))[1])
     probe = "log.attention_probe=KING:" if which == "events" else "log.attention_probe="
     r = cli("train", "--data", text_file, "--out", out, *RUN, "train.max_steps=10", probe)
     assert r.code == 74, r

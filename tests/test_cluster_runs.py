@@ -272,9 +272,10 @@ def test_the_readme_and_docs_show_the_tested_two_node_command() -> None:
 
 
 def test_the_lower_rate_command_halves_every_rate_and_reads_back() -> None:
-    from minigpt.config.files import parse_override
+    from minigpt.checkpoint import resume_command
+    from minigpt.config.files import parse_override, value_text
     from minigpt.train.schedule import replanned_schedule_note
-    from minigpt.train.trainer import _override, lower_rate_command
+    from minigpt.train.trainer import lower_rate_command
 
     muon = Config().replace(**{"optim.optimizer": "muon", "optim.grad_clip": 0.0, "optim.min_lr": 0.0})
     assert lower_rate_command(Path("runs/my run"), muon, Path("/no/such/last.pt")) == (
@@ -287,7 +288,8 @@ def test_the_lower_rate_command_halves_every_rate_and_reads_back() -> None:
         ("train.max_steps", 40),
         ("optim.beta2", 0.95),
     ]:
-        assert parse_override(shlex.split(_override(key, value))[0]) == (key, value)
+        words = shlex.split(resume_command(Path("r"), f"{key}={value_text(value)}"))
+        assert parse_override(words[-1]) == (key, value)
     lower = muon.replace(**{"optim.lr": 0.0015, "optim.muon_lr": 0.01})
     assert replanned_schedule_note(muon, lower, 100, ["optim.lr", "optim.muon_lr"]) == (
         "note: the cosine schedule is re-planned over 480 steps (optim.lr 0.003 -> 0.0015, optim.muon_lr 0.02 -> "

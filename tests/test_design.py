@@ -24,7 +24,8 @@ def test_using_a_model_does_not_load_the_training_side() -> None:
     # (tqdm itself cannot be told apart: `import torch` loads it, through torch.hub)
     for training_side in (
         "minigpt.train.trainer",
-        "minigpt.train.reporting",
+        "minigpt.train.tensorboard",
+        "minigpt.train.progress",
         "minigpt.train.optim",
         "minigpt.train.launch",
         "tensorboard",

@@ -69,6 +69,34 @@ def test_batch_that_does_not_split_is_refused_before_launch(text_file: Path, tmp
     )
 
 
+def test_nproc_hands_every_flag_on_and_neither_dry_runs_nor_drops_auto(
+    text_file: Path, tmp_path: Path, cli, monkeypatch
+) -> None:
+    """--dry-run --nproc 2 launches nothing and writes nothing; --auto --nproc 2 is refused in one
+    line (it sizes a run for one process), never dropped; the workers get every override."""
+    launched: list[list[str]] = []
+
+    def execv(path, argv):
+        launched.append(argv)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execv", execv)
+    out = tmp_path / "r"
+    r = cli("train", "--nproc", "2", "--dry-run", "--data", text_file, "--out", out, *TINY, "model.n_layer=3")
+    assert r.code == 0, r
+    assert "n_layer: 3" in r.out and not launched and not out.exists()
+    r = cli("train", "--nproc", "2", "--auto", "--data", text_file, "--out", out, *TINY, "train.max_time=1m")
+    assert r.code == 2 and not launched and not out.exists(), r
+    assert r.err.strip() == (
+        "error: --auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)"
+    )
+    with pytest.raises(SystemExit):
+        cli("train", "--nproc", "2", "--data", text_file, "--device", "cpu", "--out", out, "model.n_layer=3")
+    assert len(launched) == 1
+    argv = launched[0][launched[0].index("minigpt") + 1 :]
+    assert argv == ["train", "model.n_layer=3", f"data.path={text_file}", "train.device=cpu", "--out", str(out)]
+
+
 @pytest.mark.slow  # two more torchrun launches (~1 minute on 2 cores): `uv run pytest -m slow`
 def test_interrupt_and_a_failing_rank_stop_the_whole_job(text_file: Path, tmp_path: Path) -> None:
     # rank 1 fails at its 40th forward pass; everything must stop, nothing may hang

@@ -182,6 +182,7 @@ def test_max_time_counts_from_the_commands_start(text_file: Path, tmp_path: Path
     import time
 
     from minigpt.train.launch import start_run
+    from minigpt.train.plan import Resume
 
     out = tmp_path / "r"
     overrides = [
@@ -190,7 +191,7 @@ def test_max_time_counts_from_the_commands_start(text_file: Path, tmp_path: Path
         ("train.max_steps", "1000000"),
         ("train.max_time", "1m"),
     ]
-    result = start_run(None, overrides, out, False, started=time.perf_counter() - 60)
+    result = start_run(None, overrides, out, Resume.NO, started=time.perf_counter() - 60)
     assert result is not None and result.stopped is not None and "train.max_time" in result.stopped
     results = json.loads((out / "results.json").read_text())
     assert results["steps"] == 1 and results["wall_s"] >= 60

@@ -107,7 +107,7 @@ def test_a_resumed_time_budget_continues_its_decay_from_where_it_stopped(text_fi
         "optim.min_lr=0",
     )
     now = time.perf_counter()
-    trainer._time_budget = (now, 0.5, now + 3600)  # resumed half way down, an hour left
+    trainer.time_budget = (now, 0.5, now + 3600)  # resumed half way down, an hour left
     stats = trainer.train_step()
     assert 0.5 <= trainer.state.time_progress < 0.501
     assert stats.lr == pytest.approx(0.5e-2, rel=1e-2)  # the cosine's midpoint, not its start

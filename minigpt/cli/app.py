@@ -23,7 +23,7 @@ from minigpt.cli.sample import sample
 from minigpt.cli.sweep import sweep_cmd
 from minigpt.cli.train import train_cmd
 from minigpt.errors import TrainingInterrupted, UserError
-from minigpt.runtime.cores import measure_load_from_now
+from minigpt.runtime.cores import CoreLoad
 
 _display_type_rich = TyperOption.display_type_rich
 
@@ -306,10 +306,10 @@ def runs(
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
-    measure_load_from_now()
+    load = CoreLoad()  # the cores others keep busy, measured from here (before torch) to the command's use
     honour_named_shell(args)
     try:
-        result = app(args=argv, standalone_mode=False, prog_name="minigpt")
+        result = app(args=argv, standalone_mode=False, prog_name="minigpt", obj=load)
         return result if isinstance(result, int) else 0
     except UserError as e:
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank hits the same mistake: say it once

@@ -81,10 +81,19 @@ HtmlOpt = Annotated[
 UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
 
 
+def start_load():
+    """The `CoreLoad` main() took when this command began (a fresh one outside a command)."""
+    import click
+
+    from minigpt.runtime.cores import CoreLoad
+
+    ctx = click.get_current_context(silent=True)
+    return ctx.obj if ctx is not None and isinstance(ctx.obj, CoreLoad) else CoreLoad()
+
+
 def inference_device(name: str, threads: int):
     """The device an inference command runs on, with the CPU thread count set first."""
-    from minigpt.runtime.cores import START_LOAD
     from minigpt.runtime.device import configure_threads, resolve_device
 
-    configure_threads(threads, START_LOAD.others())  # cores a training beside us keeps busy are left to it
+    configure_threads(threads, start_load().others())  # cores a training beside us keeps busy are left to it
     return resolve_device(name)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint, list_snapshots, runs_inside
+from minigpt.config.files import value_text
 from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
 from minigpt.model import parameter_count
@@ -170,10 +171,6 @@ def sweep_rows(sweep: Sweep, notes: dict[str, str] | None = None) -> list[SweepR
         return (0, loss) if loss is not None else (1, 0.0)
 
     return sorted(rows, key=order)
-
-
-def value_text(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def format_sweep(rows: list[SweepRow]) -> str:

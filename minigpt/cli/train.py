@@ -14,8 +14,9 @@ from typing import Annotated, NoReturn
 import typer
 
 from minigpt.cli import help as cli_help
-from minigpt.cli.options import AutoOpt, DataOpt, InitFromOpt, TrainDeviceOpt, flag_overrides
+from minigpt.cli.options import AutoOpt, DataOpt, InitFromOpt, TrainDeviceOpt, start_load
 from minigpt.errors import UserError
+from minigpt.train.plan import Resume, train_request
 
 
 def train_cmd(
@@ -62,16 +63,14 @@ def train_cmd(
     started = time.perf_counter()  # train.max_time counts from here: torch's import is in it
     args, mode = resume_mode(args or [], resume)
     config_path, overrides = split_args(args)
-    if init_from is not None and mode is True:  # --resume auto may start a fine-tuning run
-        raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
+    path, items = train_request(
+        config_path, overrides, data=data, device=device, init_from=init_from, auto=auto, resume=mode
+    )
     if nproc is not None:
-        flags = {"--out": out, "--data": data, "--device": device, "--init-from": init_from}
-        launch_processes(nproc, args, flags, mode, config_path, overrides)
-    extra: list[str | tuple[str, object]] = [*overrides, *flag_overrides(data, device, init_from, auto)]
-    check_config_first(config_path, extra)  # a mistyped key is told before torch is imported
+        launch_processes(nproc, path, items, out, mode, dry_run)
     from minigpt.train.launch import start_run
 
-    start_run(config_path, extra, out, mode, started, dry_run=dry_run)
+    start_run(path, items, out, mode, started, dry_run=dry_run, load=start_load())
 
 
 def split_args(args: list[str]) -> tuple[Path | None, list[str]]:
@@ -88,50 +87,41 @@ def split_args(args: list[str]) -> tuple[Path | None, list[str]]:
     return (config_file(configs[0]) if configs else None), overrides
 
 
-def resume_mode(args: list[str], resume: bool) -> tuple[list[str], bool | str]:
+def resume_mode(args: list[str], resume: bool) -> tuple[list[str], Resume]:
     """`--resume auto`: the word after the flag reaches Typer as an argument; take it out."""
     if resume and "auto" in args:
-        return [a for a in args if a != "auto"], "auto"
-    return args, resume
-
-
-def check_config_first(config_path: Path | None, overrides: list) -> None:
-    """The CONFIG file and each override on its own, in the config layer alone (no torch): the
-    whole config again once the run is known (a resumed run's is its checkpoint's)."""
-    from minigpt.config.files import check_overrides, read_yaml
-
-    if config_path is not None:
-        read_yaml(config_path)
-    check_overrides(overrides)
+        return [a for a in args if a != "auto"], Resume.AUTO
+    return args, Resume(resume)
 
 
 def launch_processes(
-    nproc: int,
-    args: list[str],
-    flags: dict[str, object],
-    resume: bool | str,
-    config_path: Path | None,
-    overrides: list[str],
+    nproc: int, path: Path | None, items: list, out: Path | None, resume: Resume, dry_run: bool
 ) -> None:
-    """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`."""
+    """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`
+    with the same CONFIG and every override, the flags' keys included. --auto sizes a run for one
+    process and is refused; --dry-run launches nothing (the caller prints the plan)."""
     from minigpt.config import MPS_PROCESSES
-    from minigpt.config.files import load_config
+    from minigpt.config.files import load_config, parse_override, value_text
     from minigpt.config.schema import batch_split_error
 
-    if flags["--device"] == "mps":
+    pairs = [parse_override(item) if isinstance(item, str) else item for item in items]
+    if ("train.device", "mps") in pairs:
         raise UserError(MPS_PROCESSES)
-    if not resume:  # say what is wrong once, here, rather than from every process
-        cfg = load_config(config_path, overrides)
+    if ("train.auto", True) in pairs and resume is not Resume.YES:
+        raise UserError("--auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)")
+    if resume is Resume.NO:  # say what is wrong once, here, rather than from every process
+        cfg = load_config(path, items)
         split = batch_split_error(cfg.train, nproc, "--nproc")
         if split:
             raise UserError(split)
-        if cfg.train.device == "mps" and flags["--device"] is None:
+        if cfg.train.device == "mps":
             raise UserError(MPS_PROCESSES)
-    argv = ["train", *args]
-    for flag, value in flags.items():
-        if value is not None:
-            argv += [flag, str(value)]
-    launch_local(nproc, argv + (["--resume"] if resume else []) + (["auto"] if resume == "auto" else []))
+    if dry_run:
+        return
+    words = [item if isinstance(item, str) else f"{item[0]}={value_text(item[1])}" for item in items]
+    argv = ["train", *([str(path)] if path is not None else []), *words]
+    argv += ["--out", str(out)] if out is not None else []
+    launch_local(nproc, argv + {Resume.NO: [], Resume.YES: ["--resume"], Resume.AUTO: ["--resume", "auto"]}[resume])
 
 
 def launch_local(nproc: int, argv: list[str]) -> NoReturn:

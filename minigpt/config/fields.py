@@ -23,11 +23,16 @@ def config_field(
     le: float | None = None,
     duration: bool = False,
     paths: bool = False,
+    on_resume: bool = False,
+    auto: bool = False,
 ) -> Any:
     """A dataclass field with its help text, allowed values and bounds in the metadata; `validate`
-    checks every bound (and that floats are finite), so each rule is written once, here."""
+    checks every bound (and that floats are finite), so each rule is written once, here.
+    `on_resume`: the key may change when a run is resumed (it changes neither what the model is nor
+    what it learns from); `auto`: --auto sets it (unless the user does)."""
     bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le)) if v is not None}
     meta = {"help": help, "choices": choices, "duration": duration, "paths": paths, **bounds}
+    meta |= {"on_resume": on_resume, "auto": auto}
     return field(default=default, metadata=meta)
 
 

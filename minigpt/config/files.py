@@ -4,6 +4,7 @@ precedence defaults < file < overrides, and the resolved config written back as 
 
 from __future__ import annotations
 
+import json
 import re
 import types
 import typing
@@ -13,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from minigpt.config.schema import SECTIONS, Config, all_keys, config_from_dict, set_dotted
+from minigpt.config.schema import SECTIONS, Config, all_keys, check_value, config_from_dict, set_dotted
 from minigpt.errors import UserError
 
 
@@ -162,22 +163,20 @@ def config_text(cfg: Config) -> str:
     return "# resolved minigpt config of this run\n" + text
 
 
-def save_config(cfg: Config, path: Path) -> None:
-    """Write the resolved config as YAML."""
-    path.write_text(config_text(cfg), encoding="utf-8")
+def value_text(value: Any) -> str:
+    """A config value as YAML and the command line spell it: true/false, null, a text with line
+    breaks or edge spaces in double quotes ("\\n"), anything else as str() writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str) and (not value.isprintable() or value != value.strip()):
+        return json.dumps(value)  # YAML's double-quoted form: "\n" stays a newline
+    return str(value)
 
 
 def check_overrides(overrides: Sequence[str | tuple[str, Any]], source: str = "command line") -> None:
     """Each override's key and value on its own (unknown keys, types, bounds, choices), before the
     rest of the config is known: a resumed run checks them against its saved config later."""
-    from minigpt.config.fields import field_error
-    from minigpt.config.schema import _coerce
-
     for item in overrides:
-        key, value = parse_override(item) if isinstance(item, str) else item
-        set_dotted({}, key, value, source)
-        section, name = key.split(".")
-        value = _coerce(key, value, typing.get_type_hints(SECTIONS[section])[name], source)
-        problem = field_error(key, value, all_keys()[key].metadata)
-        if problem:
-            raise UserError(f"{source}: {problem}")
+        check_value(*(parse_override(item) if isinstance(item, str) else item), source)

@@ -27,11 +27,13 @@ DEFAULT_DATA_PATH = "data/tinyshakespeare.txt"
 
 @dataclass(frozen=True)
 class ModelConfig:
-    n_layer: int = config_field(3, "number of transformer blocks", ge=1)
-    n_head: int = config_field(4, "attention heads per block (must divide n_embd)", ge=1)
-    n_embd: int = config_field(128, "width of the residual stream (embedding size)", ge=1)
-    block_size: int = config_field(64, "context length in characters", ge=1)
-    dropout: float = config_field(0.0, "dropout probability in [0, 1); 0 for small data or short runs", ge=0, lt=1)
+    n_layer: int = config_field(3, "number of transformer blocks", ge=1, auto=True)
+    n_head: int = config_field(4, "attention heads per block (must divide n_embd)", ge=1, auto=True)
+    n_embd: int = config_field(128, "width of the residual stream (embedding size)", ge=1, auto=True)
+    block_size: int = config_field(64, "context length in characters", ge=1, auto=True)
+    dropout: float = config_field(
+        0.0, "dropout probability in [0, 1); 0 for small data or short runs", ge=0, lt=1, auto=True
+    )
     bias: bool = config_field(False, "use biases in Linear and LayerNorm layers")
     pos_emb: str = config_field(
         "rope",
@@ -71,6 +73,7 @@ class DataConfig:
         "what to train on: a text file, a folder (every file under it; hidden ones skipped), a glob pattern, or a "
         "list of these (tiny Shakespeare is fetched if it is the default and missing)",
         paths=True,
+        on_resume=True,
     )
     val_fraction: float = config_field(
         0.1,
@@ -80,7 +83,10 @@ class DataConfig:
         lt=1,
     )
     val_path: str | list[str] | None = config_field(
-        None, "validation text instead of a share of data.path: a file, folder, glob or list", paths=True
+        None,
+        "validation text instead of a share of data.path: a file, folder, glob or list",
+        paths=True,
+        on_resume=True,
     )
     doc_separator: str = config_field(
         "\n", "text put between two documents (files, or records of a record file), so no window glues them mid-line"
@@ -106,7 +112,9 @@ class DataConfig:
         "vocabulary; losses in bits per byte)",
         ("char", "byte"),
     )
-    cache_dir: str | None = config_field(None, "where encoded text is cached (default: the user's cache directory)")
+    cache_dir: str | None = config_field(
+        None, "where encoded text is cached (default: the user's cache directory)", on_resume=True
+    )
     new_chars: str = config_field(
         "error",
         "fine-tuning (train.init_from) on text with characters the model never saw: error (name them) or add "
@@ -117,74 +125,100 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = config_field(32, "sequences per optimizer step (split over grad_accum_steps micro-batches)", ge=1)
-    max_steps: int = config_field(480, "optimizer steps to train for", ge=1)
+    batch_size: int = config_field(
+        32, "sequences per optimizer step (split over grad_accum_steps micro-batches)", ge=1, auto=True
+    )
+    max_steps: int = config_field(480, "optimizer steps to train for", ge=1, on_resume=True, auto=True)
     grad_accum_steps: int = config_field(1, "micro-batches per optimizer step (must divide batch_size)", ge=1)
-    eval_interval: int = config_field(240, "steps between evaluations (val loss, checkpoints, text sample)", ge=1)
+    eval_interval: int = config_field(
+        240, "steps between evaluations (val loss, checkpoints, text sample)", ge=1, on_resume=True, auto=True
+    )
     eval_steps: int = config_field(10, "validation batches per evaluation (fixed for the whole run)", ge=1)
     ckpt_interval: int = config_field(
-        0, "steps between extra last.pt saves, independent of eval (0 = only at eval)", ge=0
+        0, "steps between extra last.pt saves, independent of eval (0 = only at eval)", ge=0, on_resume=True
     )
     seed: int = config_field(1337, "one seed for weights, batches and dropout", ge=0, lt=SEED_LIMIT)
-    device: str = config_field("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
+    device: str = config_field("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps", on_resume=True)
     dtype: str = config_field(
         "auto",
         "compute precision: auto (bf16 autocast on CUDA where supported, else fp16; on a CPU with native "
         "bf16 (AVX512-BF16 or AMX) bf16 autocast, else fp32), "
         "float32, bfloat16, float16",
         ("auto", "float32", "bfloat16", "float16"),
+        on_resume=True,
     )
-    compile: bool = config_field(False, "torch.compile the model (falls back to eager if compilation fails)")
-    threads: int = config_field(0, "CPU threads for training (0 = the cores this process may use)", ge=0)
+    compile: bool = config_field(
+        False, "torch.compile the model (falls back to eager if compilation fails)", on_resume=True
+    )
+    threads: int = config_field(
+        0, "CPU threads for training (0 = the cores this process may use)", ge=0, on_resume=True
+    )
     init_from: str | None = config_field(
         None, "a run directory or checkpoint whose weights this new run starts from (fine-tuning; --init-from)"
     )
-    patience: int = config_field(0, "stop after this many evaluations without a new best val loss (0 = never)", ge=0)
-    min_delta: float = config_field(0.0, "the least val-loss improvement that resets the patience count", ge=0)
+    patience: int = config_field(
+        0, "stop after this many evaluations without a new best val loss (0 = never)", ge=0, on_resume=True, auto=True
+    )
+    min_delta: float = config_field(
+        0.0, "the least val-loss improvement that resets the patience count", ge=0, on_resume=True
+    )
     max_time: str | None = config_field(
-        None, "stop cleanly at the first step past this wall time, e.g. 90s, 10m, 1h (null = no limit)", duration=True
+        None,
+        "stop cleanly at the first step past this wall time, e.g. 90s, 10m, 1h (null = no limit)",
+        duration=True,
+        on_resume=True,
     )
     auto: bool = config_field(
         False,
         "choose the model and optimizer for train.max_time from the text and a short speed probe (keys set "
         "explicitly win; docs/auto.md); same as --auto",
+        on_resume=True,
     )
     final_eval: bool = config_field(
-        True, "score the best checkpoint on the whole validation split at the end (results.json)"
+        True, "score the best checkpoint on the whole validation split at the end (results.json)", on_resume=True
     )
     final_eval_tokens: int = config_field(
         1_000_000,
         "the final evaluation's bound: a validation split longer than this many tokens is scored on an evenly "
         "spread sample of whole windows of about this many tokens (0 = always the whole split)",
         ge=0,
+        on_resume=True,
     )
     keep_every: int = config_field(
-        0, "keep a weights-only snapshot step_NNNNNNN.pt every N steps (sample, eval, attention take it; 0 = off)", ge=0
+        0,
+        "keep a weights-only snapshot step_NNNNNNN.pt every N steps (sample, eval, attention take it; 0 = off)",
+        ge=0,
+        on_resume=True,
     )
 
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = config_field(3e-3, "peak learning rate, reached at the end of warm-up", ge=0)
-    min_lr: float = config_field(3e-4, "learning rate at the end of the decay (<= lr)", ge=0)
-    warmup_steps: int = config_field(50, "linear warm-up steps from ~0 to lr", ge=0)
+    lr: float = config_field(3e-3, "peak learning rate, reached at the end of warm-up", ge=0, on_resume=True, auto=True)
+    min_lr: float = config_field(3e-4, "learning rate at the end of the decay (<= lr)", ge=0, on_resume=True, auto=True)
+    warmup_steps: int = config_field(50, "linear warm-up steps from ~0 to lr", ge=0, auto=True)
     schedule: str = config_field(
-        "cosine", "decay after warm-up: cosine, linear or constant", ("cosine", "linear", "constant")
+        "cosine", "decay after warm-up: cosine, linear or constant", ("cosine", "linear", "constant"), auto=True
     )
     schedule_by: str = config_field(
         "steps",
         "what the decay runs over: steps (to train.max_steps), or time (to train.max_time of wall clock, so a "
         "fixed time budget always ends its decay; one process only)",
         ("steps", "time"),
+        auto=True,
     )
-    weight_decay: float = config_field(0.1, "AdamW weight decay, applied to weight matrices only", ge=0)
+    weight_decay: float = config_field(0.1, "AdamW weight decay, applied to weight matrices only", ge=0, auto=True)
     beta1: float = config_field(0.9, "AdamW beta1", ge=0, lt=1)
-    beta2: float = config_field(0.99, "AdamW beta2", ge=0, lt=1)
-    grad_clip: float = config_field(1.0, "clip the global gradient norm to this (0 = no clipping)", ge=0)
-    optimizer: str = config_field(
-        "adamw", "adamw, or muon for the blocks' weight matrices (AdamW for the rest)", ("adamw", "muon")
+    beta2: float = config_field(0.99, "AdamW beta2", ge=0, lt=1, auto=True)
+    grad_clip: float = config_field(
+        1.0, "clip the global gradient norm to this (0 = no clipping)", ge=0, on_resume=True
     )
-    muon_lr: float = config_field(0.02, "Muon's peak learning rate (on the same schedule as lr)", ge=0)
+    optimizer: str = config_field(
+        "adamw", "adamw, or muon for the blocks' weight matrices (AdamW for the rest)", ("adamw", "muon"), auto=True
+    )
+    muon_lr: float = config_field(
+        0.02, "Muon's peak learning rate (on the same schedule as lr)", ge=0, on_resume=True, auto=True
+    )
     muon_momentum: float = config_field(0.95, "Muon's Nesterov momentum", ge=0, lt=1)
 
 
@@ -204,6 +238,7 @@ class LogConfig:
     attention_probe: str = config_field(
         "ROMEO:\nBut, soft! what light",
         "text whose attention maps are logged to TensorBoard as images at each eval (empty = off)",
+        auto=True,
     )
     advice: bool = config_field(
         True, "print the advisor's lines before a run: what it will see, and where it will likely overfit"
@@ -310,6 +345,13 @@ def closest_key(key: str) -> str | None:
     return whole[0] if whole else None
 
 
+def keys_with(rule: str) -> tuple[str, ...]:
+    """The keys whose fields carry `rule` ("on_resume", "auto"): config_field's flags. Every log.*
+    key may change on resume: what a run shows and records is not what it learns."""
+    every_log_key = rule == "on_resume"
+    return tuple(k for k, f in all_keys().items() if f.metadata.get(rule) or every_log_key and k.startswith("log."))
+
+
 def _suggest(key: str) -> str:
     """ " (did you mean 'optim.lr'?)", saying where the key lives and what it is when the section
     written was another one (or none)."""
@@ -390,6 +432,18 @@ def set_dotted(raw: dict[str, dict[str, Any]], key: str, value: Any, source: str
         raise UserError(f"{source}: unknown key '{key}'{_suggest(key)}")
     section, name = key.split(".")
     raw.setdefault(section, {})[name] = value
+
+
+def check_value(key: str, value: Any, source: str) -> None:
+    """One key's value on its own (the key known, its type, bounds and choices), before the rest
+    of the config is known."""
+    set_dotted({}, key, value, source)
+    section, name = key.split(".")
+    problem = field_error(
+        key, _coerce(key, value, typing.get_type_hints(SECTIONS[section])[name], source), all_keys()[key].metadata
+    )
+    if problem:
+        raise UserError(f"{source}: {problem}")
 
 
 def config_from_dict(raw: Any, source: str, check: bool = True) -> Config:

@@ -63,7 +63,7 @@ class Corpus:
     ids: np.ndarray
     split: int
     documents: int = 1
-    table: np.ndarray | None = None
+    id_map: np.ndarray | None = None  # the text's ids -> the model's (a fine-tuned vocabulary), or None
 
     @property
     def train(self) -> np.ndarray:
@@ -78,7 +78,7 @@ class Corpus:
         differently or hold more of them); itself when the vocabularies are equal."""
         if tok.same_as(self.tokenizer):
             return self
-        return dataclasses.replace(self, tokenizer=tok, table=tok.ids_of(self.tokenizer))
+        return dataclasses.replace(self, tokenizer=tok, id_map=tok.ids_of(self.tokenizer))
 
 
 def cache_dir_for(cfg: DataConfig) -> Path:
@@ -243,12 +243,12 @@ class Batcher:
         device: torch.device,
         rank: int = 0,
         world_size: int = 1,
-        table: np.ndarray | None = None,
+        id_map: np.ndarray | None = None,
     ):
         if len(data) < block_size + 2:
             raise ValueError(f"split of {len(data)} tokens is too short for block_size {block_size}")
         self.data = data.numpy() if isinstance(data, torch.Tensor) else data
-        self.table = table
+        self.id_map = id_map
         self.batch_size = batch_size
         self.share = slice(rank * batch_size // world_size, (rank + 1) * batch_size // world_size)
         self.device = device
@@ -262,7 +262,7 @@ class Batcher:
         starts = torch.randint(self.high, (self.batch_size,), generator=self.generator)[self.share]
         rows = self.data[starts.numpy()[:, None] + self.offsets]  # (B, T+1), read from the map
         release_pages(self.data)  # the windows are copied out: keep no page of the corpus mapped
-        rows = self.table[rows] if self.table is not None else rows.astype(np.int64)
+        rows = self.id_map[rows] if self.id_map is not None else rows.astype(np.int64)
         window = torch.from_numpy(rows)
         if self.pin:
             window = window.pin_memory()

@@ -65,10 +65,6 @@ def model_facts(loaded: LoadedModel) -> dict[str, Any]:
     }
 
 
-def _yaml_value(value: Any) -> str:
-    return "null" if value is None else json.dumps(value)  # JSON scalars are YAML scalars
-
-
 def model_card(facts: dict[str, Any], architecture: str, unknown_rule: str, sampling: dict[str, Any]) -> str:
     """README.md: YAML front matter (library, tags, the numbers) and how to load and sample the model."""
     data, val, m = facts["trained_on"], facts["val_loss"], facts["model"]
@@ -87,9 +83,9 @@ def model_card(facts: dict[str, Any], architecture: str, unknown_rule: str, samp
     lines = ["---"]
     for key, value in front.items():
         if isinstance(value, list):
-            lines += [f"{key}:", *(f"  - {_yaml_value(v)}" for v in value)]
+            lines += [f"{key}:", *(f"  - {json.dumps(v)}" for v in value)]  # JSON scalars are YAML scalars
         else:
-            lines.append(f"{key}: {_yaml_value(value)}")
+            lines.append(f"{key}: {json.dumps(value)}")
     size = "unknown (the files have moved)"
     if data["files"] is not None:
         size = f"{data['files']:,} file(s), {data['bytes']:,} bytes"

@@ -94,13 +94,3 @@ class CoreShare:
             return None
         self.threads = want
         return want, busy
-
-
-START_LOAD = CoreLoad()  # taken when the command line is imported, before torch; again by each command
-
-
-def measure_load_from_now() -> None:
-    """Start the interval over which the next command measures the load (`minigpt` is one command
-    a process; the tests and the Python API run several in one process)."""
-    global START_LOAD
-    START_LOAD = CoreLoad()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from minigpt.config.fields import parse_duration
-from minigpt.config.schema import Config, ModelConfig
+from minigpt.config.schema import Config, ModelConfig, keys_with
 from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
@@ -50,22 +50,7 @@ SHAPE_KEYS = (  # what a step's time depends on
     "model.dropout",
     "train.batch_size",
 )
-AUTO_KEYS = (  # every key choose() sets
-    *SHAPE_KEYS,
-    "train.max_steps",
-    "train.eval_interval",
-    "train.patience",
-    "optim.optimizer",
-    "optim.lr",
-    "optim.min_lr",
-    "optim.muon_lr",
-    "optim.warmup_steps",
-    "optim.schedule",
-    "optim.schedule_by",
-    "optim.beta2",
-    "optim.weight_decay",
-    "log.attention_probe",
-)
+AUTO_KEYS = keys_with("auto")  # every key choose() sets
 
 
 def block_params(m: ModelConfig) -> int:

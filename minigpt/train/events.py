@@ -1,5 +1,5 @@
 """A run's TensorBoard event files read back with TensorBoard's own reader: what `minigpt runs
---html` draws. reporting.py writes them; this module only reads (TensorBoard is imported here, in
+--html` draws. tensorboard.py writes them; this module only reads (TensorBoard is imported here, in
 train/, and only when a page is made)."""
 
 from __future__ import annotations

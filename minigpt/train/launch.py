@@ -1,26 +1,35 @@
 """Starting a training run: a new run or a resumed one, which config wins, which keys may change on
-resume, and the run directory itself. `minigpt train` calls `start_run`; the loop is the
-`Trainer`'s.
+resume, and the run directory itself. `minigpt train` and `minigpt.train()` call `start_run`:
+`plan_run` decides, `run_training` checks every input and trains; the loop is the `Trainer`'s.
 
 `minigpt train --resume auto` is one command a job script can run again and again: it starts the
 run when the directory holds no checkpoint, resumes it when it holds one, and says the run is
-finished, doing nothing, when it already ended (`finished`)."""
+finished, doing nothing, when it already ended (`why_finished`)."""
 
 from __future__ import annotations
 
+import enum
 import itertools
 import json
 import os
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint, resumable_checkpoint
 from minigpt.config.fields import parse_duration
 from minigpt.config.files import check_overrides, config_text, default_run_dir, load_config, parse_override
-from minigpt.config.schema import DEFAULT_DATA_PATH, Config, ModelConfig, batch_split_error, config_from_dict
+from minigpt.config.schema import (
+    DEFAULT_DATA_PATH,
+    Config,
+    ModelConfig,
+    batch_split_error,
+    config_from_dict,
+    keys_with,
+)
 from minigpt.data.corpus import Corpus, load_corpus
 from minigpt.data.encoding import file_sha256
 from minigpt.data.sources import absolute_spec, describe, resolve_sources
@@ -29,76 +38,95 @@ from minigpt.errors import UserError
 from minigpt.io.lock import FileLock, LockHeld
 from minigpt.model import parameter_count
 from minigpt.runtime import distributed
+from minigpt.runtime.cores import CoreLoad
 from minigpt.runtime.device import configure_threads, log, precision_lines, resolve_device, resolve_dtype
 from minigpt.train import disk, preflight
 from minigpt.train.autosize import AUTO_KEYS, auto_size, run_advice
+from minigpt.train.callbacks import Callback
 from minigpt.train.disk import write_run_file
-from minigpt.train.reporting import byte_progress
+from minigpt.train.plan import Override, Resume
+from minigpt.train.progress import ByteProgress
 from minigpt.train.schedule import RATE_KEYS, replanned_schedule_note
 from minigpt.train.trainer import Trainer, TrainResult
 
-# keys that may change when a run is resumed: they change neither what the model is nor what it
-# learns from (data.path and data.val_path may change too when the content is the same: its hash is checked)
-MAY_CHANGE_ON_RESUME = (
-    "train.max_steps",
-    "train.eval_interval",
-    "train.ckpt_interval",
-    "train.device",
-    "train.dtype",
-    "train.compile",
-    "train.threads",
-    "train.patience",
-    "train.min_delta",
-    "train.max_time",
-    "train.auto",
-    "train.final_eval",
-    "train.final_eval_tokens",
-    "train.keep_every",
-    "data.cache_dir",
-    "data.path",
-    "data.val_path",
-    "log.",
-    *RATE_KEYS,
-)
+
+class Mode(enum.Enum):
+    NEW = "a new run in {out}"
+    RESUME = "resume {out} from {source} (step {step})"
+    FINE_TUNE = "fine-tune {source} (step {step}) into {out}"
+    FINISHED = "{out} is finished"
+
+
+@dataclass
+class Plan:
+    """What a training command will do, decided before anything is written: the mode, the resolved
+    config, the checkpoint it starts from (a resumed run's newest, a fine-tuning run's source, read
+    from `source`), the run folder, and the keys the user set (--auto leaves those alone)."""
+
+    mode: Mode
+    cfg: Config
+    out_dir: Path
+    explicit: frozenset[str] = frozenset()
+    start: Checkpoint | None = None
+    source: Path | None = None
+    earlier_seconds: float = 0.0  # a finished run trained on: the wall time it already has
+
+    def describe(self) -> str:
+        step = self.start.step if self.start is not None else None
+        return "plan: " + self.mode.value.format(out=self.out_dir, source=self.source, step=step)
 
 
 def start_run(
     config_path: Path | None,
-    overrides: Sequence[str | tuple[str, Any]],
+    overrides: Sequence[Override],
     out_dir: Path | None,
-    resume: bool | str,
+    resume: Resume,
     started: float | None = None,
     dry_run: bool = False,
+    callbacks: Sequence[Callback] = (),
+    load: CoreLoad | None = None,
 ) -> TrainResult | None:
-    """`minigpt train`: resolve the config (a new run's, a fine-tuning run's, or the resumed
-    run's), then train. `started` is the perf_counter time the command began (default: now):
-    train.max_time and the run's wall times count from it, so a budget covers the command's start-up.
-    `resume` "auto" starts or resumes; a resumed run may be found finished (None). `dry_run`: print
-    the resolved config and the advisor's lines, and train nothing.
-    The whole command line is checked before the run directory is looked at."""
+    """`minigpt train` and `minigpt.train()`: make the plan (`plan_run`), then train it. `started`
+    is the perf_counter time the command began (default: now): train.max_time and the run's wall
+    times count from it, so a budget covers the command's start-up. None when there is nothing to
+    do (a finished run, `dry_run`: the plan, the resolved config and the advisor's lines printed).
+    `callbacks`: the caller's, after the built-in ones (train/callbacks.py). `load`: the cores
+    others keep busy, measured from the command's start (default: from now)."""
+    load = load or CoreLoad()
+    plan = plan_run(config_path, overrides, out_dir, resume, dry_run)
+    if plan.mode is Mode.FINISHED:
+        return None
+    started = (started or time.perf_counter()) - plan.earlier_seconds
+    return run_training(plan, started=started, dry_run=dry_run, callbacks=callbacks, load=load)
+
+
+def plan_run(
+    config_path: Path | None, overrides: Sequence[Override], out_dir: Path | None, resume: Resume, dry_run: bool
+) -> Plan:
+    """The one place the command line becomes a run: which config wins (defaults < CONFIG <
+    overrides; a resumed run's own config under the overrides), which mode, which checkpoint. The
+    whole command line is checked before the run directory is looked at."""
     out_dir = out_dir if out_dir is not None else default_run_dir(config_path, overrides)
     existing = find_checkpoint(out_dir, prefer=LAST)
-    if resume and existing is not None and config_path is None:
+    if resume is not Resume.NO and existing is not None and config_path is None:
         check_overrides(overrides)  # a resumed run's own config is read from its checkpoint
     else:
         cfg = load_config(config_path, overrides)
-    if resume == "auto" and existing is None:
+    if resume is Resume.AUTO and existing is None:
         log(f"--resume auto: {out_dir} holds no checkpoint; starting a new run")
-        resume = False
-    if resume:
-        return _resume(config_path, overrides, out_dir, started=started, dry_run=dry_run)
+        resume = Resume.NO
+    if resume is not Resume.NO:
+        return _resume_plan(config_path, overrides, out_dir)
     if existing is not None and not dry_run:
         raise UserError(taken_run_dir(out_dir, existing, cfg))
     if cfg.train.init_from is None:
-        return run_training(
-            cfg, out_dir, started=started, explicit=explicit_keys(config_path, overrides), dry_run=dry_run
-        )
+        return Plan(Mode.NEW, cfg, out_dir, explicit_keys(config_path, overrides))
     if cfg.train.auto:
         raise UserError("train.auto (--auto) sizes a new model; fine-tuning keeps the starting model's shape")
     source = resolve_checkpoint(Path(cfg.train.init_from).expanduser(), prefer=BEST)
     start = Checkpoint.load(source)
     cfg = fine_tuning_config(config_path, overrides, config_from_dict(start.config, str(source)), source)
-    return run_training(cfg, out_dir, init_from=(source, start), started=started, dry_run=dry_run)
+    return Plan(Mode.FINE_TUNE, cfg, out_dir, start=start, source=source)
 
 
 def taken_run_dir(out_dir: Path, existing: Path, cfg: Config) -> str:
@@ -121,7 +149,7 @@ def taken_run_dir(out_dir: Path, existing: Path, cfg: Config) -> str:
         resume_changes(saved, cfg.replace(**{"data.path": saved.data.path}), "")
     except UserError:
         a, b = saved.flat(), cfg.flat()
-        differ = [k for k in a if a[k] != b[k] and not k.startswith(MAY_CHANGE_ON_RESUME)]
+        differ = [k for k in a if a[k] != b[k] and k not in keys_with("on_resume")]
         shown = ", ".join(f"{k} {a[k]!r} -> {b[k]!r}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "")
         return f"{taken} with another config ({shown}); pick another --out, e.g. --out {free}"
     if not same_data:
@@ -139,13 +167,7 @@ def explicit_keys(config_path: Path | None, overrides: Sequence[str | tuple[str,
     return frozenset(keys)
 
 
-def _resume(
-    config_path: Path | None,
-    overrides: Sequence[str | tuple[str, Any]],
-    out_dir: Path,
-    started: float | None = None,
-    dry_run: bool = False,
-) -> TrainResult | None:
+def _resume_plan(config_path: Path | None, overrides: Sequence[Override], out_dir: Path) -> Plan:
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
@@ -155,7 +177,7 @@ def _resume(
         cfg = load_config(config_path, overrides)
     else:  # the run's own config, with the command line's overrides on top
         cfg = load_config(None, [(k, v) for k, v in saved.flat().items()] + list(overrides))
-    cfg = same_start(saved, cfg)  # a job script repeats its fine-tuning command's train.init_from
+    cfg = saved_init_from(saved, cfg)  # a job script repeats its fine-tuning command's train.init_from
     if cfg.train.auto:  # what --auto chose is the run's: the command that started it resumes it
         given = explicit_keys(config_path, overrides)
         cfg = cfg.replace(**{k: saved.flat()[k] for k in AUTO_KEYS if k not in given})
@@ -165,16 +187,15 @@ def _resume(
     replanned = [k for k in changed if k == "train.max_steps" or k in RATE_KEYS and k != "optim.grad_clip"]
     if replanned and ckpt.step < cfg.train.max_steps:
         log(replanned_schedule_note(saved, cfg, ckpt.step, replanned))
-    done = finished(out_dir, ckpt, cfg)
+    done = why_finished(out_dir, ckpt, cfg)
     rescore = any(k in ("train.final_eval", "train.final_eval_tokens") for k in changed)  # asked for
     if done and not rescore:  # a finished run stays as it finished: its results.json is not rewritten
         log(f"{out_dir} is finished: {done} at step {ckpt.step}; nothing to do")
-        return None
+        return Plan(Mode.FINISHED, cfg, out_dir, start=ckpt, source=ckpt_path)
     # a finished run that goes on (a raised max_steps or time budget): its wall time, and the time
     # budget, count from the run's start, so results.json covers the whole run
     earlier = float((finished_results(out_dir, ckpt) or {}).get("wall_s") or 0.0)
-    started = (started or time.perf_counter()) - earlier
-    return run_training(cfg, out_dir, resume_from=ckpt, started=started, dry_run=dry_run)
+    return Plan(Mode.RESUME, cfg, out_dir, start=ckpt, source=ckpt_path, earlier_seconds=earlier)
 
 
 def finished_results(out_dir: Path, ckpt: Checkpoint) -> dict | None:
@@ -186,7 +207,7 @@ def finished_results(out_dir: Path, ckpt: Checkpoint) -> dict | None:
     return results if isinstance(results, dict) and results.get("steps") == ckpt.step else None
 
 
-def finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
+def why_finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
     """Why the run in `out_dir` (its newest checkpoint `ckpt`, continued with `cfg`) has nothing
     left to do, or None: max_steps, patience or the time budget was reached, judged with the
     command's config (raising train.max_steps or train.max_time on the command line trains on).
@@ -208,7 +229,7 @@ def finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
     return None
 
 
-def same_start(saved: Config, cfg: Config) -> Config:
+def saved_init_from(saved: Config, cfg: Config) -> Config:
     """`cfg` with train.init_from as the run saved it (the resolved file) when it names the same
     checkpoint: the command that started a fine-tuning run can then resume it unchanged."""
     given, kept = cfg.train.init_from, saved.train.init_from
@@ -247,11 +268,13 @@ def resume_changes(saved: Config, new: Config, source: str) -> list[str]:
     """Keys whose values differ; raises if any of them changes the model or the data."""
     a, b = saved.flat(), new.flat()
     changed = [k for k in a if a[k] != b[k]]
-    fixed = [k for k in changed if not k.startswith(MAY_CHANGE_ON_RESUME)]
+    allowed = keys_with("on_resume")  # data.path and data.val_path too: the text's hash is checked
+    fixed = [k for k in changed if k not in allowed]
     if fixed:
         diffs = ", ".join(f"{k}: {a[k]!r} -> {b[k]!r}" for k in fixed)
+        may = ", ".join([k for k in allowed if not k.startswith("log.")] + ["log.*"])
         raise UserError(
-            f"cannot resume with {source}: it changes {diffs}; only {', '.join(MAY_CHANGE_ON_RESUME)}* may change on "
+            f"cannot resume with {source}: it changes {diffs}; only {may} may change on "
             "resume (start a new run with another --out instead)"
         )
     return changed
@@ -369,21 +392,20 @@ def model_vocabulary(
 
 
 def run_training(
-    cfg: Config,
-    out_dir: Path,
-    resume_from: Checkpoint | None = None,
-    init_from: tuple[Path, Checkpoint] | None = None,
+    plan: Plan,
     started: float | None = None,
-    explicit: frozenset[str] = frozenset(),
     dry_run: bool = False,
+    callbacks: Sequence[Callback] = (),
+    load: CoreLoad | None = None,
 ) -> TrainResult | None:
-    """Train `cfg` into `out_dir`: fresh, continuing `resume_from`, or starting from the weights
-    of `init_from` (its path and checkpoint).
-
+    """Train the plan: fresh, continuing its checkpoint, or starting from its weights (fine-tuning).
     Every input is checked before anything is written. Launched by torchrun, every rank runs
-    this; rank 0 alone writes files and prints. `started`: as start_run's."""
+    this; rank 0 alone writes files and prints. The rest: as start_run's."""
+    cfg, out_dir = plan.cfg, plan.out_dir
+    resume_from = plan.start if plan.mode is Mode.RESUME else None
+    init_from = (plan.source, plan.start) if plan.mode is Mode.FINE_TUNE else None
     t_start = started if started is not None else time.perf_counter()
-    corpus = load_corpus(cfg.data, cfg.model.block_size, byte_progress, vocabulary_check(cfg.model))
+    corpus = load_corpus(cfg.data, cfg.model.block_size, ByteProgress, vocabulary_check(cfg.model))
     # record the text's absolute paths: the run resumes and evaluates from any working directory
     absolute = {"data.path": absolute_spec(cfg.data.path)}
     if cfg.data.val_path is not None:
@@ -400,9 +422,7 @@ def run_training(
             "optim.schedule_by time trains on one process (each would read its own clock); "
             "use optim.schedule_by=steps with --nproc"
         )
-    from minigpt.runtime.cores import START_LOAD
-
-    configure_threads(cfg.train.threads, START_LOAD.others())  # cores busy with others are left to them
+    configure_threads(cfg.train.threads, (load or CoreLoad()).others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
     rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * dist.world_size) * cfg.model.block_size
     dtype = resolve_dtype(cfg.train.dtype, device, (rows, cfg.model.n_embd))  # auto: measured on the CPU
@@ -410,7 +430,7 @@ def run_training(
         raise UserError("train.auto (--auto) sizes a run for one process; with --nproc, set the model's keys")
     steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
     if cfg.train.auto and resume_from is None:
-        cfg, steps = auto_size(cfg, explicit, corpus, tok, device, dtype, t_start)
+        cfg, steps = auto_size(cfg, plan.explicit, corpus, tok, device, dtype, t_start)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
     too_big = preflight.check(cfg, tok.vocab_size, device, dtype, local)
     if too_big:
@@ -423,7 +443,7 @@ def run_training(
     if dry_run:
         for line in advised:
             log(line)
-        print(dry_run_text(cfg, explicit, steps), end="")
+        print(f"# {plan.describe()}\n" + dry_run_text(cfg, plan.explicit, steps), end="")
         return None
     distributed.init(dist, device)
     lock = RunLock(out_dir)
@@ -444,7 +464,7 @@ def run_training(
             _start_from(trainer, *init_from)
         if dist.is_main:
             write_run_file(out_dir / "config.yaml", config_text(cfg))
-        return trainer.train(started=t_start)
+        return trainer.train(started=t_start, callbacks=callbacks)
     finally:
         lock.release()
         distributed.shutdown()

@@ -53,6 +53,13 @@ def estimate(cfg: Config, vocab_size: int, n_params: int, dtype: torch.dtype) ->
     return Estimate(fixed=16 * n_params + _FIRST_STEP, per_sequence=int(_OVERHEAD * per_sequence))
 
 
+def accum_steps(cfg: Config, processes: int, least: int) -> list[int]:
+    """The train.grad_accum_steps from `least` up that split each process's share of the batch
+    evenly: the same batch in smaller micro-batches."""
+    per_rank = cfg.train.batch_size // processes
+    return [a for a in range(least, per_rank + 1) if per_rank % a == 0]
+
+
 def preflight(cfg: Config, est: Estimate, available: int | None, where: str, processes: int = 1) -> str | None:
     """None when one micro-batch fits in 90% of what is available; else the error: the estimate,
     what is available, and a grad_accum_steps that keeps the batch and fits."""
@@ -64,9 +71,7 @@ def preflight(cfg: Config, est: Estimate, available: int | None, where: str, pro
     if est.total(micro) <= room:
         return None
     per_rank = t.batch_size // processes
-    fits = [
-        a for a in range(t.grad_accum_steps, per_rank + 1) if per_rank % a == 0 and est.total(per_rank // a) <= room
-    ]
+    fits = [a for a in accum_steps(cfg, processes, t.grad_accum_steps) if est.total(per_rank // a) <= room]
     need = (
         f"train.batch_size={t.batch_size} in micro-batches of {micro} (model.block_size "
         f"{cfg.model.block_size}) needs about {gb(est.total(micro))} ({gb(est.fixed)} weights and optimizer, "

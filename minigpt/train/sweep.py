@@ -5,7 +5,7 @@ command reads. The runs are started by `launch.start_run`, the one way a run sta
 A sweep is one command a job script can repeat, like `minigpt train --resume auto`: the folder's
 `sweep.yaml` holds its definition (a different grid into the same folder is refused), and each run's
 own files say where it stands, so nothing else has to survive a crash between runs. A run is
-finished when `launch.finished` says so (its results.json records its last step and max_steps,
+finished when `launch.why_finished` says so (its results.json records its last step and max_steps,
 patience or its own train.max_time ended it); one with a checkpoint is resumed; one without
 starts. A stop signal (SIGINT, SIGTERM, SIGUSR1) during a run lets the trainer save last.pt and
 ends the sweep with the trainer's exit code; between runs it ends the sweep at once."""
@@ -289,13 +289,14 @@ def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
     left to the sweep (under one: the run is not started). What happened, in a few words."""
     from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint
     from minigpt.runtime.device import forget_compiled, log
-    from minigpt.train.launch import finished, start_run
+    from minigpt.train.launch import start_run, why_finished
+    from minigpt.train.plan import Resume
 
     out = sweep.out / point.name
     existing = find_checkpoint(out, prefer=LAST)
     if existing is not None:
         ckpt = Checkpoint.load(existing, verify=())
-        done = finished(out, ckpt, sweep.config_of(point))
+        done = why_finished(out, ckpt, sweep.config_of(point))
         if done:
             log(f"{out} is finished: {done} at step {ckpt.step}; skipping it")
             return "finished before"
@@ -305,7 +306,7 @@ def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
     forget_compiled()
     with RunBudget(left) as budget:
         try:
-            start_run(sweep.config, sweep.overrides(point), out, existing is not None, time.perf_counter())
+            start_run(sweep.config, sweep.overrides(point), out, Resume(existing is not None), time.perf_counter())
             budget.active = False
         except TrainingInterrupted:
             if not budget.ran_out:

@@ -3,9 +3,9 @@
 `Trainer.__init__` sets everything up, `train_step()` is one optimizer step, `evaluate()` the
 fixed-batch validation loss, `checkpoint()` the one place a checkpoint (or a snapshot) is built,
 `save()` writes it, `state_dict()` / `load_state_dict()` the whole resumable state, and `train()`
-the loop that ties them together with logging, evaluation, checkpoints and interrupts. Which
-config a run uses and whether it resumes is decided in `launch.py`; what it shows and records is
-`reporting.py`'s. A run that diverges ends with the command that continues it at half the rate
+the loop: step, evaluate and save when due, tell the callbacks (`callbacks.py`, `progress.py`,
+`tensorboard.py`) each event. Which config a run uses and whether it resumes is the plan's
+(`launch.py`). A run that diverges ends with the command that continues it at half the rate
 (`diverged_error`, at the end).
 """
 
@@ -16,9 +16,8 @@ import copy
 import functools
 import json
 import math
-import shlex
 import signal
-import sys
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,12 +26,13 @@ from typing import Any
 
 import torch
 
-from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, snapshot_name
+from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resume_command
 from minigpt.config.fields import parse_duration
+from minigpt.config.files import value_text
 from minigpt.config.schema import Config, config_from_dict
 from minigpt.data.corpus import Batcher, Corpus
 from minigpt.data.tokenizer import Tokenizer
-from minigpt.errors import Diverged, TrainingInterrupted, UserError
+from minigpt.errors import Diverged, TrainingInterrupted, UserError, first_line
 from minigpt.infer.evaluate import EvalResult, evaluate_ids
 from minigpt.infer.windows import token_losses
 from minigpt.model import GPT, evaluating
@@ -40,12 +40,16 @@ from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreShare
 from minigpt.runtime.device import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
 from minigpt.runtime.distributed import wrap_ddp
+from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
+from minigpt.train.callbacks import Callback, EarlyStopping, Snapshots, TimeBudget
 from minigpt.train.disk import write_run_file
 from minigpt.train.interrupts import StopNow, StopRequest
 from minigpt.train.optim import build_optimizer, load_optimizer_state
-from minigpt.train.reporting import Reporter, describe_run, value_text
+from minigpt.train.preflight import accum_steps
+from minigpt.train.progress import Progress, describe_run
 from minigpt.train.schedule import lr_at, time_progress
 from minigpt.train.state import RngStreams, TrainState
+from minigpt.train.tensorboard import tensorboard_callbacks
 
 
 @torch.no_grad()
@@ -71,6 +75,8 @@ class TrainResult:
     wall_seconds: float
     stopped: str | None = None  # why training ended before max_steps (patience, max_time)
     full: EvalResult | None = None  # the best checkpoint on the whole validation split
+    tokens_per_s: float | None = None  # the median over the run's log intervals
+    final_seconds: float = 0.0  # how long the final evaluation took
 
 
 @dataclass
@@ -108,21 +114,28 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
         micro = t.batch_size // t.grad_accum_steps  # sequences per micro-step, all ranks together
         block = cfg.model.block_size
-        table = corpus.table
-        self.batcher = Batcher(corpus.train, block, micro, t.seed, device, rank=rank, world_size=world, table=table)
-        val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, rank=rank, world_size=world, table=table)
+        ids = {"rank": rank, "world_size": world, "id_map": corpus.id_map}
+        self.batcher = Batcher(corpus.train, block, micro, t.seed, device, **ids)
+        val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, **ids)
         self.val_batches = [val_source.next() for _ in range(t.eval_steps)]  # fixed for the whole run
         self.state = TrainState()
         self.rng = RngStreams(device, self.batcher, self.dist, t.seed)
         self.ctx = autocast(device, dtype)
         self.val_loss: float | None = None  # the latest evaluation's
+        self.evaluated_at: int | None = None  # the step of the latest evaluation
         self.init_from: dict[str, Any] | None = None  # where a fine-tuned run's weights came from
+        self.callbacks: list[Any] = []  # set by train(): the built-in ones, then the caller's
+        self.started, self.deadline = time.perf_counter(), None  # train.max_time counts from started
+        self.stopped: str | None = None  # why the run ended before train.max_steps
+        self.rates: list[float] = []  # tokens/s of each log interval
+        self._request: str | None = None  # request_stop()'s reason, on this rank
+        self._agreed_request = False  # some rank's request_stop(), agreed at a sync point
         self._agreed_signal: int | None = None  # under DDP: a stop signal every rank has seen
-        self._time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
+        self.time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
         self._cores: CoreShare | None = None  # set by train()
         self._loss_sum = torch.zeros((), device=device)  # training loss since the last log step
         self._loss_count = 0
-        describe_run(cfg, corpus, tok, self.model, device, dtype, self.dist)
+        describe_run(self)
         wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
         self.train_model = maybe_compile(self.model, t.compile, wrap, self._compile_trial(micro // world), device)
 
@@ -145,8 +158,8 @@ class Trainer:
         """One optimizer step over train.batch_size sequences (grad_accum_steps micro-steps)."""
         cfg, dist = self.cfg, self.dist
         progress = None
-        if self._time_budget is not None:  # optim.schedule_by=time
-            progress = self.state.time_progress = time_progress(*self._time_budget)
+        if self.time_budget is not None:  # optim.schedule_by=time
+            progress = self.state.time_progress = time_progress(*self.time_budget)
         lr = lr_at(self.state.step, cfg.optim, cfg.train.max_steps, progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's group has its own peak
@@ -178,14 +191,14 @@ class Trainer:
         local = estimate_loss(self.model, self.val_batches, self.ctx)
         return distributed.all_sum(torch.tensor([local], device=self.device), self.dist).item() / self.dist.world_size
 
-    def _sync(self, stop: StopRequest, late: bool) -> tuple[float, bool, bool]:
+    def _sync(self, stop: StopRequest) -> tuple[float, bool, bool]:
         """A sync point (the same steps on every rank): the mean training loss over ranks since the
-        last call, whether any rank was asked to stop, and whether any is past train.max_time; the
+        last call, whether any rank got a stop signal, and whether any called `request_stop`; the
         only host sync between evals."""
         flags = [
             self._loss_sum.float(),
             self._loss_sum.new_tensor(float(stop.signum or 0)),
-            self._loss_sum.new_tensor(float(late)),
+            self._loss_sum.new_tensor(float(self._request is not None)),
         ]
         reduced = distributed.all_sum(torch.stack(flags), self.dist)
         mean = reduced[0].item() / self.dist.world_size / max(self._loss_count, 1)
@@ -241,6 +254,7 @@ class Trainer:
         if self.dist.is_main:
             for name in names:
                 ckpt.save(self.out_dir / name)
+        self.emit("on_save", [self.out_dir / name for name in names])
 
     def _out_of_memory(self) -> UserError:
         """A device that ran out of memory despite the preflight: the same advice, nothing saved."""
@@ -249,11 +263,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         micro = t.batch_size // t.grad_accum_steps // self.dist.world_size
-        split = [
-            a
-            for a in range(t.grad_accum_steps + 1, micro * t.grad_accum_steps + 1)
-            if (t.batch_size // self.dist.world_size) % a == 0
-        ]
+        split = accum_steps(self.cfg, self.dist.world_size, t.grad_accum_steps + 1)
         advice = f"; try train.grad_accum_steps={split[0]} (the same batch in smaller micro-batches)" if split else ""
         return UserError(
             f"out of memory on {self.device} at step {self.state.step} with micro-batches of {micro} sequences of "
@@ -265,78 +275,82 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def _stop_for_signal(self, signum: int) -> None:
-        """Save last.pt (never a broken model) and stop with the resume command."""
+    def _save_between_steps(self) -> None:
+        """last.pt now (never a broken model: a non-finite loss since the last sync point raises)."""
         if self._loss_count and not math.isfinite(self._loss_sum.item()):
             raise self._diverged("training loss", self._loss_sum.item())
         self.save(LAST)
+
+    def _stop_for_signal(self, signum: int) -> None:
+        """Save last.pt and stop with the resume command."""
+        self._save_between_steps()
         raise TrainingInterrupted(
             128 + signum,
             f"stopped at step {self.state.step}; saved {self.out_dir / LAST}. Resume with: "
-            f"minigpt train --out {self.out_dir} --resume",
+            f"{resume_command(self.out_dir)}",
         )
 
-    def _evaluate_and_save(self, reporter: Reporter) -> None:
-        with reporter.paused():  # keep eval time out of tokens/s
-            self.val_loss = self.evaluate()
-            if not math.isfinite(self.val_loss):
-                raise self._diverged("validation loss", self.val_loss)
-            improved = self.state.record_eval(self.val_loss, self.cfg.train.min_delta)
-            self.save(LAST, BEST) if improved else self.save(LAST)
-            reporter.on_eval(self.state.step, self.val_loss, improved)
+    def stop(self, reason: str) -> None:
+        """End the run after this step, for a decision every rank makes alike (an evaluation's)."""
+        self.stopped = self.stopped or reason
 
-    def _after_step(
-        self, stats: StepStats, reporter: Reporter, stop: StopRequest, deadline: float | None
-    ) -> str | None:
-        """Log, evaluate and save where this step calls for it; why training must end, or None."""
-        t, state = self.cfg.train, self.state
-        last = state.step == t.max_steps
-        do_eval = state.step % t.eval_interval == 0 or last
-        do_ckpt = bool(t.ckpt_interval) and state.step % t.ckpt_interval == 0
-        do_log = state.step % self.cfg.log.interval == 0 or last
-        late = deadline is not None and time.perf_counter() > deadline
-        if not (do_eval or do_ckpt or do_log or (late and not self.dist.enabled)):
-            return None  # under DDP, the time limit is agreed at the next sync point
-        mean_loss, any_stop, any_late = self._sync(stop, late)
+    def request_stop(self, reason: str) -> None:
+        """End the run at the next point the ranks agree on (at once on one process), after scoring
+        and saving the weights trained last."""
+        self._request = self._request or reason
+
+    def emit(self, event: str, *args: Any, to: Sequence[Callback] | None = None) -> None:
+        """Call `event` on every callback (or those `to`), in order. A user's callback that raises
+        stops the run: last.pt is saved and the error names the callback."""
+        for callback in self.callbacks if to is None else to:
+            try:
+                getattr(callback, event)(self, *args)
+            except Exception as e:
+                if type(callback).__module__.startswith("minigpt."):
+                    raise
+                name, step = type(callback).__name__, self.state.step
+                if event != "on_train_end":
+                    self._save_between_steps()
+                raise UserError(
+                    f"callback {name} failed in {event} at step {step}: {first_line(e)}; saved {self.out_dir / LAST}; "
+                    f"resume with: {resume_command(self.out_dir)}"
+                ) from e
+
+    def _evaluate_and_save(self) -> None:
+        t0 = time.perf_counter()
+        self.val_loss = self.evaluate()
+        if not math.isfinite(self.val_loss):
+            raise self._diverged("validation loss", self.val_loss)
+        improved = self.state.record_eval(self.val_loss, self.cfg.train.min_delta)
+        self.evaluated_at = self.state.step
+        self.save(LAST, BEST) if improved else self.save(LAST)
+        self.emit("on_eval", self.val_loss, improved)
+        self._t_log += time.perf_counter() - t0  # evaluation and its callbacks stay out of tokens/s
+
+    def _sync_point(self, stop: StopRequest, stats: StepStats | None) -> None:
+        """Where every rank meets (a log, eval or checkpoint step): the loss and stop flags agreed,
+        a non-finite loss refused before anything is saved, and `on_log` when `stats` is given."""
+        mean_loss, any_stop, self._agreed_request = self._sync(stop)
         if self.dist.enabled and any_stop:
             self._agreed_signal = stop.signum or signal.SIGTERM
         if not math.isfinite(mean_loss):  # never checkpoint a broken model
             raise self._diverged("training loss", mean_loss)
-        if do_log:
-            self._reset_loss()
-            follow_core_load(self._cores)
-            reporter.on_log(state.step, state.tokens_seen, mean_loss, stats.lr, float(stats.grad_norm))
-        if do_eval:
-            self._evaluate_and_save(reporter)
-            if t.patience and state.evals_since_best >= t.patience:
-                what = "a new best" if not t.min_delta else f"an improvement of more than {t.min_delta:g} (min_delta)"
-                return (
-                    f"early stop at step {state.step}: {state.evals_since_best} evaluations without {what} "
-                    f"(train.patience {t.patience}); the best, {state.best_val_loss:.4f}, was at step "
-                    f"{state.best_step}"
-                )
-        elif do_ckpt:
-            self.save(LAST)
-        if any_late and not last:
-            if not do_eval:  # the weights trained last are scored (they may be the best) and saved
-                self._evaluate_and_save(reporter)
-            return f"stopped at step {state.step}: train.max_time ({t.max_time}) reached; saved {self.out_dir / LAST}"
-        return None
+        if stats is None:
+            return
+        self._reset_loss()
+        follow_core_load(self._cores)
+        now, tokens = time.perf_counter(), self.state.tokens_seen
+        tps = (tokens - self._tokens_at_log) / max(now - self._t_log, 1e-9)
+        self._t_log, self._tokens_at_log = now, tokens
+        self.rates.append(tps)
+        logs = {"step": self.state.step, "loss": mean_loss, "lr": stats.lr, "grad_norm": float(stats.grad_norm)}
+        self.emit("on_log", {**logs, "tokens": tokens, "tokens_per_s": tps, "mfu": self.mfu(tps)})
 
-    def _keep_snapshot(self, stats: StepStats) -> None:
-        """train.keep_every: rank 0 keeps this step's weights as step_NNNNNNN.pt, unless the step
-        went non-finite (the next sync point reports the divergence; a broken model is never kept)."""
-        t, step = self.cfg.train, self.state.step
-        if not t.keep_every or step % t.keep_every or not self.dist.is_main:
-            return
-        # under a GradScaler (fp16) a non-finite gradient is a skipped step: the weights are whole
-        norm_ok = self.scaler.is_enabled() or math.isfinite(float(stats.grad_norm))
-        if not (math.isfinite(stats.loss.item()) and norm_ok):
-            return
-        snapshot = self.checkpoint(resumable=False)
-        if not (step % t.eval_interval == 0 or step == t.max_steps):
-            snapshot.val_loss = None  # the latest evaluation was an earlier step's
-        snapshot.save(self.out_dir / snapshot_name(step))
+    def mfu(self, tokens_per_s: float) -> float | None:
+        """Model FLOPs utilisation in percent, where the device's peak is known."""
+        if self._peak is None:
+            return None
+        return mfu_percent(tokens_per_s, self._flops_per_token, self._peak, self.dist.world_size)
 
     def final_eval(self) -> EvalResult:
         """The best checkpoint (else the current weights) on the whole validation split, in float32,
@@ -345,10 +359,10 @@ class Trainer:
         best = find_checkpoint(self.out_dir, prefer=BEST)
         if best is not None:
             model.load_state_dict(Checkpoint.load(best).model)
-        return evaluate_ids(model, self.corpus.val, self.corpus.table, self.cfg.train.final_eval_tokens)
+        return evaluate_ids(model, self.corpus.val, self.corpus.id_map, self.cfg.train.final_eval_tokens)
 
-    def _final_evaluation(self, stop: StopRequest, reporter: Reporter) -> EvalResult:
-        """final_eval(), which a stop signal ends at once: last.pt already holds the final step."""
+    def _final_evaluation(self, stop: StopRequest) -> tuple[EvalResult, float]:
+        """final_eval() and its seconds; a stop signal ends it at once: last.pt holds the final step."""
         n, bound = len(self.corpus.val), self.cfg.train.final_eval_tokens
         what = (
             f"the whole validation split ({n:,} {self.tok.unit}s)"
@@ -362,18 +376,16 @@ class Trainer:
         t_full = time.perf_counter()
         try:
             with stop.at_once():
-                full = self.final_eval()
+                return self.final_eval(), time.perf_counter() - t_full
         except StopNow as e:
             raise TrainingInterrupted(
                 128 + e.signum,
                 f"stopped during the final evaluation; training ended at step "
                 f"{self.state.step}, saved in {self.out_dir / LAST}. Score it with: "
-                f"minigpt train --out {self.out_dir} --resume auto",
+                f"{resume_command(self.out_dir, auto=True)}",
             ) from None
-        reporter.on_final(self.state.step, full, time.perf_counter() - t_full)
-        return full
 
-    def _write_results(self, result: TrainResult, tokens_per_s: float | None) -> None:
+    def _write_results(self, result: TrainResult) -> None:
         full = result.full
         results = {
             "steps": result.step,
@@ -383,7 +395,7 @@ class Trainer:
             "best_val_loss": result.best_val_loss,
             "val_loss_full": full.loss if full else None,
             "val_bpc_full": full.bpc if full else None,
-            "tokens_per_s": tokens_per_s,
+            "tokens_per_s": result.tokens_per_s,
             "stopped": result.stopped or "max_steps",
             "val_tokens_scored": full.tokens if full else None,
             "val_tokens": (full.of_tokens or full.tokens) if full else None,
@@ -391,35 +403,35 @@ class Trainer:
         kept = f"training finished and {self.out_dir / LAST} is saved; score it with: minigpt eval {self.out_dir}"
         write_run_file(self.out_dir / "results.json", json.dumps(results, indent=1) + "\n", kept)
 
-    def train(self, started: float | None = None) -> TrainResult:
-        """Train until train.max_steps (or patience / max_time), evaluating, logging and saving on the
-        way, then score the best checkpoint on the whole validation split. `started` is the
-        perf_counter time the command began (wall times and max_time count from it)."""
-        t_start, t, state = started or time.perf_counter(), self.cfg.train, self.state
-        deadline = t_start + parse_duration(t.max_time) if t.max_time else None
-        if self.cfg.optim.schedule_by == "time" and deadline is not None:
+    def _begin(self, started: float | None, callbacks: Sequence[Any]) -> None:
+        """The clocks, the time budget, the core share and the callbacks of one `train()`."""
+        t = self.cfg.train
+        self.started = started or time.perf_counter()
+        self.deadline = self.started + parse_duration(t.max_time) if t.max_time else None
+        if self.cfg.optim.schedule_by == "time" and self.deadline is not None:
             # the rest of the decay (all of it, unless resumed) runs over what is left of max_time
-            self._time_budget = (time.perf_counter(), state.time_progress, deadline)
-        budget = (t_start, deadline) if self._time_budget else None
-        self._cores = core_share(self.cfg.train.threads, self.device, self.dist.enabled)
-        reporter = Reporter(
-            self.cfg,
-            self.out_dir,
-            self.model,
-            self.tok,
-            self.device,
-            self.dist,
-            state.step,
-            state.tokens_seen,
-            budget,
-            val=(self.corpus.val, self.corpus.table),
-        )
+            self.time_budget = (time.perf_counter(), self.state.time_progress, self.deadline)
+        self._cores = core_share(t.threads, self.device, self.dist.enabled)
+        self._flops_per_token = flops_per_token(self.cfg.model, self.tok.vocab_size)
+        self._peak = device_peak(self.device, self.cfg.log.peak_tflops)[0]
+        self._t_log, self._tokens_at_log = time.perf_counter(), self.state.tokens_seen
+        self.callbacks = []  # a built-in that fails to start leaves none to close
+        watchers = [Progress(), *tensorboard_callbacks(self)] if self.dist.is_main else []  # the terminal first
+        self.callbacks = [*watchers, Snapshots(), EarlyStopping(), TimeBudget(), *callbacks]
+
+    def train(self, started: float | None = None, callbacks: Sequence[Any] = ()) -> TrainResult:
+        """Train until train.max_steps (or a callback stops it), evaluating and saving when due and
+        telling `callbacks` (after the built-in ones) each event; then score the best checkpoint on
+        the whole validation split. `started` is the perf_counter time the command began (wall
+        times and train.max_time count from it)."""
+        t, state, result = self.cfg.train, self.state, None
+        self._begin(started, callbacks)
+        every_step = [c for c in self.callbacks if type(c).on_step_end is not Callback.on_step_end]  # the others pass
         self.model.train()
-        stopped: str | None = None
-        full: EvalResult | None = None
         try:
+            self.emit("on_train_start")
             with StopRequest(hard_exit=not self.dist.enabled) as stop:
-                while state.step < t.max_steps and stopped is None:
+                while state.step < t.max_steps and self.stopped is None:
                     signum = stop.signum if not self.dist.enabled else self._agreed_signal
                     if signum is not None:
                         self._stop_for_signal(signum)
@@ -427,34 +439,55 @@ class Trainer:
                         stats = self.train_step()
                     except OUT_OF_MEMORY:
                         raise self._out_of_memory() from None
-                    reporter.step()
-                    stopped = self._after_step(stats, reporter, stop, deadline)
-                    self._keep_snapshot(stats)
-                reporter.end_progress()  # the bar stops at the last step; the final evaluation is its own line
-                if stopped:
-                    log(stopped)
-                if t.final_eval and self.dist.is_main:
-                    full = self._final_evaluation(stop, reporter)
-                reporter.end_session(state.step)
-        finally:
-            reporter.close(quiet=sys.exc_info()[0] is not None)
-        result = TrainResult(
-            self.out_dir, state.step, state.best_val_loss, self.val_loss, time.perf_counter() - t_start, stopped, full
-        )
+                    last = state.step == t.max_steps
+                    log_due = state.step % self.cfg.log.interval == 0 or last
+                    eval_due = state.step % t.eval_interval == 0 or last
+                    save_due = bool(t.ckpt_interval) and state.step % t.ckpt_interval == 0
+                    if log_due or eval_due or save_due:
+                        self._sync_point(stop, stats if log_due else None)
+                    if eval_due:
+                        self._evaluate_and_save()
+                    elif save_due:
+                        self.save(LAST)
+                    self.emit("on_step_end", stats, to=every_step)
+                    if (self._request or self._agreed_request) and not last and self.stopped is None:
+                        self._requested_stop(stop, synced=log_due or eval_due or save_due)
+                if self.stopped:
+                    log(self.stopped)
+                full, seconds = self._final_evaluation(stop) if t.final_eval and self.dist.is_main else (None, 0.0)
+            result = self._result(full, seconds)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the error on its way out is the one to tell
+                self.emit("on_train_end", None)
+            raise
+        self.emit("on_train_end", result)
+        return result
+
+    def _requested_stop(self, stop: StopRequest, synced: bool) -> None:
+        """request_stop(): on one process at once, under DDP once the ranks agree at a sync point;
+        the weights trained last are scored (they may be the best) and saved first."""
+        if self.dist.enabled and not (synced and self._agreed_request):
+            return
+        if self.evaluated_at != self.state.step:
+            if not synced:
+                self._sync_point(stop, None)
+            self._evaluate_and_save()
+        self.stopped = self._request or f"stopped at step {self.state.step}: another process asked to stop"
+
+    def _result(self, full: EvalResult | None, final_seconds: float) -> TrainResult:
+        s = self.state
+        rate = statistics.median(self.rates) if self.rates else None
+        wall = time.perf_counter() - self.started
+        result = TrainResult(self.out_dir, s.step, s.best_val_loss, self.val_loss, wall, self.stopped, full, rate)
+        result.final_seconds = final_seconds
         if self.dist.is_main:
-            self._write_results(result, reporter.median_rate())
-        reporter.summary(result.step, result.wall_seconds, result.best_val_loss, full)
+            self._write_results(result)
         return result
 
 
 # -- after a divergence (a NaN or infinite loss): the one command that continues the run from its
 # last good checkpoint at a lower rate. A resume may change the rates (`schedule.RATE_KEYS`), so
 # the way on is the checkpoint, not a new run.
-
-
-def _override(key: str, value: Any) -> str:
-    """KEY=VALUE as the command line reads it back (a text key is taken as written)."""
-    return shlex.quote(f"{key}={value_text(value)}")
 
 
 def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:
@@ -474,9 +507,8 @@ def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:
     except UserError:
         saved = {}
     now = cfg.flat()
-    kept = [_override(k, v) for k, v in now.items() if k in saved and saved[k] != v and k not in rates]
-    lowered = [shlex.quote(f"{k}={v}") for k, v in rates.items()]
-    return " ".join(["minigpt", "train", "--out", shlex.quote(str(out_dir)), "--resume", *kept, *lowered])
+    kept = [f"{k}={value_text(v)}" for k, v in now.items() if k in saved and saved[k] != v and k not in rates]
+    return resume_command(out_dir, *kept, *(f"{k}={v}" for k, v in rates.items()))
 
 
 def diverged_error(out_dir: Path, cfg: Config, step: int, quantity: str, value: float) -> Diverged:

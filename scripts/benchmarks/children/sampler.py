@@ -9,13 +9,15 @@ import time
 from pathlib import Path
 
 # isort: off
-from minigpt.runtime.cores import START_LOAD  # as `minigpt sample` does: before torch loads
-import torch
+from minigpt.runtime.cores import CoreLoad  # as `minigpt sample` does: before torch loads
+
+START_LOAD = CoreLoad()
+import torch  # noqa: E402
 
 # isort: on
-from minigpt.infer.decode import generate
-from minigpt.infer.loading import cast_for_sampling, load_model
-from minigpt.runtime.device import configure_threads
+from minigpt.infer.decode import generate  # noqa: E402
+from minigpt.infer.loading import cast_for_sampling, load_model  # noqa: E402
+from minigpt.runtime.device import configure_threads  # noqa: E402
 
 configure_threads(0, START_LOAD.others())
 loaded = load_model(Path(sys.argv[1]), torch.device("cpu"))

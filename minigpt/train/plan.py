@@ -1,0 +1,67 @@
+"""What a training run is asked for, before torch is imported: the CONFIG file (or
+minigpt.train()'s dict), KEY=VALUE overrides and the flags that are shortcuts for keys, each
+checked in the config layer alone, so a mistyped key costs no start-up. `minigpt train` and
+`minigpt.train()` both start here."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from minigpt.errors import UserError
+
+Override = str | tuple[str, Any]  # 'KEY=VALUE' as typed, or a (key, value) pair
+
+
+class Resume(enum.Enum):
+    """--resume: NO starts a new run, YES continues the one in --out, AUTO (--resume auto) starts,
+    continues or finds it finished. `Resume(False)`, `Resume(True)`, `Resume("auto")`."""
+
+    NO = False
+    YES = True
+    AUTO = "auto"
+
+
+def flat_items(config: Mapping[str, Any], source: str) -> list[tuple[str, Any]]:
+    """{'model': {'n_layer': 2}} or {'model.n_layer': 2} -> [('model.n_layer', 2)]."""
+    items: list[tuple[str, Any]] = []
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            items += [(f"{key}.{k}", v) for k, v in value.items()]
+        elif "." in key:
+            items.append((key, value))
+        else:
+            raise UserError(f"{source}: {key!r} must be a section of keys (model, data, train, ...) or a dotted key")
+    return items
+
+
+def train_request(
+    config: str | Path | Mapping[str, Any] | None,
+    overrides: Sequence[Override] | Mapping[str, Any] = (),
+    *,
+    data: str | Path | None = None,
+    device: str | None = None,
+    init_from: str | Path | None = None,
+    auto: bool = False,
+    resume: Resume = Resume.NO,
+) -> tuple[Path | None, list[Override]]:
+    """(the CONFIG file, the overrides): a dict config becomes overrides (after the defaults,
+    before `overrides`), then the flags' keys (--data is data.path, ...); each checked on its own
+    (the whole config is checked once the run is known: a resumed run's is its checkpoint's)."""
+    from minigpt.config.files import check_overrides, read_yaml
+
+    if init_from is not None and resume is Resume.YES:  # --resume auto may start a fine-tuning run
+        raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
+    path = None if config is None or isinstance(config, Mapping) else Path(config)
+    items: list[Override] = flat_items(config, "config") if isinstance(config, Mapping) else []
+    items += flat_items(overrides, "overrides") if isinstance(overrides, Mapping) else list(overrides)
+    flags = {"data.path": data, "train.device": device, "train.init_from": init_from}
+    items += [(key, str(value)) for key, value in flags.items() if value is not None]
+    if auto:
+        items.append(("train.auto", True))
+    if path is not None:
+        read_yaml(path)
+    check_overrides(items)
+    return path, items
