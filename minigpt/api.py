@@ -203,7 +203,8 @@ def train(
     sections ({"model": {"n_layer": 4}}), `overrides` "KEY=VALUE" strings or a dict of dotted keys,
     and the command's options (`resume="auto"` as `--resume auto`). `callbacks` (subclasses of
     minigpt.train.callbacks.Callback) get every event after the built-in ones."""
-    from minigpt.train.launch import run_folder, start_run
+    from minigpt.config.files import default_run_dir
+    from minigpt.train.launch import start_run
     from minigpt.train.plan import Resume, train_request
 
     if resume not in (False, True, "auto"):
@@ -212,7 +213,7 @@ def train(
     path, items = train_request(
         config, overrides, data=data, device=device, init_from=init_from, auto=auto, resume=Resume(resume)
     )
-    out_dir = run_folder(path, Path(out) if out is not None else None)
+    out_dir = Path(out) if out is not None else default_run_dir(path, items)
     result = start_run(path, items, out_dir, Resume(resume), started, callbacks=callbacks, load=cores)
     return Run(out_dir, result, load(out_dir))
 

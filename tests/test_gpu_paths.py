@@ -41,7 +41,7 @@ def test_collectives_get_tensors_on_the_training_device(text_file: Path, tmp_pat
     monkeypatch.setattr(distributed, "all_sum", all_sum)
     with torch.device("meta"):
         trainer.evaluate()
-        trainer._sync(StopRequest(), late=False)
+        trainer._sync(StopRequest())
     assert seen == [trainer.device, trainer.device]
 
 
