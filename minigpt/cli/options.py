@@ -17,7 +17,7 @@ def device_option(help: str):
 
 DeviceOpt = Annotated[str, device_option("The device: auto is cuda, else mps, else cpu.")]
 
-# the flags `train` and `sweep` share, each a shortcut for a config key (flag_overrides)
+# the flags `train` and `sweep` share, each a shortcut for a config key (train/plan.py flag_items)
 DataOpt = Annotated[
     Path | None, typer.Option("--data", help="A file, folder or 'glob' to train on (shortcut for data.path=PATH).")
 ]
@@ -43,14 +43,6 @@ AutoOpt = Annotated[
         "(shortcut for train.auto=true; keys you set win).",
     ),
 ]
-
-
-def flag_overrides(
-    data: Path | None, device: str | None, init_from: Path | None, auto: bool
-) -> list[tuple[str, object]]:
-    """The shared flags as the config keys they stand for (those given)."""
-    pairs = [("data.path", data), ("train.device", device), ("train.init_from", init_from), ("train.auto", auto)]
-    return [(key, str(v) if isinstance(v, Path) else v) for key, v in pairs if v is not None and v is not False]
 
 
 ThreadsOpt = Annotated[

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from minigpt.cli import help as cli_help
-from minigpt.cli.options import AutoOpt, DataOpt, InitFromOpt, TrainDeviceOpt, flag_overrides
+from minigpt.cli.options import AutoOpt, DataOpt, InitFromOpt, TrainDeviceOpt
 from minigpt.cli.train import split_args
 from minigpt.errors import UserError
 
@@ -66,6 +66,7 @@ def sweep_cmd(
     """
     from minigpt.config.fields import parse_duration
     from minigpt.config.files import default_run_dir
+    from minigpt.train.plan import flag_items
     from minigpt.train.sweep import plan_sweep
 
     started = time.perf_counter()  # --max-total-time counts from here: torch's import is in it
@@ -75,7 +76,7 @@ def sweep_cmd(
         if budget is None:
             raise UserError(f"--max-total-time must be a duration such as 90s, 30m or 2h, got {max_total_time!r}")
     config_path, items = split_args(args)
-    items += sweep_items(flag_overrides(data, device, init_from, auto), items)
+    items += sweep_items(flag_items(data, device, init_from, auto), items)
     if out is None:
         run_dir = default_run_dir(config_path, items)
         out = run_dir.with_name(f"{run_dir.name}-sweep")

@@ -24,6 +24,15 @@ class Resume(enum.Enum):
     AUTO = "auto"
 
 
+def flag_items(
+    data: str | Path | None, device: str | None, init_from: str | Path | None, auto: bool
+) -> list[tuple[str, Any]]:
+    """The flags `train` and `sweep` share (--data, --device, --init-from, --auto) as the config keys
+    they stand for, those given."""
+    pairs = [("data.path", data), ("train.device", device), ("train.init_from", init_from)]
+    return [(key, str(value)) for key, value in pairs if value is not None] + ([("train.auto", True)] if auto else [])
+
+
 def flat_items(config: Mapping[str, Any], source: str) -> list[tuple[str, Any]]:
     """{'model': {'n_layer': 2}} or {'model.n_layer': 2} -> [('model.n_layer', 2)]."""
     items: list[tuple[str, Any]] = []
@@ -57,10 +66,7 @@ def train_request(
     path = None if config is None or isinstance(config, Mapping) else Path(config)
     items: list[Override] = flat_items(config, "config") if isinstance(config, Mapping) else []
     items += flat_items(overrides, "overrides") if isinstance(overrides, Mapping) else list(overrides)
-    flags = {"data.path": data, "train.device": device, "train.init_from": init_from}
-    items += [(key, str(value)) for key, value in flags.items() if value is not None]
-    if auto:
-        items.append(("train.auto", True))
+    items += flag_items(data, device, init_from, auto)
     if path is not None:
         read_yaml(path)
     check_overrides(items)
