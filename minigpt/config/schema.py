@@ -141,8 +141,8 @@ class TrainConfig:
     device: str = config_field("auto", "auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps", on_resume=True)
     dtype: str = config_field(
         "auto",
-        "compute precision: auto (bf16 autocast on CUDA where supported, else fp16; on a CPU with native "
-        "bf16 (AVX512-BF16 or AMX) bf16 autocast, else fp32), "
+        "compute precision: auto (bf16 autocast on CUDA where supported, else fp16; on a CPU with bf16 "
+        "hardware (AVX512-BF16 or AMX) bf16 autocast where the run's products measure faster, else fp32), "
         "float32, bfloat16, float16",
         ("auto", "float32", "bfloat16", "float16"),
         on_resume=True,
