@@ -28,50 +28,59 @@ ROLE_HELP = (
 ROLE_COLOURS = {"previous": "36", "induction": "35", "duplicate": "33", "first": "34", "local": "32", "mixed": "2"}
 
 
+MeasureDataOpt = Annotated[
+    Path | None,
+    typer.Option("--data", help="Measure on this file, folder or 'glob' instead of the run's validation split."),
+]
+TextOpt = Annotated[
+    str | None,
+    typer.Option("--text", help="Measure on this text instead (ablation needs block_size + 1 characters)."),
+]
+AblationOpt = Annotated[
+    Ablation,
+    typer.Option("--ablation", help="Replace a head's output by its mean over the sample, by zeros, or skip ablation."),
+]
+ExactOpt = Annotated[
+    str,
+    typer.Option(
+        "--exact",
+        help="How many heads, ranked by the estimate, get an exact ablation: a number, or 'all'; the rest are "
+        "estimates. auto: every head when that is cheap (small models), else the largest estimates and every head "
+        "whose patterns make it a candidate for a role.",
+    ),
+]
+AsJsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")]
+HeadsPageOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        help="Write an offline page: the grid of heads, each head's pattern and the ablation bars.",
+        show_default=False,
+    ),
+]
+OverTrainingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--over-training", help="Score every snapshot of the run (train.keep_every, best.pt, last.pt) instead."
+    ),
+]
+PngOpt = Annotated[
+    Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.", show_default=False)
+]
+NoColorOpt = Annotated[bool, typer.Option("--no-color", help="A plain table.")]
+
+
 def heads_cmd(
     target: TargetArg,
-    data: Annotated[
-        Path | None,
-        typer.Option("--data", help="Measure on this file, folder or 'glob' instead of the run's validation split."),
-    ] = None,
-    text: Annotated[
-        str | None,
-        typer.Option("--text", help="Measure on this text instead (ablation needs block_size + 1 characters)."),
-    ] = None,
-    ablation: Annotated[
-        Ablation,
-        typer.Option(
-            "--ablation", help="Replace a head's output by its mean over the sample, by zeros, or skip ablation."
-        ),
-    ] = "mean",
-    exact: Annotated[
-        str,
-        typer.Option(
-            "--exact",
-            help="How many heads, ranked by the estimate, get an exact ablation: a number, or 'all'; the rest are "
-            "estimates. auto: every head when that is cheap (small models), else the largest estimates and every head "
-            "whose patterns make it a candidate for a role.",
-        ),
-    ] = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")] = False,
-    html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html",
-            help="Write an offline page: the grid of heads, each head's pattern and the ablation bars.",
-            show_default=False,
-        ),
-    ] = None,
-    over_training: Annotated[
-        bool,
-        typer.Option(
-            "--over-training", help="Score every snapshot of the run (train.keep_every, best.pt, last.pt) instead."
-        ),
-    ] = False,
-    png: Annotated[
-        Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.", show_default=False)
-    ] = None,
-    no_color: Annotated[bool, typer.Option("--no-color", help="A plain table.")] = False,
+    data: MeasureDataOpt = None,
+    text: TextOpt = None,
+    ablation: AblationOpt = "mean",
+    exact: ExactOpt = "auto",
+    as_json: AsJsonOpt = False,
+    html: HeadsPageOpt = None,
+    over_training: OverTrainingOpt = False,
+    png: PngOpt = None,
+    no_color: NoColorOpt = False,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
@@ -100,18 +109,8 @@ def heads_cmd(
         print(f"wrote {page.save(html)}: {page.summary}", file=sys.stderr)
     if as_json:
         for h in report.heads:
-            print(
-                json.dumps(
-                    {
-                        "layer": h.layer,
-                        "head": h.head,
-                        "scores": h.scores,
-                        "probe": h.probe,
-                        "ablation": h.ablation,
-                        "role": h.role,
-                    }
-                )
-            )
+            record = {"layer": h.layer, "head": h.head, "scores": h.scores, "probe": h.probe}
+            print(json.dumps({**record, "ablation": h.ablation, "role": h.role}))
     elif html is None:
         colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
         print(heads_table(report, colour))

@@ -35,7 +35,7 @@ def train_cmd(
             "--out",
             autocompletion=cli_help.complete_directory,
             show_default=False,
-            help="Run directory (default: runs/<config name>).",
+            help="Run directory (default: runs/<config name>, or runs/<data name> with --data).",
         ),
     ] = None,
     data: DataOpt = None,
@@ -56,7 +56,9 @@ def train_cmd(
     auto: AutoOpt = False,
     dry_run: Annotated[
         bool,
-        typer.Option("--dry-run", help="Print the resolved config (after --auto) and the advice; train nothing."),
+        typer.Option(
+            "--dry-run", help="Print the plan, the resolved config (after --auto) and the advice; train nothing."
+        ),
     ] = False,
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
