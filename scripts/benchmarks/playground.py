@@ -10,18 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from screenshots import ARGS as CHROMIUM_ARGS  # scripts/ is on the path: one list of the flags
+
 from benchmarks.harness import DEFAULT_DATA, add_repeats_arg, machine_info, progress
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
 
 PLAYGROUND_MODELS = {  # name: model overrides of the default config
     "default (3x128, context 64)": {},
