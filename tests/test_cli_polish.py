@@ -98,6 +98,7 @@ def test_flags_show_no_metavar_and_options_with_values_keep_theirs(cli, monkeypa
             assert not after.startswith("<"), (command, row)
     assert "--dtype" in helps["sample"] and "<auto|float32|bfloat16>" in helps["sample"]
     assert "--nproc" in helps["train"] and "<int range>" in helps["train"]
+
     assert "--device" in helps["eval"] and "<auto|cpu|cuda|cuda:N|mps>" in helps["eval"]
 
 
@@ -271,3 +272,17 @@ def test_a_compiled_run_ends_with_its_done_block(text_file: Path, tmp_path: Path
     assert "No CUDA runtime" not in r.stderr
     after_done = r.stderr.split("\ndone: ")[1].splitlines()[1:]
     assert [line.split(":")[0].strip() for line in after_done] == ["sample", "evaluate", "tensorboard"], r.stderr
+
+
+def test_the_command_line_starts_on_a_typer_without_the_metavar_hook() -> None:
+    """typer 0.27 (the GPU machines' image) has no TyperOption.display_type_rich: the CLI must
+    still import and run there instead of failing at import."""
+    code = (
+        "import typer.core as core; [delattr(c, 'display_type_rich') for c in core.TyperOption.__mro__ "
+        "if 'display_type_rich' in vars(c)]; "
+        "from minigpt.cli.app import app; from typer.testing import CliRunner; "
+        "r = CliRunner().invoke(app, ['--version']); print(r.exit_code, r.output.startswith('minigpt '))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "True"]

@@ -25,7 +25,7 @@ from minigpt.cli.train import train_cmd
 from minigpt.errors import TrainingInterrupted, UserError
 from minigpt.runtime.cores import CoreLoad
 
-_display_type_rich = TyperOption.display_type_rich
+_display_type_rich = getattr(TyperOption, "display_type_rich", None)  # typer 0.29's; other releases lack it
 
 
 def _flag_without_metavar(self: TyperOption, ctx) -> str | None:
@@ -33,7 +33,8 @@ def _flag_without_metavar(self: TyperOption, ctx) -> str | None:
     return None if self.is_flag else _display_type_rich(self, ctx)
 
 
-TyperOption.display_type_rich = _flag_without_metavar  # every option of every command, --help included
+if _display_type_rich is not None:
+    TyperOption.display_type_rich = _flag_without_metavar  # every option of every command, --help included
 
 app = typer.Typer(
     no_args_is_help=True,
