@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import ModelConfig
 from minigpt.infer import sample as generation
 from minigpt.infer.decode import generate_steps
@@ -18,6 +19,7 @@ from minigpt.model import GPT, KVCache, causal_attention
 from minigpt.runtime import device as runtime
 from minigpt.runtime import precision
 from minigpt.runtime.device import sampling_dtype
+from tests.helpers import TINY
 
 CPU = torch.device("cpu")
 
@@ -165,3 +167,21 @@ def test_sample_dtype_flag(trained_run, cli, monkeypatch) -> None:
     assert r.code == 2 and r.out == ""
     assert r.err.count("\n") == 1 and r.err.startswith("error: Invalid value for '--dtype'")
     assert "'float16' is not one of 'auto', 'float32', 'bfloat16'" in r.err
+
+
+def test_a_resume_keeps_the_precision_its_run_trained_in(text_file, tmp_path, cli, monkeypatch) -> None:
+    """train.dtype auto is measured once per run: a resume on a machine that now measures bf16 slower
+    (a busier machine, say) continues in the run's bf16, so the resumed run is the same run."""
+    _measured(monkeypatch, 3.0)
+    out = tmp_path / "run"
+    args = ["--data", text_file, *TINY, "train.max_steps=4", "train.eval_interval=2", "train.dtype=auto"]
+    assert cli("train", "--out", out, *args).code == 0
+    assert load_checkpoint(out / "last.pt")["precision"] == {"device": "cpu", "dtype": "bfloat16"}
+    (precision.default_cache_dir() / precision.CACHE_NAME).unlink()  # this machine now measures afresh
+    _measured(monkeypatch, 0.5)
+    r = cli("train", "--out", out, "--resume", "train.max_steps=6")
+    assert r.code == 0, r
+    assert "precision: bfloat16, as this run trained so far" in r.err
+    ckpt = load_checkpoint(out / "last.pt")
+    assert ckpt["step"] == 6 and ckpt["precision"] == {"device": "cpu", "dtype": "bfloat16"}
+    assert runtime.resolve_dtype("auto", CPU, (64, 32)) == torch.float32  # a new run measures again

@@ -162,10 +162,16 @@ PROBE_SHAPE = (512, 384)  # rows x width, where the caller has no shape of its o
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_dtype(name: str, device: torch.device, shape: tuple[int, int] | None = None) -> torch.dtype:
+def resolve_dtype(
+    name: str, device: torch.device, shape: tuple[int, int] | None = None, trained: dict | None = None
+) -> torch.dtype:
     """The training autocast dtype; float32 means no autocast. `auto` is bf16 on GPUs with bf16 (fp16
-    on older ones), and on a CPU where bf16 products of `shape` (rows, width) measure faster."""
+    on older ones), and on a CPU where bf16 products of `shape` (rows, width) measure faster. A resume
+    passes the precision its run `trained` in ({"device", "dtype"}, the checkpoint's): on the same kind
+    of device, `auto` keeps it, so a re-measurement on a busier machine cannot change the run."""
     if name == "auto":
+        if kept_precision(name, device, trained):
+            return DTYPES[trained["dtype"]]
         if device.type == "cuda":
             return torch.bfloat16 if cuda_has_native_bf16(device) else torch.float16
         choice = cpu_bf16_choice(shape) if device.type == "cpu" else None
@@ -176,9 +182,16 @@ def resolve_dtype(name: str, device: torch.device, shape: tuple[int, int] | None
     return dtype
 
 
-def precision_lines(name: str, device: torch.device, shape: tuple[int, int]) -> list[str]:
+def kept_precision(name: str, device: torch.device, trained: dict | None) -> bool:
+    """Whether `auto` keeps the precision a resumed run `trained` in (same kind of device)."""
+    return name == "auto" and bool(trained) and trained.get("device") == device.type and trained.get("dtype") in DTYPES
+
+
+def precision_lines(name: str, device: torch.device, shape: tuple[int, int], trained: dict | None = None) -> list[str]:
     """For a run's first lines: what `auto` chose on a CPU with bf16 hardware and the ratio it measured
-    (from the cache `resolve_dtype` filled); nothing elsewhere."""
+    (from the cache `resolve_dtype` filled), or that a resume kept its run's; nothing elsewhere."""
+    if kept_precision(name, device, trained) and device.type == "cpu":
+        return [f"precision: {trained['dtype']}, as this run trained so far (train.dtype auto keeps it on resume)"]
     choice = cpu_bf16_choice(shape) if name == "auto" and device.type == "cpu" else None
     return [choice.line()] if choice is not None else []
 

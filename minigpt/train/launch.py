@@ -425,7 +425,8 @@ def run_training(
     configure_threads(cfg.train.threads, (load or CoreLoad()).others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
     rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * dist.world_size) * cfg.model.block_size
-    dtype = resolve_dtype(cfg.train.dtype, device, (rows, cfg.model.n_embd))  # auto: measured on the CPU
+    trained = resume_from.precision if resume_from is not None else None  # a resume keeps its run's
+    dtype = resolve_dtype(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # auto: measured on the CPU
     if cfg.train.auto and dist.enabled and resume_from is None:
         raise UserError("train.auto (--auto) sizes a run for one process; with --nproc, set the model's keys")
     steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
@@ -437,7 +438,7 @@ def run_training(
         raise UserError(too_big)
     kept = disk.snapshot_needs(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)
     disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
-    advised = precision_lines(cfg.train.dtype, device, (rows, cfg.model.n_embd))  # said once every check passed
+    advised = precision_lines(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # once every check passed
     if resume_from is None:
         advised += run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled)
     if dry_run:

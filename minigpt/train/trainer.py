@@ -38,7 +38,15 @@ from minigpt.infer.windows import token_losses
 from minigpt.model import GPT, evaluating
 from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreShare
-from minigpt.runtime.device import autocast, core_share, enable_fast_matmul, follow_core_load, log, maybe_compile
+from minigpt.runtime.device import (
+    autocast,
+    core_share,
+    dtype_name,
+    enable_fast_matmul,
+    follow_core_load,
+    log,
+    maybe_compile,
+)
 from minigpt.runtime.distributed import wrap_ddp
 from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
 from minigpt.train.callbacks import Callback, EarlyStopping, Snapshots, TimeBudget
@@ -231,6 +239,7 @@ class Trainer:
             tokenizer=self.tok.to_dict(),
             data={"path": self.cfg.data.path, "sha256": self.corpus.sha256},
             val_loss=self.val_loss,
+            precision={"device": self.device.type, "dtype": dtype_name(self.dtype)},
             init_from=self.init_from,
             **extra,
         )
