@@ -11,7 +11,8 @@ old checkpoint or the new one, never a partial file.
 
 Each tensor's bytes carry a checksum (xxh3-64, `checksums`): loading verifies the weights, a resume
 the rest, so a bit flipped on a disk or in a copy is one `Damaged` line naming the tensor, never a
-model silently changed. Files from earlier releases have none and load as before.
+model silently changed. Files from earlier releases have none and load as before. The hashing runs
+on the command's threads, and `verifying` runs it beside other work (building the model).
 
 A snapshot (`train.keep_every: N`) is a checkpoint without the optimizer, the random streams or
 the scaler (model, config, tokenizer, data, step, val loss), kept every N steps: every command that

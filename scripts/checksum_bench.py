@@ -11,12 +11,12 @@ save: `Checkpoint.save` (torch.save to a temporary file, fsync, rename). load_re
 resume reads (`Checkpoint.load` + `check_resumable`, then every tensor into a model and an
 optimizer). load_model: what `sample`, `eval`, `score` and the exports do (`load_model`: the
 checkpoint, a model built from its config, the weights copied in; the check runs while the
-model is built). load_sample: the weights alone copied into a model built beforehand, so that
-nothing hides the check. "without" runs the same code with the checksum computation and
-verification replaced by nothing. The file is in the page cache when it is loaded (it was just
-written): the checksum's share of a load from a cold disk is smaller. Prints a table and one
-JSON line; the issue's target is a cost of at most 5% of save time and of load time on the
-6x384 model. Run it with nothing else on the machine.
+model is built). load_sample: the weights alone copied into a model built beforehand (as the
+final evaluation reloads best.pt), where nothing hides the check. "without" runs the same code
+with the checksum computation and verification replaced by nothing. The file is in the page
+cache when it is loaded (it was just written): the checksum's share of a load from a cold disk
+is smaller. Prints a table and one JSON line; the issue's target is a cost of at most 5% of
+save time and of load time on the 6x384 model. Run it with nothing else on the machine.
 """
 
 from __future__ import annotations
