@@ -31,7 +31,7 @@ def load_model(target: Path, device: torch.device) -> LoadedModel:
     path = resolve_checkpoint(target, prefer=BEST)
     ckpt = Checkpoint.load(path, verify=())
     try:
-        with ckpt.verifying(path):  # the weights' checksums, checked on other cores while the model is built
+        with ckpt.verifying(path):  # the weights' checksums, checked on other threads while the model is built
             cfg = config_from_dict(ckpt.config, str(path))
             tok = tokenizer_from_dict(ckpt.tokenizer)
             model = GPT(cfg.model, tok.vocab_size)
