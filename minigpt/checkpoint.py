@@ -11,7 +11,8 @@ old checkpoint or the new one, never a partial file.
 
 Each tensor's bytes carry a checksum (xxh3-64, `checksums`): loading verifies the weights, a resume
 the rest, so a bit flipped on a disk or in a copy is one `Damaged` line naming the tensor, never a
-model silently changed. Files from earlier releases have none and load as before.
+model silently changed. Files from earlier releases have none and load as before. The hashing runs
+on the command's threads, and `verifying` runs it beside other work (building the model).
 
 A snapshot (`train.keep_every: N`) is a checkpoint without the optimizer, the random streams or
 the scaler (model, config, tokenizer, data, step, val loss), kept every N steps: every command that
@@ -20,13 +21,16 @@ takes a checkpoint file takes one, and none resumes from it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import re
 import shlex
+import threading
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,8 @@ VERSION = 1
 LAST, BEST = "last.pt", "best.pt"
 SNAPSHOT = re.compile(r"^step_(\d{7,})\.pt$")  # a snapshot's name
 RESUME_SECTIONS = ("optimizer", "scaler", "rng", "rng_ranks")  # the tensors a resume needs beyond the weights
+HASH_THREADS = 8  # at most: past a few cores the memory, not the hash, sets the pace
+PARALLEL_BYTES = 4 << 20  # tensors smaller than this in all are hashed on the calling thread
 
 
 class Damaged(UserError):
@@ -126,6 +132,29 @@ class Checkpoint:
         verify_tensors(raw, path, verify)
         return cls.from_dict(raw, path)
 
+    @contextlib.contextmanager
+    def verifying(self, path: Path, sections: tuple[str, ...] = ("model",)) -> Iterator[None]:
+        """For a checkpoint loaded with `verify=()`: check the `sections`' tensors against their
+        checksums on other threads while the block runs (building the model they go into), and
+        raise `Damaged` as it ends on a mismatch; the block must not read those tensors.
+        Speed trick: the check hides behind the model's construction; benchmark scripts/checksum_bench.py."""
+        failed: list[BaseException] = []
+
+        def check() -> None:
+            try:
+                verify_tensors(self.to_dict(), path, sections)
+            except BaseException as e:  # raised in the caller's thread, below
+                failed.append(e)
+
+        thread = threading.Thread(target=check, name="checksum", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            thread.join()
+        if failed:
+            raise failed[0]
+
 
 def _tensors(obj: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor in `obj` with its dotted name (`model.blocks.3.mlp.fc.weight`, `optimizer.state.0.exp_avg`)."""
@@ -145,9 +174,25 @@ def _digest(tensor: torch.Tensor) -> str:
     return xxhash.xxh3_64_hexdigest(flat.numpy())
 
 
+def _digests(tensors: list[torch.Tensor]) -> list[str]:
+    """`_digest` of each tensor, in order, hashed on as many threads as torch computes on (the
+    command's thread count; at most HASH_THREADS), the largest tensors first: xxhash releases the
+    GIL on large buffers.
+    Speed trick: the hash runs near one core's memory speed, so cores divide its time; benchmark
+    scripts/checksum_bench.py --hash-threads 1 against the default."""
+    threads = min(HASH_THREADS, torch.get_num_threads(), len(tensors))
+    if threads < 2 or sum(t.nbytes for t in tensors) < PARALLEL_BYTES:
+        return [_digest(t) for t in tensors]
+    largest_first = sorted(range(len(tensors)), key=lambda i: -tensors[i].nbytes)
+    with ThreadPoolExecutor(threads, thread_name_prefix="checksum") as pool:
+        pending = {i: pool.submit(_digest, tensors[i]) for i in largest_first}
+    return [pending[i].result() for i in range(len(tensors))]
+
+
 def tensor_checksums(payload: dict[str, Any]) -> dict[str, str]:
     """The checksum of every tensor in a checkpoint's payload (CPU tensors), by dotted name."""
-    return {n: _digest(t) for key, value in payload.items() if key != "checksums" for n, t in _tensors(value, key)}
+    named = [nt for key, value in payload.items() if key != "checksums" for nt in _tensors(value, key)]
+    return dict(zip([n for n, _ in named], _digests([t for _, t in named])))
 
 
 def verify_tensors(raw: dict[str, Any], path: Path, sections: tuple[str, ...]) -> None:
@@ -156,13 +201,13 @@ def verify_tensors(raw: dict[str, Any], path: Path, sections: tuple[str, ...]) -
     sums = raw.get("checksums")
     if not isinstance(sums, dict):
         return
-    for section in sections:
-        for name, tensor in _tensors(raw.get(section), section):
-            if sums.get(name) != _digest(tensor):
-                raise Damaged(
-                    f"{path} is damaged: the bytes of {name.removeprefix('model.')} do not match their checksum",
-                    "a disk or a copy changed them: copy the file again, or use another checkpoint of the run",
-                )
+    named = [nt for section in sections for nt in _tensors(raw.get(section), section)]
+    for (name, _), digest in zip(named, _digests([t for _, t in named])):
+        if sums.get(name) != digest:
+            raise Damaged(
+                f"{path} is damaged: the bytes of {name.removeprefix('model.')} do not match their checksum",
+                "a disk or a copy changed them: copy the file again, or use another checkpoint of the run",
+            )
 
 
 def _on_cpu(obj: Any, copies: dict[tuple, torch.Tensor]) -> Any:

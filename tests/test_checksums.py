@@ -4,12 +4,15 @@ line, and a resume falls back to an intact checkpoint of the run; files of earli
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 
-from minigpt.checkpoint import Checkpoint, load_checkpoint, snapshot_name, tensor_checksums
+from minigpt import checkpoint
+from minigpt.checkpoint import Checkpoint, Damaged, load_checkpoint, snapshot_name, tensor_checksums
+from minigpt.infer.loading import load_model
 
 from .helpers import one_error_line
 
@@ -67,6 +70,7 @@ def test_resume_falls_back_to_best_when_last_is_damaged_and_says_so(run: Path, c
     last, best = run / "last.pt", run / "best.pt"
     best_step = Checkpoint.load(best).step
     flip_a_bit(last, "optimizer.state.0.exp_avg")  # the weights are intact: only a resume reads this
+    assert cli("sample", last, "--max-new-tokens", "5").code == 0  # sampling reads, and checks, the weights alone
     r = cli("train", "--out", run, "--resume", "train.max_steps=70")
     assert r.code == 0, r
     said = f"{last} is damaged: the bytes of optimizer.state.0.exp_avg do not match their checksum"
@@ -114,3 +118,41 @@ def test_a_gpu_runs_checkpoint_keeps_its_tied_weights_shared_and_verifies(tmp_pa
         == loaded.model["lm_head.weight"].untyped_storage().data_ptr()
     )
     assert torch.equal(loaded.model["wte.weight"], weight.cpu())
+
+
+@pytest.fixture
+def hashed_on_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every checksum hashed on a pool of 4 threads, however small the checkpoint and however many
+    cores the machine has; the list collects the names of the threads that hashed."""
+    where: list[str] = []
+    one = checkpoint._digest
+    monkeypatch.setattr(checkpoint, "_digest", lambda t: where.append(threading.current_thread().name) or one(t))
+    monkeypatch.setattr(checkpoint, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    return where
+
+
+def test_tensors_hashed_on_several_threads_get_the_digests_of_one_thread_in_order(hashed_on_threads) -> None:
+    tensors = [torch.randn(n) for n in (10, 300_000, 7, 1_200_000, 50_000)]
+    tensors += [torch.arange(999), torch.randn(64, 48).to(torch.bfloat16).t()]  # int64; a strided bf16 view
+    one_thread = [checkpoint._digest(t) for t in tensors]
+    hashed_on_threads.clear()
+    assert checkpoint._digests(tensors) == one_thread
+    assert len(hashed_on_threads) == len(tensors)
+    assert all(name.startswith("checksum") for name in hashed_on_threads), hashed_on_threads  # not the caller
+
+
+def test_a_flipped_bit_is_caught_when_threads_hash_and_while_the_model_is_built(run: Path, hashed_on_threads) -> None:
+    best, last = run / "best.pt", run / "last.pt"
+    flip_a_bit(best, TENSOR)
+    with pytest.raises(Damaged, match=f"^{best} is damaged: the bytes of {TENSOR} do not match their checksum"):
+        load_model(run, torch.device("cpu"))  # checks on other threads while it builds the model
+    ckpt = Checkpoint.load(best, verify=())  # nothing checked yet
+    built = []
+    with pytest.raises(Damaged, match=TENSOR), ckpt.verifying(best):
+        built.append("the model")  # runs: the damage is raised when the block ends
+    assert built == ["the model"]
+    with pytest.raises(KeyError, match="config"), ckpt.verifying(best):
+        raise KeyError("config")  # the block's own error is not hidden by the check's
+    Checkpoint.load(last).check_resumable(last)  # an intact file verifies on threads too
+    assert any(name.startswith("checksum") for name in hashed_on_threads)

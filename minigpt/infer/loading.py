@@ -29,11 +29,12 @@ class LoadedModel:
 def load_model(target: Path, device: torch.device) -> LoadedModel:
     """The model of a run directory (its best.pt, else last.pt) or of a checkpoint file, in eval mode."""
     path = resolve_checkpoint(target, prefer=BEST)
-    ckpt = Checkpoint.load(path)
+    ckpt = Checkpoint.load(path, verify=())
     try:
-        cfg = config_from_dict(ckpt.config, str(path))
-        tok = tokenizer_from_dict(ckpt.tokenizer)
-        model = GPT(cfg.model, tok.vocab_size)
+        with ckpt.verifying(path):  # the weights' checksums, checked on other threads while the model is built
+            cfg = config_from_dict(ckpt.config, str(path))
+            tok = tokenizer_from_dict(ckpt.tokenizer)
+            model = GPT(cfg.model, tok.vocab_size)
         model.load_state_dict(ckpt.model)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{path} is a damaged minigpt checkpoint: {first_line(e)}") from None
