@@ -137,7 +137,13 @@ def wait_for_step(path: Path, step: int, proc: subprocess.Popen, timeout: float 
 def launch(*args: str | Path, cache: Path, wait: bool = True, extra_path: Path | None = None):
     """`minigpt train --nproc 2 ARGS` as a real process tree (torchrun + 2 workers)."""
     path = [str(ROOT)] + ([str(extra_path)] if extra_path else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "MINIGPT_CACHE_DIR": str(cache)}
+    (cache / "tmp").mkdir(parents=True, exist_ok=True)  # the --nproc request file goes there
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(path),
+        "MINIGPT_CACHE_DIR": str(cache),
+        "TMPDIR": str(cache / "tmp"),
+    }
     cmd = [sys.executable, "-m", "minigpt", "train", "--nproc", "2", *map(str, args)]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -48,9 +49,11 @@ def test_nproc_becomes_torchrun_without_importing_torch(tmp_path) -> None:
         "main(sys.argv[1:])\n"
     )
     args = ["train", "--nproc", "2", "--out", str(tmp_path / "run"), "train.batch_size=4", "train.device=cpu"]
-    run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the request file the workers would read
+    run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr
-    launched = "False ['-m', 'minigpt.runtime.torchrun', '--standalone', '--nproc_per_node=2']"
+    [request] = tmp_path.glob("minigpt-train-*.json")
+    launched = f"False ['-m', 'minigpt.runtime.torchrun', '--remove={request}', '--standalone']"
     assert run.stdout.strip() == launched, run.stdout
 
 

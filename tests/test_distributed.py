@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from minigpt.checkpoint import load_checkpoint
+from minigpt.train.plan import Resume, read_request
 
 from .helpers import TINY, launch
 
@@ -42,6 +44,7 @@ def test_two_processes_match_one_and_checkpoints_move_between_them(text_file: Pa
     assert sum(n.startswith("events.out.tfevents") for n in names) == 1
     assert err.count("data: ") == 1 and err.count("step 12: val loss") == 1
     assert "2 processes (cpu, DDP)" in err
+    assert not list((tmp_path / "cache" / "tmp").glob("minigpt-train-*"))  # the request file is gone
 
     # the same global batch in one process, in the same data order: the same run
     assert cli("train", "--data", text_file, "--out", single, *RUN).code == 0
@@ -90,11 +93,16 @@ def test_nproc_hands_every_flag_on_and_neither_dry_runs_nor_drops_auto(
     assert r.err.strip() == (
         "error: --auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)"
     )
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the request file goes
     with pytest.raises(SystemExit):
         cli("train", "--nproc", "2", "--data", text_file, "--device", "cpu", "--out", out, "model.n_layer=3")
     assert len(launched) == 1
-    argv = launched[0][launched[0].index("minigpt") + 1 :]
-    assert argv == ["train", "model.n_layer=3", f"data.path={text_file}", "train.device=cpu", "--out", str(out)]
+    [request] = tmp_path.glob("minigpt-train-*.json")
+    argv = launched[0][launched[0].index("minigpt.runtime.torchrun") + 1 :]
+    assert argv[0] == f"--remove={request}"  # the launcher removes it when the workers end
+    assert argv[argv.index("minigpt") + 1 :] == ["train", f"--request={request}"]
+    items = ["model.n_layer=3", ("data.path", str(text_file)), ("train.device", "cpu")]
+    assert read_request(request) == (None, items, out, Resume.NO)
 
 
 @pytest.mark.slow  # two more torchrun launches (~1 minute on 2 cores): `uv run pytest -m slow`

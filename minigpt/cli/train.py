@@ -16,7 +16,7 @@ import typer
 from minigpt.cli import help as cli_help
 from minigpt.cli.options import AutoOpt, DataOpt, InitFromOpt, TrainDeviceOpt, start_load
 from minigpt.errors import UserError
-from minigpt.train.plan import Resume, train_request
+from minigpt.train.plan import Resume, read_request, train_request, write_request
 
 
 def train_cmd(
@@ -60,14 +60,18 @@ def train_cmd(
             "--dry-run", help="Print the plan, the resolved config (after --auto) and the advice; train nothing."
         ),
     ] = False,
+    request: Annotated[Path | None, typer.Option("--request", hidden=True)] = None,
 ) -> None:
     """Train a model. Writes config.yaml, last.pt, best.pt and TensorBoard events to the run directory."""
     started = time.perf_counter()  # train.max_time counts from here: torch's import is in it
-    args, mode = resume_mode(args or [], resume)
-    config_path, overrides = split_args(args)
-    path, items = train_request(
-        config_path, overrides, data=data, device=device, init_from=init_from, auto=auto, resume=mode
-    )
+    if request is not None:  # a worker of --nproc: the launcher's checked request, whole
+        path, items, out, mode = read_request(request)
+    else:
+        args, mode = resume_mode(args or [], resume)
+        config_path, overrides = split_args(args)
+        path, items = train_request(
+            config_path, overrides, data=data, device=device, init_from=init_from, auto=auto, resume=mode
+        )
     if nproc is not None:
         launch_processes(nproc, path, items, out, mode, dry_run)
     from minigpt.train.launch import start_run
@@ -100,10 +104,11 @@ def launch_processes(
     nproc: int, path: Path | None, items: list, out: Path | None, resume: Resume, dry_run: bool
 ) -> None:
     """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`
-    with the same CONFIG and every override, the flags' keys included. --auto sizes a run for one
-    process and is refused; --dry-run launches nothing (the caller prints the plan)."""
+    in N workers that each read this request (CONFIG, every override with the flags' keys, --out,
+    --resume) from one file. --auto sizes a run for one process and is refused; --dry-run launches
+    nothing and writes nothing (the caller prints the plan)."""
     from minigpt.config import MPS_PROCESSES
-    from minigpt.config.files import load_config, parse_override, value_text
+    from minigpt.config.files import load_config, parse_override
     from minigpt.config.schema import batch_split_error
 
     pairs = [parse_override(item) if isinstance(item, str) else item for item in items]
@@ -120,27 +125,31 @@ def launch_processes(
             raise UserError(MPS_PROCESSES)
     if dry_run:
         return
-    words = [item if isinstance(item, str) else f"{item[0]}={value_text(item[1])}" for item in items]
-    argv = ["train", *([str(path)] if path is not None else []), *words]
-    argv += ["--out", str(out)] if out is not None else []
-    launch_local(nproc, argv + {Resume.NO: [], Resume.YES: ["--resume"], Resume.AUTO: ["--resume", "auto"]}[resume])
+    launch_local(nproc, write_request(path, items, out, resume))
 
 
-def launch_local(nproc: int, argv: list[str]) -> NoReturn:
-    """Replace this process with torchrun's elastic launcher running `minigpt ARGV` on `nproc` local
-    processes (standalone rendezvous on a free port), through `runtime/torchrun.py`: SIGUSR1 reaches
-    the workers like SIGTERM, and a planned stop's exit code (143, 138, 74, ...) comes back. Nothing
-    here imports torch: this process only becomes the launcher (a faster launch)."""
+def launch_local(nproc: int, request: Path) -> NoReturn:
+    """Replace this process with torchrun's elastic launcher running `minigpt train --request FILE`
+    on `nproc` local processes (standalone rendezvous on a free port), through `runtime/torchrun.py`:
+    SIGUSR1 reaches the workers like SIGTERM, a planned stop's exit code (143, 138, 74, ...) comes
+    back, and the request file is removed when the workers end. Nothing here imports torch: this
+    process only becomes the launcher (a faster launch)."""
     command = [
         sys.executable,
         "-m",
         "minigpt.runtime.torchrun",
+        f"--remove={request}",
         "--standalone",
         f"--nproc_per_node={nproc}",
         "-m",
         "minigpt",
-        *argv,
+        "train",
+        f"--request={request}",
     ]
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, command)
+    try:
+        os.execv(sys.executable, command)
+    except OSError:
+        request.unlink(missing_ok=True)
+        raise

@@ -9,13 +9,15 @@ and a worker's exit code come through.
   stop on a signal: 130, 138, 143; a user mistake: 2; a failed write: 74), without torch's
   failure report; any other failure keeps it (a traceback is a bug).
 
-`python -m minigpt.runtime.torchrun TORCHRUN-ARGS` is what `launch_local` runs."""
+`python -m minigpt.runtime.torchrun [--remove=FILE] TORCHRUN-ARGS` is what `launch_local` runs;
+FILE (the workers' request) is removed when they end."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
+from pathlib import Path
 
 # exit codes a worker ends with on purpose, after saying why in one line
 PLANNED = frozenset({2, 74, *(128 + s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", 10)))})
@@ -32,6 +34,7 @@ def _settings() -> None:
 
 
 def main(argv: list[str]) -> int:
+    remove = Path(argv.pop(0).removeprefix("--remove=")) if argv and argv[0].startswith("--remove=") else None
     _settings()
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -46,6 +49,9 @@ def main(argv: list[str]) -> int:
         if first.exitcode in PLANNED:
             return first.exitcode
         raise
+    finally:
+        if remove is not None:
+            remove.unlink(missing_ok=True)
     return 0
 
 

@@ -6,6 +6,9 @@ checked in the config layer alone, so a mistyped key costs no start-up. `minigpt
 from __future__ import annotations
 
 import enum
+import json
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,19 +58,48 @@ def train_request(
     init_from: str | Path | None = None,
     auto: bool = False,
     resume: Resume = Resume.NO,
+    python: bool = False,
 ) -> tuple[Path | None, list[Override]]:
     """(the CONFIG file, the overrides): a dict config becomes overrides (after the defaults,
     before `overrides`), then the flags' keys (--data is data.path, ...); each checked on its own
-    (the whole config is checked once the run is known: a resumed run's is its checkpoint's)."""
+    (the whole config is checked once the run is known: a resumed run's is its checkpoint's).
+    An error names where the key came from: the command line, or (`python`, for minigpt.train())
+    its `config`, its `overrides` or its keyword arguments."""
     from minigpt.config.files import check_overrides, read_yaml
 
     if init_from is not None and resume is Resume.YES:  # --resume auto may start a fine-tuning run
         raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
     path = None if config is None or isinstance(config, Mapping) else Path(config)
-    items: list[Override] = flat_items(config, "config") if isinstance(config, Mapping) else []
-    items += flat_items(overrides, "overrides") if isinstance(overrides, Mapping) else list(overrides)
-    items += flag_items(data, device, init_from, auto)
+    filed = flat_items(config, "config") if isinstance(config, Mapping) else []
+    given = flat_items(overrides, "overrides") if isinstance(overrides, Mapping) else list(overrides)
+    flags = flag_items(data, device, init_from, auto)
     if path is not None:
         read_yaml(path)
-    check_overrides(items)
-    return path, items
+    sources = ("config", "overrides", "minigpt.train()") if python else ("command line",) * 3
+    for items, source in zip((filed, given, flags), sources):
+        check_overrides(items, source)
+    return path, [*filed, *given, *flags]
+
+
+def write_request(path: Path | None, items: Sequence[Override], out: Path | None, resume: Resume) -> Path:
+    """`--nproc`: the request as a file every worker reads whole (`read_request`), so each rank runs
+    exactly what the launcher checked. A temporary file, not one in the run folder: that folder may
+    not exist yet, and nothing is written there before the workers have checked every input."""
+    request = {
+        "config": None if path is None else str(path),
+        "overrides": [item if isinstance(item, str) else list(item) for item in items],
+        "out": None if out is None else str(out),
+        "resume": resume.value,
+    }
+    fd, name = tempfile.mkstemp(prefix="minigpt-train-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(request, f)
+    return Path(name)
+
+
+def read_request(file: Path) -> tuple[Path | None, list[Override], Path | None, Resume]:
+    """What `write_request` wrote: (CONFIG, overrides, --out, --resume)."""
+    r = json.loads(file.read_text(encoding="utf-8"))
+    items: list[Override] = [item if isinstance(item, str) else tuple(item) for item in r["overrides"]]
+    config, out = r["config"], r["out"]
+    return (Path(config) if config else None), items, (Path(out) if out else None), Resume(r["resume"])
