@@ -211,10 +211,12 @@ def train(
         raise UserError(f"resume must be False, True or 'auto', not {resume!r}")
     started, cores = time.perf_counter(), CoreLoad()
     path, items = train_request(
-        config, overrides, data=data, device=device, init_from=init_from, auto=auto, resume=Resume(resume)
+        config, overrides, data=data, device=device, init_from=init_from, auto=auto, resume=Resume(resume), python=True
     )
     out_dir = Path(out) if out is not None else default_run_dir(path, items)
-    result = start_run(path, items, out_dir, Resume(resume), started, callbacks=callbacks, load=cores)
+    result = start_run(
+        path, items, out_dir, Resume(resume), started, callbacks=callbacks, load=cores, origin="minigpt.train()"
+    )
     return Run(out_dir, result, load(out_dir))
 
 

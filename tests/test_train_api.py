@@ -86,16 +86,22 @@ def test_train_from_python_tells_every_event_and_trains_what_the_cli_trains(text
 
 
 def test_a_dict_config_and_the_cli_mistakes_raise_the_cli_line(text_file: Path, tmp_path: Path, cli) -> None:
-    for overrides in (["model.n_layr=2"], ["train.max_steps=-1"]):
+    """The command line's message, naming where the key came from instead of the command line."""
+    for overrides in (["model.n_layr=2"], ["train.max_steps=-1"], ["model.n_embd=30", "model.n_head=4"]):
         r = cli("train", "--data", text_file, "--out", tmp_path / "x", *overrides)
-        assert r.code == 2, r
+        assert r.code == 2 and r.err.startswith("error: command line: "), r
         with pytest.raises(minigpt.UserError) as raised:
             minigpt.train(None, overrides, data=text_file, out=tmp_path / "x")
-        assert r.err.strip() == f"error: {raised.value}"
+        where = "minigpt.train()" if "model.n_head=4" in overrides else "overrides"  # two keys: the whole call
+        assert r.err.strip() == f"error: {raised.value}".replace(f"error: {where}: ", "error: command line: ")
     with pytest.raises(minigpt.UserError, match="does not exist"):
         minigpt.train(tmp_path / "missing.yaml")
-    with pytest.raises(minigpt.UserError, match="model.n_layr"):
+    with pytest.raises(minigpt.UserError, match=r"^config: unknown key 'model.n_layr'"):
         minigpt.train({"model": {"n_layr": 2}}, data=text_file, out=tmp_path / "x")
+    with pytest.raises(minigpt.UserError, match=r"^overrides: override 'model.n_layer' must look like KEY=VALUE"):
+        minigpt.train(None, ["model.n_layer"], data=text_file, out=tmp_path / "x")
+    with pytest.raises(minigpt.UserError, match=r"^minigpt.train\(\): train.device must be auto, "):
+        minigpt.train(None, device="tpu", data=text_file, out=tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 

@@ -111,7 +111,7 @@ def launch_processes(
     from minigpt.config.files import load_config, parse_override
     from minigpt.config.schema import batch_split_error
 
-    pairs = [parse_override(item) if isinstance(item, str) else item for item in items]
+    pairs = [parse_override(item) for item in items]
     if ("train.device", "mps") in pairs:
         raise UserError(MPS_PROCESSES)
     if ("train.auto", True) in pairs and resume is not Resume.YES:

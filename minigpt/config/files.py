@@ -14,16 +14,18 @@ from typing import Any
 
 import yaml
 
-from minigpt.config.schema import SECTIONS, Config, all_keys, check_value, config_from_dict, set_dotted
+from minigpt.config.schema import SECTIONS, Config, all_keys, check_value, config_from_dict, set_dotted, validate
 from minigpt.errors import UserError
 
 
-def parse_override(item: str) -> tuple[str, Any]:
-    """'optim.lr=3e-4' -> ('optim.lr', '3e-4' parsed as a YAML scalar)."""
+def parse_override(item: str | tuple[str, Any], source: str = "command line") -> tuple[str, Any]:
+    """'optim.lr=3e-4' -> ('optim.lr', '3e-4' parsed as a YAML scalar); a (key, value) pair as it is."""
+    if not isinstance(item, str):
+        return item
     key, eq, text = item.partition("=")
     key = key.strip()
     if not eq or not key:
-        raise UserError(f"command line: override '{item}' must look like KEY=VALUE, e.g. train.max_steps=500")
+        raise UserError(f"{source}: override '{item}' must look like KEY=VALUE, e.g. train.max_steps=500")
     if _is_text_key(key):
         return key, _text_value(key, text)
     try:
@@ -31,7 +33,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     except (yaml.YAMLError, ValueError):  # PyYAML raises ValueError on some scalars, e.g. 0x_
         value = text  # not YAML: keep the raw string and let the type check decide
     if isinstance(value, dict) or isinstance(value, list) and not takes_list(key):
-        raise UserError(f"command line: override '{item}' must have a single value, not a YAML collection")
+        raise UserError(f"{source}: override '{item}' must have a single value, not a YAML collection")
     return key, value
 
 
@@ -78,6 +80,13 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str | tuple[
 
     An override is a 'KEY=VALUE' string (VALUE parsed as a YAML scalar) or a (key, value) pair.
     """
+    return with_overrides(file_config(path), overrides, path)
+
+
+def file_config(path: str | Path | None) -> Config:
+    """defaults < the YAML file (the defaults alone without one): its sections, keys and types
+    checked against the file; its values only once the overrides are in (`with_overrides`), so a
+    file + override combination that is valid together is accepted."""
     source = str(path) if path is not None else "default config"
     raw = read_yaml(Path(path)) if path is not None else {}
     if raw is None:
@@ -85,15 +94,22 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str | tuple[
     if not isinstance(raw, dict):
         raise UserError(f"{source}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
     raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    return config_from_dict(raw, source, check=False)
+
+
+def with_overrides(
+    filed: Config, overrides: Sequence[str | tuple[str, Any]], path: str | Path | None, origin: str = "command line"
+) -> Config:
+    """`file_config(path)` with the overrides on top, validated; errors name the overrides by their
+    `origin` (minigpt.train() names itself)."""
+    source = str(path) if path is not None else "default config"
     if not overrides:
-        return config_from_dict(raw, source)
-    # the file's types are checked against the file; values only once the overrides are in, so a
-    # file + override combination that is valid together is accepted (defaults < file < overrides)
-    merged = config_from_dict(raw, source, check=False).to_dict()
+        validate(filed, source)
+        return filed
+    merged = filed.to_dict()
     for item in overrides:
-        key, value = parse_override(item) if isinstance(item, str) else item
-        set_dotted(merged, key, value, "command line")
-    both = f"{source} with the command-line overrides" if path is not None else "command line"
+        set_dotted(merged, *parse_override(item, origin), origin)
+    both = f"{source} with the {origin.replace(' ', '-')} overrides" if path is not None else origin
     return config_from_dict(merged, both)
 
 
@@ -140,7 +156,7 @@ def default_run_dir(config_path: Path | None, overrides: Sequence[str | tuple[st
     CONFIG: a second text gets a folder of its own instead of meeting the first text's run."""
     data = None
     for item in overrides:
-        key, value = parse_override(item) if isinstance(item, str) else item
+        key, value = parse_override(item)
         if key == "data.path" and value:
             data = value if isinstance(value, str) else value[0]
     parts = [config_path.stem] if config_path is not None else []
@@ -179,4 +195,4 @@ def check_overrides(overrides: Sequence[str | tuple[str, Any]], source: str = "c
     """Each override's key and value on its own (unknown keys, types, bounds, choices), before the
     rest of the config is known: a resumed run checks them against its saved config later."""
     for item in overrides:
-        check_value(*(parse_override(item) if isinstance(item, str) else item), source)
+        check_value(*parse_override(item, source), source)

@@ -21,7 +21,14 @@ from typing import Any
 
 from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resolve_checkpoint, resumable_checkpoint
 from minigpt.config.fields import parse_duration
-from minigpt.config.files import check_overrides, config_text, default_run_dir, load_config, parse_override
+from minigpt.config.files import (
+    check_overrides,
+    config_text,
+    default_run_dir,
+    file_config,
+    parse_override,
+    with_overrides,
+)
 from minigpt.config.schema import (
     DEFAULT_DATA_PATH,
     Config,
@@ -85,15 +92,17 @@ def start_run(
     dry_run: bool = False,
     callbacks: Sequence[Callback] = (),
     load: CoreLoad | None = None,
+    origin: str = "command line",
 ) -> TrainResult | None:
     """`minigpt train` and `minigpt.train()`: make the plan (`plan_run`), then train it. `started`
     is the perf_counter time the command began (default: now): train.max_time and the run's wall
     times count from it, so a budget covers the command's start-up. None when there is nothing to
     do (a finished run, `dry_run`: the plan, the resolved config and the advisor's lines printed).
     `callbacks`: the caller's, after the built-in ones (train/callbacks.py). `load`: the cores
-    others keep busy, measured from the command's start (default: from now)."""
+    others keep busy, measured from the command's start (default: from now). `origin`: where the
+    overrides came from, for error messages."""
     load = load or CoreLoad()
-    plan = plan_run(config_path, overrides, out_dir, resume, dry_run)
+    plan = plan_run(config_path, overrides, out_dir, resume, dry_run, origin)
     if plan.mode is Mode.FINISHED:
         return None
     started = (started or time.perf_counter()) - plan.earlier_seconds
@@ -101,31 +110,41 @@ def start_run(
 
 
 def plan_run(
-    config_path: Path | None, overrides: Sequence[Override], out_dir: Path | None, resume: Resume, dry_run: bool
+    config_path: Path | None,
+    overrides: Sequence[Override],
+    out_dir: Path | None,
+    resume: Resume,
+    dry_run: bool,
+    origin: str = "command line",
 ) -> Plan:
     """The one place the command line becomes a run: which config wins (defaults < CONFIG <
     overrides; a resumed run's own config under the overrides), which mode, which checkpoint. The
     whole command line is checked before the run directory is looked at."""
     out_dir = out_dir if out_dir is not None else default_run_dir(config_path, overrides)
     existing = find_checkpoint(out_dir, prefer=LAST)
+    filed = file_config(config_path)  # the CONFIG file, read once
+    cfg = None
     if resume is not Resume.NO and existing is not None and config_path is None:
-        check_overrides(overrides)  # a resumed run's own config is read from its checkpoint
+        check_overrides(overrides, origin)  # a resumed run's own config is read from its checkpoint
     else:
-        cfg = load_config(config_path, overrides)
+        cfg = with_overrides(filed, overrides, config_path, origin)
+    explicit = explicit_keys(filed, overrides)
     if resume is Resume.AUTO and existing is None:
         log(f"--resume auto: {out_dir} holds no checkpoint; starting a new run")
         resume = Resume.NO
     if resume is not Resume.NO:
-        return _resume_plan(config_path, overrides, out_dir)
+        which = str(config_path) if config_path else "these overrides"
+        return _resume_plan(cfg, overrides, explicit, out_dir, which, origin)
     if existing is not None and not dry_run:
         raise UserError(taken_run_dir(out_dir, existing, cfg))
     if cfg.train.init_from is None:
-        return Plan(Mode.NEW, cfg, out_dir, explicit_keys(config_path, overrides))
+        return Plan(Mode.NEW, cfg, out_dir, explicit)
     if cfg.train.auto:
         raise UserError("train.auto (--auto) sizes a new model; fine-tuning keeps the starting model's shape")
     source = resolve_checkpoint(Path(cfg.train.init_from).expanduser(), prefer=BEST)
     start = Checkpoint.load(source)
-    cfg = fine_tuning_config(config_path, overrides, config_from_dict(start.config, str(source)), source)
+    start_cfg = config_from_dict(start.config, str(source))
+    cfg = fine_tuning_config(cfg if config_path else None, overrides, start_cfg, source, origin)
     return Plan(Mode.FINE_TUNE, cfg, out_dir, start=start, source=source)
 
 
@@ -157,31 +176,35 @@ def taken_run_dir(out_dir: Path, existing: Path, cfg: Config) -> str:
     return f"{taken}; continue it with --resume, or pick another --out, e.g. --out {free}"
 
 
-def explicit_keys(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]) -> frozenset[str]:
-    """The keys a user set: on the command line, or in the CONFIG file with another value than the
-    default (a file that lists every key, as configs/*.yaml do, sets only those it changes)."""
-    keys = {parse_override(o)[0] if isinstance(o, str) else o[0] for o in overrides}
-    if config_path is not None:
-        defaults, filed = Config().flat(), load_config(config_path).flat()
-        keys |= {k for k, v in filed.items() if v != defaults[k]}
-    return frozenset(keys)
+def explicit_keys(filed: Config, overrides: Sequence[Override]) -> frozenset[str]:
+    """The keys a user set: on the command line, or in the CONFIG file (`filed`) with another value
+    than the default (a file that lists every key, as configs/*.yaml do, sets only those it changes)."""
+    keys = {parse_override(o)[0] for o in overrides}
+    defaults = Config().flat()
+    return frozenset(keys | {k for k, v in filed.flat().items() if v != defaults[k]})
 
 
-def _resume_plan(config_path: Path | None, overrides: Sequence[Override], out_dir: Path) -> Plan:
+def _resume_plan(
+    from_file: Config | None,
+    overrides: Sequence[Override],
+    explicit: frozenset[str],
+    out_dir: Path,
+    which: str,
+    origin: str,
+) -> Plan:
+    """A resumed run's plan: the command's config (`from_file`, when it names a CONFIG file) or the
+    checkpoint's with the overrides on top; `which` names it in an error."""
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
     ckpt_path, ckpt = resumable_checkpoint(ckpt_path, log)  # a damaged last.pt falls back to best.pt
     saved = config_from_dict(ckpt.config, str(ckpt_path))
-    if config_path is not None:
-        cfg = load_config(config_path, overrides)
-    else:  # the run's own config, with the command line's overrides on top
-        cfg = load_config(None, [(k, v) for k, v in saved.flat().items()] + list(overrides))
+    saved_items = [(k, v) for k, v in saved.flat().items()]
+    cfg = from_file if from_file is not None else with_overrides(Config(), saved_items + list(overrides), None, origin)
     cfg = saved_init_from(saved, cfg)  # a job script repeats its fine-tuning command's train.init_from
     if cfg.train.auto:  # what --auto chose is the run's: the command that started it resumes it
-        given = explicit_keys(config_path, overrides)
-        cfg = cfg.replace(**{k: saved.flat()[k] for k in AUTO_KEYS if k not in given})
-    changed = resume_changes(saved, cfg, str(config_path) if config_path else "these overrides")
+        cfg = cfg.replace(**{k: saved.flat()[k] for k in AUTO_KEYS if k not in explicit})
+    changed = resume_changes(saved, cfg, which)
     if changed:
         log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
     replanned = [k for k in changed if k == "train.max_steps" or k in RATE_KEYS and k != "optim.grad_clip"]
@@ -243,16 +266,17 @@ def saved_init_from(saved: Config, cfg: Config) -> Config:
 
 
 def fine_tuning_config(
-    config_path: Path | None, overrides: Sequence[str | tuple[str, Any]], start: Config, source: Path
+    from_file: Config | None, overrides: Sequence[Override], start: Config, source: Path, origin: str
 ) -> Config:
-    """A fine-tuning run's config: without a CONFIG file, the model section is the starting
-    checkpoint's (everything else the defaults, then the overrides); with one, its model section
-    must match. Only model.dropout may differ: it is not part of the weights."""
-    if config_path is None:
+    """A fine-tuning run's config: without a CONFIG file (`from_file`: its config with the
+    overrides), the model section is the starting checkpoint's (everything else the defaults, then
+    the overrides); with one, its model section must match. Only model.dropout may differ: it is
+    not part of the weights."""
+    if from_file is None:
         model_keys = [(k, v) for k, v in start.flat().items() if k.startswith("model.")]
-        cfg = load_config(None, model_keys + list(overrides))
+        cfg = with_overrides(Config(), model_keys + list(overrides), None, origin)
     else:
-        cfg = load_config(config_path, overrides)
+        cfg = from_file
     a, b = start.flat(), cfg.flat()
     differ = [k for k in a if k.startswith("model.") and k != "model.dropout" and a[k] != b[k]]
     if differ:
