@@ -63,10 +63,6 @@ class SnapshotPlan:
     count: int
     bytes_each: int  # an upper estimate of one file's size
 
-    @property
-    def total_bytes(self) -> int:
-        return self.count * self.bytes_each
-
 
 def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> SnapshotPlan:
     """How many snapshot files a run of `cfg` will write after `from_step` (the resume step; 0 for
