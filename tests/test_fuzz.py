@@ -20,6 +20,7 @@ _spec = importlib.util.spec_from_file_location("fuzz", SCRIPT)
 fuzz = importlib.util.module_from_spec(_spec)
 sys.modules["fuzz"] = fuzz  # its dataclasses look their module up there
 _spec.loader.exec_module(fuzz)
+harness = importlib.import_module("fuzzing.harness")  # the property, beside scripts/fuzz.py
 
 READERS = list(fuzz.readers())
 
@@ -32,23 +33,23 @@ def test_every_reader_keeps_the_property_on_derandomized_inputs(name: str, train
 
 
 def test_the_property_catches_a_crash_an_exit_code_and_a_second_error_line() -> None:
-    ok = fuzz.Outcome(2, "", "data: x\nerror: x.txt is empty; give a text\n")
-    fuzz.check(ok, ["train"])
+    ok = harness.Outcome(2, "", "data: x\nerror: x.txt is empty; give a text\n")
+    harness.check(ok, ["train"])
     for broken, kind in [
-        (fuzz.Outcome(None, "", "", "Traceback (most recent call last):\nValueError: boom\n"), "crash ValueError"),
-        (fuzz.Outcome(1, "", "error: x\n"), "exit 1"),
-        (fuzz.Outcome(2, "", "error: x\nerror: y\n"), "2 error lines"),
-        (fuzz.Outcome(2, "", "Traceback (most recent call last):\nerror: x\n"), "traceback"),
+        (harness.Outcome(None, "", "", "Traceback (most recent call last):\nValueError: boom\n"), "crash ValueError"),
+        (harness.Outcome(1, "", "error: x\n"), "exit 1"),
+        (harness.Outcome(2, "", "error: x\nerror: y\n"), "2 error lines"),
+        (harness.Outcome(2, "", "Traceback (most recent call last):\nerror: x\n"), "traceback"),
     ]:
-        with pytest.raises(fuzz.Broken) as caught:
-            fuzz.check(broken, ["train"])
+        with pytest.raises(harness.Broken) as caught:
+            harness.check(broken, ["train"])
         assert caught.value.kind.startswith(kind)
 
 
-def found(tmp_path: Path, argv: list[str]) -> fuzz.Outcome:
+def found(tmp_path: Path, argv: list[str]) -> harness.Outcome:
     """An input the long profile found broken, run again: it must keep the property now."""
-    outcome = fuzz.run_cli(argv, tmp_path)
-    fuzz.check(outcome, argv)
+    outcome = harness.run_cli(argv, tmp_path)
+    harness.check(outcome, argv)
     return outcome
 
 
@@ -56,7 +57,7 @@ def test_a_json_record_with_a_lone_surrogate_escape_is_one_line(tmp_path: Path) 
     """Valid JSON ("\\ud800") that is no text: the extract's UTF-8 encoding crashed with a traceback."""
     data = tmp_path / "records.jsonl"
     data.write_text('{"text": "' + "KING: speak. " * 40 + '"}\n{"text": "a \\ud800 b"}\n', encoding="utf-8")
-    outcome = found(tmp_path, fuzz.train_dry(tmp_path, data))
+    outcome = found(tmp_path, harness.train_dry(tmp_path, data))
     assert outcome.code == 2 and f"{data}, line 2: field 'text' is a string with a lone surrogate" in outcome.err
 
 
@@ -70,11 +71,11 @@ def test_a_real_process_on_a_mutated_input_exits_2_with_one_line(case: str, trai
         argv = ["sample", str(given), "--max-new-tokens", "3"]
     else:
         given = tmp_path / "corpus.txt"
-        given.write_bytes(fuzz.BASE_TEXT.encode() + b"\x00\x00\xff\xfe" + fuzz.BASE_TEXT.encode())
-        argv = fuzz.train_dry(tmp_path, given)
+        given.write_bytes(harness.BASE_TEXT.encode() + b"\x00\x00\xff\xfe" + harness.BASE_TEXT.encode())
+        argv = harness.train_dry(tmp_path, given)
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])}
     r = subprocess.run([sys.executable, "-m", "minigpt", *argv], capture_output=True, text=True, env=env, cwd=tmp_path)
-    fuzz.check(fuzz.Outcome(r.returncode, r.stdout, r.stderr), argv)
+    harness.check(harness.Outcome(r.returncode, r.stdout, r.stderr), argv)
     assert r.returncode == 2 and str(given) in r.stderr, r.stderr
     assert [p.name for p in tmp_path.iterdir()] == [given.name]  # nothing written beside it
 
@@ -84,8 +85,8 @@ def test_an_arrow_stream_damaged_after_its_first_batch_is_one_line(tmp_path: Pat
     reading the batches, past the check that guarded opening the file, as a traceback."""
     import pyarrow as pa
 
-    first = pa.record_batch({"text": [fuzz.BASE_TEXT[:1500]]})
-    second = pa.record_batch({"text": [fuzz.BASE_TEXT[:1500]]})
+    first = pa.record_batch({"text": [harness.BASE_TEXT[:1500]]})
+    second = pa.record_batch({"text": [harness.BASE_TEXT[:1500]]})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, first.schema) as writer:
         writer.write_batch(first)
@@ -93,7 +94,7 @@ def test_an_arrow_stream_damaged_after_its_first_batch_is_one_line(tmp_path: Pat
         writer.write_batch(second)
     data = tmp_path / "records.arrow"
     data.write_bytes(sink.getvalue().to_pybytes()[: whole_first + 700])
-    outcome = found(tmp_path, fuzz.train_dry(tmp_path, data))
+    outcome = found(tmp_path, harness.train_dry(tmp_path, data))
     assert outcome.code == 2 and f"error: {data} is damaged after row 1: not a readable Arrow file (" in outcome.err
 
 
@@ -120,8 +121,8 @@ def test_a_yaml_scalar_pyyaml_cannot_convert_is_one_line(where: str, tmp_path: P
     """`0x_` looks like a hexadecimal number to PyYAML, whose int() then raises ValueError: a
     traceback from `train.seed=0x_` or a config holding it."""
     data = tmp_path / "corpus.txt"
-    data.write_text(fuzz.BASE_TEXT, encoding="utf-8")
-    argv = fuzz.train_dry(tmp_path, data)
+    data.write_text(harness.BASE_TEXT, encoding="utf-8")
+    argv = harness.train_dry(tmp_path, data)
     if where == "override":
         argv.append("train.seed=0x_")
     else:
