@@ -94,6 +94,30 @@ def test_the_compile_trial_leaves_nothing_to_compile_for_the_first_step(text_fil
     assert len(graphs) == 1  # the real batches (views of one window) matched the trial's guards
 
 
+def test_a_compile_that_dynamo_ran_eagerly_is_not_called_compiled(monkeypatch) -> None:
+    """With torch._dynamo's suppress_errors, a backend failure falls back to eager without raising:
+    maybe_compile says so and trains eagerly, instead of 'compiled the model'."""
+    import torch._dynamo
+
+    def failing_backend(gm, example_inputs):
+        raise RuntimeError("no C++ compiler")
+
+    lines: list[str] = []
+    monkeypatch.setattr(runtime, "log", lines.append)
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=failing_backend))
+    torch._dynamo.reset()
+    model = torch.nn.Linear(4, 4)
+    with torch._dynamo.config.patch(suppress_errors=True):
+        compiled = runtime.maybe_compile(
+            model, True, lambda m: m, lambda m: m(torch.ones(2, 4)).sum().backward(), torch.device("cpu")
+        )
+    torch._dynamo.reset()
+    assert compiled is model and model.weight.grad is None
+    assert lines == [
+        "warning: torch.compile fell back to eager (torch._dynamo suppressed its errors); training eagerly"
+    ]
+
+
 def test_mps_is_refused_for_several_processes(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     with pytest.raises(UserError, match="not on mps"):

@@ -298,12 +298,18 @@ def maybe_compile(
     try:
         with without_cuda_home_notice():
             wrapped = wrap(torch.compile(model))
+            from torch._dynamo.utils import counters  # imported by torch.compile
+
+            failed = counters["frames"]["total"] - counters["frames"]["ok"]
             with fork_rng(device):
                 trial(wrapped)
         model.zero_grad(set_to_none=True)
     except Exception as e:  # any backend failure (no C++ compiler, unsupported op, ...)
         model.zero_grad(set_to_none=True)
         log(f"warning: torch.compile failed ({first_line(e)[:200]}); training eagerly")
+        return wrap(model)
+    if counters["frames"]["total"] - counters["frames"]["ok"] > failed:  # suppressed errors: dynamo ran it eagerly
+        log("warning: torch.compile fell back to eager (torch._dynamo suppressed its errors); training eagerly")
         return wrap(model)
     log(f"compiled the model in {time.perf_counter() - t0:.1f}s")
     return wrapped
