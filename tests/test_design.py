@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,27 @@ def test_nproc_becomes_torchrun_without_importing_torch(tmp_path) -> None:
     [request] = tmp_path.glob("minigpt-train-*.json")
     launched = f"False ['-m', 'minigpt.runtime.torchrun', '--remove={request}', '--standalone']"
     assert run.stdout.strip() == launched, run.stdout
+
+
+def test_every_function_design_md_names_exists_where_it_says() -> None:
+    """docs/design.md walks two commands through the code by name: each `name()` it cites is
+    defined in the module named just before it (`minigpt/cli/train.py` `train_cmd()`), else
+    somewhere in the package; `Class.method()` is a method of that class."""
+    package = {p: p.read_text(encoding="utf-8") for p in (ROOT / "minigpt").rglob("*.py")}
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    cited = re.findall(r"(?:`((?:minigpt/)?[\w/]+\.py)` )?`([\w.]+)\(\)`", text)
+    assert len(cited) > 40
+    wrong = []
+    for module, name in cited:
+        if name == "read":  # a file object's read(), not minigpt's
+            continue
+        where = ROOT / (module if module.startswith("minigpt/") else f"minigpt/{module}") if module else None
+        sources = [package[where]] if where in package else [] if where else list(package.values())
+        parts = name.removeprefix("minigpt.").split(".")  # minigpt.train(): the package's own
+        patterns = [rf"^\s*(def|class) {re.escape(part)}\b" for part in parts]
+        if not any(all(re.search(p, src, re.M) for p in patterns) for src in sources):
+            wrong.append(f"{module} {name}()".strip())
+    assert not wrong, wrong
 
 
 def test_imports_point_down_and_no_function_is_over_80_lines(capsys) -> None:
