@@ -84,6 +84,7 @@ def test_nproc_hands_every_flag_on_and_neither_dry_runs_nor_drops_auto(
         raise SystemExit(0)
 
     monkeypatch.setattr(os, "execv", execv)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the request file goes
     out = tmp_path / "r"
     r = cli("train", "--nproc", "2", "--dry-run", "--data", text_file, "--out", out, *TINY, "model.n_layer=3")
     assert r.code == 0, r
@@ -93,7 +94,7 @@ def test_nproc_hands_every_flag_on_and_neither_dry_runs_nor_drops_auto(
     assert r.err.strip() == (
         "error: --auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)"
     )
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the request file goes
+    assert list(tmp_path.iterdir()) == [text_file]  # no request file either
     with pytest.raises(SystemExit):
         cli("train", "--nproc", "2", "--data", text_file, "--device", "cpu", "--out", out, "model.n_layer=3")
     assert len(launched) == 1
