@@ -7,14 +7,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from pathlib import Path
 
 import numpy as np
+import torch
 import yaml
 
 from minigpt.config.schema import Config
 from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import CharTokenizer
+from minigpt.train import autosize
 from minigpt.train.autosize import AUTO_KEYS, PROBE, Probe, advice, choose, model_of, step_flops
 from tests.helpers import TINY, make_text
 
@@ -171,3 +174,17 @@ def test_the_advisor_counts_each_record_as_a_document(tmp_path: Path, cli) -> No
     r = cli("train", "--data", str(data), "--out", str(tmp_path / "run"), "--dry-run", *TINY, "model.block_size=128")
     assert r.code == 0, r.err
     assert "advice: the documents average 5" in r.err and "a context of 32" in r.err
+
+
+def test_auto_fits_its_heads_to_an_explicit_width(monkeypatch) -> None:
+    """A slow probe can pick a 768-wide rung of 12 heads; with model.n_embd=256 set, the run gets the
+    most heads up to 12 that divide 256, not an error about 256 and 12."""
+    rung = {"model.n_layer": 12, "model.n_embd": 768, "model.n_head": 12, "model.block_size": 64}
+    monkeypatch.setattr(autosize, "probe", lambda *a, **k: _speed(0.05))
+    monkeypatch.setattr(autosize, "choose", lambda *a, **k: autosize.Choice(rung, 100, "a big rung"))
+    corpus = _corpus(20_000)
+    cfg = Config().replace(**{"model.n_embd": 256, "train.max_time": "5m", "train.auto": True})
+    sized, _ = autosize.auto_size(
+        cfg, frozenset({"model.n_embd"}), corpus, corpus.tokenizer, torch.device("cpu"), None, time.perf_counter()
+    )
+    assert (sized.model.n_embd, sized.model.n_head, sized.model.n_layer) == (256, 8, 12)

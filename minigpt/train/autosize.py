@@ -362,7 +362,11 @@ def auto_size(
             "took it); give a longer budget"
         )
     choice = choose(cfg, tok.vocab_size, len(corpus.train), len(corpus.val), left, speed)
-    cfg = cfg.replace(**{k: v for k, v in choice.values.items() if k not in explicit})
+    values = {k: v for k, v in choice.values.items() if k not in explicit}
+    width, heads = values.get("model.n_embd", cfg.model.n_embd), values.get("model.n_head", cfg.model.n_head)
+    if width % heads and "model.n_head" not in explicit:  # your width, the rung's heads: as many as divide it
+        values["model.n_head"] = max(h for h in range(1, heads + 1) if width % h == 0)
+    cfg = cfg.replace(**values)
     mine = ", ".join(sorted(k for k in choice.values if k in explicit))
     log(f"--auto: {choice.why}" + (f"; kept yours: {mine}" if mine else ""))
     log(
