@@ -65,9 +65,10 @@ def test_lessons_train_a_run_and_check_every_step_on_it(
     data = tmp_path / "text.txt"
     data.write_text(make_text(), encoding="utf-8")
     run = tmp_path / "run"
-    train = ["--data", str(data), *TINY, "train.max_steps=20", "train.eval_interval=20", f"model.pos_emb={positions}"]
+    train = [*TINY, "train.max_steps=20", "train.eval_interval=20", f"model.pos_emb={positions}"]
     train += options.split()
     monkeypatch.setenv("MINIGPT_RUN", str(run))  # not there yet: lesson 1 trains it
+    monkeypatch.setenv("MINIGPT_DATA", str(data))
     monkeypatch.setenv("MINIGPT_TRAIN_ARGS", shlex.join(train))
     monkeypatch.setenv("MINIGPT_RUN_LEARNED", str(tmp_path / "no-such-run"))
     monkeypatch.setenv("MINIGPT_TEXT", make_text(40, seed=3)[:14])  # characters the tiny model knows
