@@ -126,3 +126,19 @@ def test_lesson_5_grows_an_induction_head_and_ablates_it(tmp_path: Path) -> None
     printed, pictures = outputs(execute("05_grow_an_induction_head.ipynb", tmp_path))
     assert "the strongest induction head at the end: L1H" in printed
     assert "without L1H" in printed and pictures == 3
+
+
+def test_lesson_4_fails_when_the_attention_it_scored_is_not_the_models(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("MINIGPT_RUN", str(trained_run))
+    monkeypatch.setenv("MINIGPT_PASSAGE", make_text(600)[:300])
+    # one weight of the first layer's queries, changed after the pattern scores were computed by hand
+    # from the attention weights and before minigpt heads measures the same window
+    change = ("mine = {(layer, head): by_hand(", "gpt.blocks[0].attn.c_attn.weight[0, 0] += 0.05")
+    with pytest.raises(CellExecutionError) as failed:
+        execute("04_what_the_heads_do.ipynb", tmp_path, insert_after=change)
+    assert "AssertionError" in str(failed.value) and "not close" in str(failed.value)
+    assert "mine[h.layer, h.head]" in str(failed.value)  # the first comparison: the pattern scores
