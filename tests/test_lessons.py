@@ -42,11 +42,14 @@ def outputs(nb) -> tuple[str, int]:
     return printed, sum("image/png" in o.get("data", {}) for o in outs)
 
 
-def test_the_series_names_three_lessons() -> None:
+def test_the_series_names_six_lessons() -> None:
     assert [p.name for p in LESSONS] == [
         "01_characters_to_vectors.ipynb",
         "02_one_head_by_hand.ipynb",
         "03_heads_and_block.ipynb",
+        "04_what_the_heads_do.ipynb",
+        "05_grow_an_induction_head.ipynb",
+        "06_what_a_decoder_does_not_have.ipynb",
     ]
 
 
@@ -65,12 +68,14 @@ def test_lessons_train_a_run_and_check_every_step_on_it(
     data = tmp_path / "text.txt"
     data.write_text(make_text(), encoding="utf-8")
     run = tmp_path / "run"
-    train = ["--data", str(data), *TINY, "train.max_steps=20", "train.eval_interval=20", f"model.pos_emb={positions}"]
+    train = [*TINY, "train.max_steps=20", "train.eval_interval=20", f"model.pos_emb={positions}"]
     train += options.split()
     monkeypatch.setenv("MINIGPT_RUN", str(run))  # not there yet: lesson 1 trains it
+    monkeypatch.setenv("MINIGPT_DATA", str(data))
     monkeypatch.setenv("MINIGPT_TRAIN_ARGS", shlex.join(train))
     monkeypatch.setenv("MINIGPT_RUN_LEARNED", str(tmp_path / "no-such-run"))
     monkeypatch.setenv("MINIGPT_TEXT", make_text(40, seed=3)[:14])  # characters the tiny model knows
+    monkeypatch.setenv("MINIGPT_PASSAGE", make_text(600)[:300])  # the start of the training text: known characters
 
     printed, pictures = outputs(execute("01_characters_to_vectors.ipynb", tmp_path))
     assert (run / "best.pt").exists()
@@ -85,6 +90,18 @@ def test_lessons_train_a_run_and_check_every_step_on_it(
     printed, pictures = outputs(execute("03_heads_and_block.ipynb", tmp_path))
     assert "block 0 by hand = the model's block 0" in printed and pictures == 1
     assert "the whole model by hand = its logits" in printed
+
+    printed, pictures = outputs(execute("04_what_the_heads_do.ipynb", tmp_path))
+    for step in ("pattern scores by hand = minigpt heads'", "by hand = minigpt heads' ablation, every head",
+                 "by hand = minigpt eval --by-position's", "roles: "):  # fmt: skip
+        assert step in printed, step
+    assert printed.count(" bits per character") == 3  # the embeddings and the two blocks of the lens
+    assert pictures == 4  # a head and its targets, the ablation bars, the lens, the command's loss curve
+
+    printed, pictures = outputs(execute("06_what_a_decoder_does_not_have.ipynb", tmp_path))
+    assert printed.count("by hand = nn.MultiheadAttention") == 3
+    assert "reversed correctly:" in printed  # the tiny encoder-decoder, trained in the notebook
+    assert "cross-attention = self-attention over source|target" in printed and pictures == 3
 
 
 def test_lesson_2_fails_when_one_weight_changes_after_its_hand_computation(
@@ -101,3 +118,27 @@ def test_lesson_2_fails_when_one_weight_changes_after_its_hand_computation(
         execute("02_one_head_by_hand.ipynb", tmp_path, insert_after=change)
     assert "AssertionError" in str(failed.value) and "not close" in str(failed.value)
     assert "model_weights[head]" in str(failed.value)  # the first comparison with the model's numbers
+
+
+def test_lesson_5_grows_an_induction_head_and_ablates_it(tmp_path: Path) -> None:
+    """Lesson 5 trains its own model (half a minute on 2 cores) and asserts the phase change, the
+    callback's scores against minigpt heads', and the ablation."""
+    printed, pictures = outputs(execute("05_grow_an_induction_head.ipynb", tmp_path))
+    assert "the strongest induction head at the end: L1H" in printed
+    assert "without L1H" in printed and pictures == 3
+
+
+def test_lesson_4_fails_when_the_attention_it_scored_is_not_the_models(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("MINIGPT_RUN", str(trained_run))
+    monkeypatch.setenv("MINIGPT_PASSAGE", make_text(600)[:300])
+    # one weight of the first layer's queries, changed after the pattern scores were computed by hand
+    # from the attention weights and before minigpt heads measures the same window
+    change = ("mine = {(layer, head): by_hand(", "gpt.blocks[0].attn.c_attn.weight[0, 0] += 0.05")
+    with pytest.raises(CellExecutionError) as failed:
+        execute("04_what_the_heads_do.ipynb", tmp_path, insert_after=change)
+    assert "AssertionError" in str(failed.value) and "not close" in str(failed.value)
+    assert "mine[h.layer, h.head]" in str(failed.value)  # the first comparison: the pattern scores
