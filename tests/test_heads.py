@@ -312,6 +312,7 @@ def test_exact_auto_measures_every_head_when_cheap_else_the_top_estimates_and_ev
     assert exact_choice(estimate, "auto", [(1, 2)], rerun_flops=2 * EXACT_ALL_FLOPS) == [(0, 0), (0, 2), (1, 1), (1, 2)]
     assert exact_choice(estimate, 2, [(1, 2)], rerun_flops=0) == [(0, 0), (0, 2)]
     assert exact_choice(estimate, None, [], rerun_flops=1e30) == everything
+    assert exact_choice(estimate, "all", [], rerun_flops=1e30) == everything  # Model.heads(exact="all"), as the CLI
 
 
 def test_the_scores_at_every_evaluation_read_bounded_batches_and_match_one_big_batch(monkeypatch):

@@ -350,13 +350,13 @@ def _forward_flops(model: GPT) -> float:
 def exact_choice(
     estimate: torch.Tensor, exact: int | str | None, candidates: Iterable[tuple[int, int]], rerun_flops: float
 ) -> list[tuple[int, int]]:
-    """The heads (layer, head) to ablate exactly, largest estimate first: all (None), the `exact`
+    """The heads (layer, head) to ablate exactly, largest estimate first: all (None or "all"), the `exact`
     largest, or "auto": all when every rerun together costs at most EXACT_ALL_FLOPS
     (`rerun_flops`), else those whose estimate is at least AUTO_SHARE of the largest (at most
     AUTO_EXACT) and every pattern candidate."""
     L, nh = estimate.shape
     order = sorted(np.ndindex(L, nh), key=lambda lh: -float(estimate[lh]))
-    if exact is None or (exact == "auto" and rerun_flops <= EXACT_ALL_FLOPS):
+    if exact in (None, "all") or (exact == "auto" and rerun_flops <= EXACT_ALL_FLOPS):
         return order
     if exact != "auto":
         return order[:exact]
