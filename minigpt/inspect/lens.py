@@ -20,7 +20,7 @@ import torch
 
 from minigpt.data.tokenizer import Tokenizer, checked_text
 from minigpt.errors import UserError
-from minigpt.infer.loading import LoadedModel, source_line
+from minigpt.infer.loading import LoadedModel
 from minigpt.inspect.pages import TOP_GUESSES, HtmlPage, _snippet, render, token_label
 from minigpt.model import GPT, evaluating
 
@@ -152,8 +152,3 @@ def lens_html(lens: Lens, tok: Tokenizer, source: str) -> HtmlPage:
         f"from the embeddings to {bpc[-1]:.3f} at the output"
     )
     return HtmlPage(render("lens", f"logit lens: {_snippet(lens.chars)}", data), "lens", summary, height=640)
-
-
-def lens_page(loaded: LoadedModel, text: str, label: str = "the text", unknown: str = "error") -> HtmlPage:
-    """The lens page of `text` (`minigpt lens --html`)."""
-    return lens_html(lens_of(loaded, text, label, unknown), loaded.tokenizer, source_line(loaded))
