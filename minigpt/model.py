@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
+import time
 from collections.abc import Iterator
 
 import torch
@@ -101,7 +103,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def causal_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0, mask: torch.Tensor | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    mask: torch.Tensor | None = None,
+    products: bool = False,
 ) -> torch.Tensor:
     """Scaled dot-product attention (flash kernel where there is one). Without `mask`, either as
     many queries as keys, attended causally (training, a full forward), or one query that sees
@@ -110,17 +117,47 @@ def causal_attention(
     On the CPU, bf16 queries (bf16 autocast, or a bf16 model sampling) are attended in float32: the
     CPU's bf16 flash-attention kernels are slower than its float32 ones, while the matrix multiplies
     around them gain from bf16. float32 is also the more accurate softmax. The
-    result has the queries' dtype."""
+    result has the queries' dtype. With `products`, bf16 causal attention on the CPU is instead two
+    batched bf16 products around a softmax (`attention_by_products`), where the CPU's matrix engine
+    makes that faster: the trainer measures it per shape (`attention_speed`)."""
     if mask is None and q.size(2) not in (1, k.size(2)):
         raise ValueError(f"{q.size(2)} queries over {k.size(2)} keys need an explicit attention mask")
     causal = mask is None and k.size(2) == q.size(2)
     if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        if products and causal:
+            return attention_by_products(q, k, v, dropout_p)
         with torch.autocast("cpu", enabled=False):
             y = F.scaled_dot_product_attention(
                 q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p, is_causal=causal
             )
         return y.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
+
+
+def attention_by_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0) -> torch.Tensor:
+    """Causal attention as explicit products: scores, mask, softmax, weighted sum, in q's dtype.
+    Speed trick: in bf16 these products run on a CPU's matrix engine, which its flash kernel does
+    not use; benchmark scripts/step_levers.py (products)."""
+    T = q.size(2)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * q.size(-1) ** -0.5
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.matmul(F.dropout(scores.softmax(-1), dropout_p), v)
+
+
+def attention_speed(heads: int, context: int, head_size: int, repeats: int = 3) -> float:
+    """bf16 causal attention's speed as products over the float32 flash kernel's, forward and
+    backward, for `heads` (batch x heads) rows of `context` x `head_size` on this CPU: medians of
+    `repeats`, interleaved, after a warm-up of each."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, context, head_size, generator=gen).bfloat16().requires_grad_() for _ in range(3))
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(repeats + 1):
+        for products, kept in times.items():
+            start = time.perf_counter()
+            causal_attention(q, k, v, products=products).float().sum().backward()
+            if i:
+                kept.append(time.perf_counter() - start)
+    return statistics.median(times[False]) / statistics.median(times[True])
 
 
 class HookPoint(nn.Identity):
@@ -147,6 +184,7 @@ class CausalSelfAttention(nn.Module):
         # the probabilities (B, nh, T, S), written out while this is hooked (no fused kernel; eval only)
         self.pattern = HookPoint()
         self.head_out = HookPoint()  # each head's output (B, nh, T, hs) before the projection (head ablation)
+        self.products = False  # bf16 attention on the CPU as explicit products (GPT.attend_by_products)
 
     def forward(
         self,
@@ -183,7 +221,7 @@ class CausalSelfAttention(nn.Module):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, T, S)
             y = self.pattern(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)) @ v  # (B, nh, T, hs)
         elif cache is None:
-            y = causal_attention(q, k, v, self.dropout if self.training else 0.0)  # (B, nh, T, hs)
+            y = causal_attention(q, k, v, self.dropout if self.training else 0.0, products=self.products)
         else:
             # query i (absolute position start+i) sees keys 0..start+i; one new query sees them all
             mask = None
@@ -286,6 +324,13 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def attend_by_products(self, on: bool) -> None:
+        """Compute bf16 causal attention on the CPU as explicit products (`attention_by_products`)
+        instead of the float32 flash kernel: the same attention, another rounding; the trainer
+        turns it on where `attention_speed` measures it faster."""
+        for block in self.blocks:
+            block.attn.products = on
 
     @property
     def device(self) -> torch.device:

@@ -176,12 +176,61 @@ def test_a_resume_keeps_the_precision_its_run_trained_in(text_file, tmp_path, cl
     out = tmp_path / "run"
     args = ["--data", text_file, *TINY, "train.max_steps=4", "train.eval_interval=2", "train.dtype=auto"]
     assert cli("train", "--out", out, *args).code == 0
-    assert load_checkpoint(out / "last.pt")["precision"] == {"device": "cpu", "dtype": "bfloat16"}
+    assert load_checkpoint(out / "last.pt")["precision"] == {"device": "cpu", "dtype": "bfloat16", "attention": "flash"}
     (precision.default_cache_dir() / precision.CACHE_NAME).unlink()  # this machine now measures afresh
     _measured(monkeypatch, 0.5)
     r = cli("train", "--out", out, "--resume", "train.max_steps=6")
     assert r.code == 0, r
     assert "precision: bfloat16, as this run trained so far" in r.err
     ckpt = load_checkpoint(out / "last.pt")
-    assert ckpt["step"] == 6 and ckpt["precision"] == {"device": "cpu", "dtype": "bfloat16"}
+    assert ckpt["step"] == 6 and ckpt["precision"] == {"device": "cpu", "dtype": "bfloat16", "attention": "flash"}
     assert runtime.resolve_dtype("auto", CPU, (64, 32)) == torch.float32  # a new run measures again
+
+
+def test_attention_by_products_is_the_flash_kernels_attention_in_bf16() -> None:
+    """The products form computes the same causal attention, forward and backward, within bf16's rounding."""
+    gen = torch.Generator().manual_seed(0)
+    qkv = [torch.randn(2, 3, 24, 16, generator=gen).bfloat16() for _ in range(3)]
+    outs, grads = [], []
+    for products in (False, True):
+        q, k, v = (t.clone().requires_grad_() for t in qkv)
+        y = causal_attention(q, k, v, products=products)
+        y.float().pow(2).sum().backward()
+        outs.append(y.float())
+        grads.append([t.grad.float() for t in (q, k, v)])
+    torch.testing.assert_close(outs[1], outs[0], atol=3e-2, rtol=3e-2)
+    for a, b in zip(grads[1], grads[0]):
+        torch.testing.assert_close(a, b, atol=6e-2, rtol=6e-2)
+    shifted = [t.clone() for t in qkv]
+    shifted[1][:, :, -1] += 1.0  # a later key changes nothing before it: still causal
+    before = causal_attention(*qkv, products=True)[:, :, :-1]
+    assert torch.equal(causal_attention(*shifted, products=True)[:, :, :-1], before)
+
+
+def test_the_trainer_attends_by_products_where_measured_faster_and_a_resume_keeps_it(
+    text_file, tmp_path, cli, monkeypatch
+) -> None:
+    from minigpt.train import trainer  # noqa: PLC0415
+
+    monkeypatch.setattr(precision, "machine_busy", lambda: False)
+    measured: list[tuple[int, int, int]] = []
+    ratio = {"now": 2.0}
+    monkeypatch.setattr(trainer, "attention_speed", lambda *shape: measured.append(shape) or ratio["now"])
+    shape = ["model.n_embd=64", "model.n_head=1", "model.block_size=128", "train.dtype=bfloat16"]
+    args = ["--data", text_file, *TINY, *shape, "train.max_steps=4", "train.eval_interval=2"]
+    out = tmp_path / "run"
+    r = cli("train", "--out", out, *args)
+    assert r.code == 0, r
+    assert "attention: bf16 products (products measured at 2.00x" in r.err
+    assert measured == [(8, 128, 64)]  # batch 8 x 1 head, context 128, head size 64
+    assert load_checkpoint(out / "last.pt")["precision"]["attention"] == "products"
+    (precision.default_cache_dir() / precision.CACHE_NAME).unlink()
+    ratio["now"] = 0.5  # the machine now measures the flash kernel faster: the run keeps its form
+    assert cli("train", "--out", out, "--resume", "train.max_steps=6").code == 0
+    assert load_checkpoint(out / "last.pt")["precision"]["attention"] == "products"
+    r = cli("train", "--out", tmp_path / "new", *args)  # a new run measures afresh
+    assert r.code == 0 and "attention: the float32 flash kernel" in r.err
+    assert load_checkpoint(tmp_path / "new" / "last.pt")["precision"]["attention"] == "flash"
+    measured.clear()
+    small = ["--data", text_file, *TINY, "train.max_steps=2", "train.dtype=bfloat16"]  # head size 16
+    assert cli("train", "--out", tmp_path / "small", *small).code == 0 and measured == []

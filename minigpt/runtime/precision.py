@@ -17,6 +17,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,7 +52,7 @@ class Choice:
         return f"precision: {name} (bf16 products measured at {self.ratio:.2f}x float32's speed on this CPU)"
 
 
-def machine_key(rows: int, width: int) -> str:
+def machine_key(shape: str) -> str:
     """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, threads, shape."""
     import torch
 
@@ -64,7 +65,7 @@ def machine_key(rows: int, width: int) -> str:
     except OSError:
         model = platform.processor()
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
-    return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|{torch.get_num_threads()} threads|{rows}x{width}"
+    return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|{torch.get_num_threads()} threads|{shape}"
 
 
 def _products(rows: int, width: int, dtype: torch.dtype, tensors: tuple) -> float:
@@ -129,25 +130,31 @@ def _read(path: Path) -> dict:
 def cpu_precision(rows: int, width: int, cache_dir: Path | None = None) -> Choice:
     """Whether bf16 pays for products of `rows` x `width` on this CPU: from the cache, else measured
     and cached. A cache that cannot be written only costs the probe again next time."""
+    return cached_choice(f"{rows}x{width}", lambda: measure(rows, width), cache_dir)
+
+
+def cached_choice(
+    shape: str, measure_ratio: Callable[[], float], cache_dir: Path | None = None, kind: str = ""
+) -> Choice:
+    """The cached answer for `shape` (and `kind`: "" for products, "attention" for the attention's
+    form) on this machine, else `measure_ratio()` (the faster form's speed over the slower's), kept
+    unless the machine was busy while it ran."""
     import torch
 
     path = (cache_dir or default_cache_dir()) / CACHE_NAME
-    key = machine_key(rows, width)
+    key = machine_key(f"{kind} {shape}" if kind else shape)
     entry = _read(path).get(key)
     if isinstance(entry, dict) and isinstance(entry.get("ratio"), (int, float)):
         return Choice(bool(entry.get("bf16")), float(entry["ratio"]), cached=True)
     with torch.random.fork_rng(devices=[]):
-        ratio = measure(rows, width)
+        ratio = measure_ratio()
     choice = Choice(ratio >= MARGIN, round(ratio, 3))
     if machine_busy():  # other processes' load skews the ratio: good for this run, not for every later one
         return choice
     entries = _read(path)
-    entries[key] = {
-        "bf16": choice.bf16,
-        "ratio": choice.ratio,
-        "shape": f"{rows}x{width}",
-        "threads": torch.get_num_threads(),
-    }
+    entries[key] = {"bf16": choice.bf16, "ratio": choice.ratio, "shape": shape, "threads": torch.get_num_threads()}
+    if kind:
+        entries[key]["kind"] = kind
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda f: f.write(json.dumps(entries, indent=1).encode()))
@@ -161,7 +168,11 @@ def cached_lines(cache_dir: Path | None = None) -> list[str]:
     lines = []
     for entry in _read((cache_dir or default_cache_dir()) / CACHE_NAME).values():
         if isinstance(entry, dict) and {"bf16", "ratio", "shape", "threads"} <= entry.keys():
-            name = "bfloat16" if entry["bf16"] else "float32"
             shape, threads, ratio = entry["shape"], entry["threads"], entry["ratio"]
+            if entry.get("kind") == "attention":
+                form = "bf16 products" if entry["bf16"] else "float32 flash kernel"
+                lines.append(f"attention for {shape} on {threads} thread(s): {form} (products at {ratio}x flash)")
+                continue
+            name = "bfloat16" if entry["bf16"] else "float32"
             lines.append(f"precision for {shape} products on {threads} thread(s): {name} (bf16 at {ratio}x float32)")
     return lines

@@ -35,7 +35,7 @@ from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import Diverged, TrainingInterrupted, UserError, first_line
 from minigpt.infer.evaluate import EvalResult, evaluate_ids
 from minigpt.infer.windows import token_losses
-from minigpt.model import GPT, evaluating
+from minigpt.model import GPT, attention_speed, evaluating
 from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreShare
 from minigpt.runtime.device import (
@@ -49,6 +49,7 @@ from minigpt.runtime.device import (
 )
 from minigpt.runtime.distributed import wrap_ddp
 from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
+from minigpt.runtime.precision import cached_choice
 from minigpt.train.callbacks import Callback, EarlyStopping, Snapshots, TimeBudget
 from minigpt.train.disk import write_run_file
 from minigpt.train.interrupts import StopNow, StopRequest
@@ -97,6 +98,25 @@ class StepStats:
     grad_norm: torch.Tensor
 
 
+PRODUCTS_FROM = (64, 128)  # head size, context: below either, the float32 flash kernel won on every host measured
+
+
+def attends_by_products(cfg: Config, device: torch.device, dtype: torch.dtype, sequences: int) -> bool:
+    """Whether bf16 attention on this CPU runs as explicit products (the matrix engine's) rather than
+    the float32 flash kernel: measured for the run's shape (`sequences` per micro-step on this
+    rank) and cached per machine like the precision; never below PRODUCTS_FROM (docs/benchmarks.md)."""
+    m = cfg.model
+    size = m.n_embd // m.n_head
+    if device.type != "cpu" or dtype != torch.bfloat16 or size < PRODUCTS_FROM[0] or m.block_size < PRODUCTS_FROM[1]:
+        return False
+    heads = sequences * m.n_head
+    shape = f"{heads}x{m.block_size}x{size}"
+    choice = cached_choice(shape, lambda: attention_speed(heads, m.block_size, size), kind="attention")
+    form = "bf16 products" if choice.bf16 else "the float32 flash kernel"
+    log(f"attention: {form} (products measured at {choice.ratio:.2f}x the flash kernel's speed for this shape)")
+    return choice.bf16
+
+
 class Trainer:
     """One training process of one run. Under torchrun every rank builds one; rank 0 alone writes."""
 
@@ -116,6 +136,8 @@ class Trainer:
         torch.manual_seed(t.seed)  # weights (the same on every rank) and dropout
         enable_fast_matmul(device)
         self.model = GPT(cfg.model, tok.vocab_size).to(device)
+        self.products = attends_by_products(cfg, device, dtype, t.batch_size // t.grad_accum_steps // world)
+        self.model.attend_by_products(self.products)
         if self.dist.enabled:
             torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
         self.optimizer = build_optimizer(self.model, cfg, device)
@@ -239,7 +261,11 @@ class Trainer:
             tokenizer=self.tok.to_dict(),
             data={"path": self.cfg.data.path, "sha256": self.corpus.sha256},
             val_loss=self.val_loss,
-            precision={"device": self.device.type, "dtype": dtype_name(self.dtype)},
+            precision={
+                "device": self.device.type,
+                "dtype": dtype_name(self.dtype),
+                "attention": "products" if self.products else "flash",
+            },
             init_from=self.init_from,
             **extra,
         )
@@ -256,6 +282,10 @@ class Trainer:
         self.state.load_state_dict(state)
         self.rng.load_state_dict(state, self.state.step)
         self.init_from = state.get("init_from")
+        kept = state.get("precision") or {}
+        if kept.get("device") == self.device.type and kept.get("dtype") == dtype_name(self.dtype):
+            self.products = kept.get("attention") == "products"  # a resume keeps its run's attention
+            self.model.attend_by_products(self.products)
 
     def save(self, *names: str) -> None:
         """Write the current state as each of `names` (last.pt, best.pt) in the run directory."""
