@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from minigpt.checkpoint import load_checkpoint
-from minigpt.config.schema import ModelConfig
+from minigpt.config.schema import Config, ModelConfig
 from minigpt.infer import sample as generation
 from minigpt.infer.decode import generate_steps
 from minigpt.model import GPT, KVCache, causal_attention
@@ -234,3 +234,5 @@ def test_the_trainer_attends_by_products_where_measured_faster_and_a_resume_keep
     measured.clear()
     small = ["--data", text_file, *TINY, "train.max_steps=2", "train.dtype=bfloat16"]  # head size 16
     assert cli("train", "--out", tmp_path / "small", *small).code == 0 and measured == []
+    long = Config().replace(**{"model.n_embd": 128, "model.n_head": 2, "model.block_size": 1024})
+    assert not trainer.attends_by_products(long, CPU, torch.bfloat16, 8) and measured == []  # context² scores

@@ -99,15 +99,19 @@ class StepStats:
 
 
 PRODUCTS_FROM = (64, 128)  # head size, context: below either, the float32 flash kernel won on every host measured
+PRODUCTS_CONTEXT_MAX = 512  # products hold context² scores per head, which the flash kernel never does
 
 
 def attends_by_products(cfg: Config, device: torch.device, dtype: torch.dtype, sequences: int) -> bool:
     """Whether bf16 attention on this CPU runs as explicit products (the matrix engine's) rather than
     the float32 flash kernel: measured for the run's shape (`sequences` per micro-step on this
-    rank) and cached per machine like the precision; never below PRODUCTS_FROM (docs/benchmarks.md)."""
+    rank) and cached per machine like the precision; never below PRODUCTS_FROM or past
+    PRODUCTS_CONTEXT_MAX (docs/benchmarks.md)."""
     m = cfg.model
     size = m.n_embd // m.n_head
-    if device.type != "cpu" or dtype != torch.bfloat16 or size < PRODUCTS_FROM[0] or m.block_size < PRODUCTS_FROM[1]:
+    if device.type != "cpu" or dtype != torch.bfloat16 or size < PRODUCTS_FROM[0]:
+        return False
+    if not PRODUCTS_FROM[1] <= m.block_size <= PRODUCTS_CONTEXT_MAX:
         return False
     heads = sequences * m.n_head
     shape = f"{heads}x{m.block_size}x{size}"
@@ -136,7 +140,8 @@ class Trainer:
         torch.manual_seed(t.seed)  # weights (the same on every rank) and dropout
         enable_fast_matmul(device)
         self.model = GPT(cfg.model, tok.vocab_size).to(device)
-        self.products = attends_by_products(cfg, device, dtype, t.batch_size // t.grad_accum_steps // world)
+        micro_rows = t.batch_size // t.grad_accum_steps // world
+        self.products = not self.dist.enabled and attends_by_products(cfg, device, dtype, micro_rows)  # one form a run
         self.model.attend_by_products(self.products)
         if self.dist.enabled:
             torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
