@@ -480,8 +480,9 @@ def run_training(
             if resume_from is None and existing is not None:  # written while this process was starting
                 raise UserError(f"{out_dir} already holds a run ({existing.name}); pick another --out")
         trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist)  # says what the data and model are
-        for line in advised:  # then what the run will do with them
-            log(line)
+        for line in [*advised, trainer.attention_note]:  # then what the run will do with them
+            if line:
+                log(line)
         if resume_from is not None:
             trainer.load_state_dict(resume_from.to_dict())
             log(f"resuming {out_dir} from step {trainer.state.step} (best val loss {trainer.state.best_val_loss:.4f})")

@@ -49,7 +49,7 @@ from minigpt.runtime.device import (
 )
 from minigpt.runtime.distributed import wrap_ddp
 from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
-from minigpt.runtime.precision import cached_choice
+from minigpt.runtime.precision import Choice, cached_choice
 from minigpt.train.callbacks import Callback, EarlyStopping, Snapshots, TimeBudget
 from minigpt.train.disk import write_run_file
 from minigpt.train.interrupts import StopNow, StopRequest
@@ -102,23 +102,20 @@ PRODUCTS_FROM = (64, 128)  # head size, context: below either, the float32 flash
 PRODUCTS_CONTEXT_MAX = 512  # products hold context² scores per head, which the flash kernel never does
 
 
-def attends_by_products(cfg: Config, device: torch.device, dtype: torch.dtype, sequences: int) -> bool:
+def attends_by_products(cfg: Config, device: torch.device, dtype: torch.dtype, sequences: int) -> Choice | None:
     """Whether bf16 attention on this CPU runs as explicit products (the matrix engine's) rather than
     the float32 flash kernel: measured for the run's shape (`sequences` per micro-step on this
     rank) and cached per machine like the precision; never below PRODUCTS_FROM or past
-    PRODUCTS_CONTEXT_MAX (docs/benchmarks.md)."""
+    PRODUCTS_CONTEXT_MAX (docs/benchmarks.md). None where it is not measured."""
     m = cfg.model
     size = m.n_embd // m.n_head
     if device.type != "cpu" or dtype != torch.bfloat16 or size < PRODUCTS_FROM[0]:
-        return False
+        return None
     if not PRODUCTS_FROM[1] <= m.block_size <= PRODUCTS_CONTEXT_MAX:
-        return False
+        return None
     heads = sequences * m.n_head
     shape = f"{heads}x{m.block_size}x{size}"
-    choice = cached_choice(shape, lambda: attention_speed(heads, m.block_size, size), kind="attention")
-    form = "bf16 products" if choice.bf16 else "the float32 flash kernel"
-    log(f"attention: {form} (products measured at {choice.ratio:.2f}x the flash kernel's speed for this shape)")
-    return choice.bf16
+    return cached_choice(shape, lambda: attention_speed(heads, m.block_size, size), kind="attention")
 
 
 class Trainer:
@@ -141,7 +138,12 @@ class Trainer:
         enable_fast_matmul(device)
         self.model = GPT(cfg.model, tok.vocab_size).to(device)
         micro_rows = t.batch_size // t.grad_accum_steps // world
-        self.products = not self.dist.enabled and attends_by_products(cfg, device, dtype, micro_rows)  # one form a run
+        choice = None if self.dist.enabled else attends_by_products(cfg, device, dtype, micro_rows)  # one form a run
+        self.products = choice is not None and choice.bf16
+        self.attention_note = choice and (  # said with the precision's line
+            f"attention: {'bf16 products' if choice.bf16 else 'the float32 flash kernel'} (products measured at "
+            f"{choice.ratio:.2f}x the flash kernel's speed for this shape)"
+        )
         self.model.attend_by_products(self.products)
         if self.dist.enabled:
             torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
