@@ -82,7 +82,9 @@ def test_a_time_budget_ends_its_decay_and_scores_the_last_weights(text_file, tmp
     progress = [ln for ln in r.err.splitlines() if "% of the time) |" in ln]  # not "step 40/1000000 (0%)"
     assert progress and all("ETA 0:00:0" in ln for ln in progress), r.err
     last = Checkpoint.load(out / "last.pt")
-    assert 10 < last.step < 1_000_000 and last.time_progress > 0.99
+    # the decay's progress at the last step: one step short of the end (a step on a loaded machine
+    # can take a tenth of this 3 s budget), never the 0 or 0.5 of a decay that ran over max_steps
+    assert 10 < last.step < 1_000_000 and last.time_progress > 0.9
     assert last.val_loss is not None  # evaluated at the stop, not only saved
     acc = EventAccumulator(str(out), size_guidance={"scalars": 0})
     acc.Reload()
