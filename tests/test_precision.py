@@ -226,7 +226,9 @@ def test_the_trainer_attends_by_products_where_measured_faster_and_a_resume_keep
     assert load_checkpoint(out / "last.pt")["precision"]["attention"] == "products"
     (precision.default_cache_dir() / precision.CACHE_NAME).unlink()
     ratio["now"] = 0.5  # the machine now measures the flash kernel faster: the run keeps its form
-    assert cli("train", "--out", out, "--resume", "train.max_steps=6").code == 0
+    r = cli("train", "--out", out, "--resume", "train.max_steps=6")
+    assert r.code == 0 and "attention: bf16 products, as this run trained so far" in r.err
+    assert measured == [(8, 128, 64)]  # the resume did not measure again
     assert load_checkpoint(out / "last.pt")["precision"]["attention"] == "products"
     r = cli("train", "--out", tmp_path / "new", *args)  # a new run measures afresh
     assert r.code == 0 and "attention: the float32 flash kernel" in r.err

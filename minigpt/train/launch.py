@@ -479,7 +479,7 @@ def run_training(
             existing = find_checkpoint(out_dir, prefer=LAST)
             if resume_from is None and existing is not None:  # written while this process was starting
                 raise UserError(f"{out_dir} already holds a run ({existing.name}); pick another --out")
-        trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist)  # says what the data and model are
+        trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist, trained)  # says what the data and model are
         for line in [*advised, trainer.attention_note]:  # then what the run will do with them
             if line:
                 log(line)

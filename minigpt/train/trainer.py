@@ -118,6 +118,27 @@ def attends_by_products(cfg: Config, device: torch.device, dtype: torch.dtype, s
     return cached_choice(shape, lambda: attention_speed(heads, m.block_size, size), kind="attention")
 
 
+def attention_form(
+    cfg: Config, device: torch.device, dtype: torch.dtype, dist: distributed.Dist, trained: dict | None
+) -> tuple[bool, str | None]:
+    """Whether the run attends by products, and the line that says so: a resume's recorded form on
+    the same device and dtype, else `attends_by_products`' measurement (one process only, so that
+    every rank computes alike)."""
+    kept = trained or {}
+    if kept.get("attention") and kept.get("device") == device.type and kept.get("dtype") == dtype_name(dtype):
+        products = kept["attention"] == "products"  # said only where it is not the default
+        return products, "attention: bf16 products, as this run trained so far" if products else None
+    t = cfg.train
+    choice = None if dist.enabled else attends_by_products(cfg, device, dtype, t.batch_size // t.grad_accum_steps)
+    if choice is None:
+        return False, None
+    form = "bf16 products" if choice.bf16 else "the float32 flash kernel"
+    return (
+        choice.bf16,
+        f"attention: {form} (products measured at {choice.ratio:.2f}x the flash kernel's speed for this shape)",
+    )
+
+
 class Trainer:
     """One training process of one run. Under torchrun every rank builds one; rank 0 alone writes."""
 
@@ -130,20 +151,16 @@ class Trainer:
         dtype: torch.dtype,
         out_dir: Path,
         dist: distributed.Dist | None = None,
+        trained: dict | None = None,
     ) -> None:
+        """`trained`: a resumed checkpoint's `precision`, whose attention form the run keeps."""
         self.cfg, self.corpus, self.tok, self.out_dir = cfg, corpus, tok, out_dir
         self.device, self.dtype, self.dist = device, dtype, dist or distributed.Dist()
         t, rank, world = cfg.train, self.dist.rank, self.dist.world_size
         torch.manual_seed(t.seed)  # weights (the same on every rank) and dropout
         enable_fast_matmul(device)
         self.model = GPT(cfg.model, tok.vocab_size).to(device)
-        micro_rows = t.batch_size // t.grad_accum_steps // world
-        choice = None if self.dist.enabled else attends_by_products(cfg, device, dtype, micro_rows)  # one form a run
-        self.products = choice is not None and choice.bf16
-        self.attention_note = choice and (  # said with the precision's line
-            f"attention: {'bf16 products' if choice.bf16 else 'the float32 flash kernel'} (products measured at "
-            f"{choice.ratio:.2f}x the flash kernel's speed for this shape)"
-        )
+        self.products, self.attention_note = attention_form(cfg, device, dtype, self.dist, trained)
         self.model.attend_by_products(self.products)
         if self.dist.enabled:
             torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
@@ -289,10 +306,6 @@ class Trainer:
         self.state.load_state_dict(state)
         self.rng.load_state_dict(state, self.state.step)
         self.init_from = state.get("init_from")
-        kept = state.get("precision") or {}
-        if kept.get("device") == self.device.type and kept.get("dtype") == dtype_name(self.dtype):
-            self.products = kept.get("attention") == "products"  # a resume keeps its run's attention
-            self.model.attend_by_products(self.products)
 
     def save(self, *names: str) -> None:
         """Write the current state as each of `names` (last.pt, best.pt) in the run directory."""
