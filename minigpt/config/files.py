@@ -26,7 +26,9 @@ def parse_override(item: str | tuple[str, Any], source: str = "command line") ->
     key = key.strip()
     if not eq or not key:
         raise UserError(f"{source}: override '{item}' must look like KEY=VALUE, e.g. train.max_steps=500")
-    if _is_text_key(key):
+    if takes_list(key) and text.strip().startswith("[") and text.strip().endswith("]"):
+        text = text.strip()  # a list, as docs/data.md writes it: data.text_field=[title,body]
+    elif _is_text_key(key):
         return key, _text_value(key, text)
     try:
         value = yaml.safe_load(text) if text.strip() else ""
