@@ -176,17 +176,29 @@ def _digest(tensor: torch.Tensor) -> str:
 
 def _digests(tensors: list[torch.Tensor]) -> list[str]:
     """`_digest` of each tensor, in order, hashed on as many threads as torch computes on (the
-    command's thread count; at most HASH_THREADS), the largest tensors first: xxhash releases the
-    GIL on large buffers.
-    Speed trick: the hash runs near one core's memory speed, so cores divide its time; benchmark
+    command's thread count; at most HASH_THREADS), each thread given one share of about equal
+    bytes: xxhash releases the GIL on large buffers.
+    Speed trick: the hash runs near one core's memory speed, so cores divide its time (one share
+    a thread, not a task a tensor, whose handovers cost as much); benchmark
     scripts/checksum_bench.py --hash-threads 1 against the default."""
     threads = min(HASH_THREADS, torch.get_num_threads(), len(tensors))
     if threads < 2 or sum(t.nbytes for t in tensors) < PARALLEL_BYTES:
         return [_digest(t) for t in tensors]
-    largest_first = sorted(range(len(tensors)), key=lambda i: -tensors[i].nbytes)
+    shares: list[list[int]] = [[] for _ in range(threads)]
+    loads = [0] * threads
+    for i in sorted(range(len(tensors)), key=lambda i: -tensors[i].nbytes):  # largest first, to the lightest share
+        lightest = loads.index(min(loads))
+        shares[lightest].append(i)
+        loads[lightest] += tensors[i].nbytes
+    digests: list[str] = [""] * len(tensors)
+
+    def hash_share(share: list[int]) -> None:
+        for i in share:
+            digests[i] = _digest(tensors[i])
+
     with ThreadPoolExecutor(threads, thread_name_prefix="checksum") as pool:
-        pending = {i: pool.submit(_digest, tensors[i]) for i in largest_first}
-    return [pending[i].result() for i in range(len(tensors))]
+        list(pool.map(hash_share, shares))  # list(): a thread's exception is raised here
+    return digests
 
 
 def tensor_checksums(payload: dict[str, Any]) -> dict[str, str]:
@@ -362,9 +374,24 @@ def resumable_checkpoint(path: Path, say: Callable[[str], None]) -> tuple[Path, 
 
 
 def _load_resumable(path: Path) -> Checkpoint:
+    """`path` checked whole, its optimizer state copied out of the file's mapping: the optimizer
+    writes it in place, and each first write to a mapped page copies that page alone.
+    Speed trick: a resume's first step without a fault a page; benchmark scripts/checksum_bench.py
+    (resume_step)."""
     ckpt = Checkpoint.load(path)
     ckpt.check_resumable(path)
-    return ckpt
+    return dataclasses.replace(ckpt, optimizer=_copied(ckpt.optimizer))
+
+
+def _copied(obj: Any) -> Any:
+    """`obj` with each tensor replaced by a copy in the process's own memory."""
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, dict):
+        return {k: _copied(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_copied(v) for v in obj)
+    return obj
 
 
 def _snapshot_advice(run_dir: Path) -> str:
