@@ -83,6 +83,7 @@ def test_auto_takes_bf16_only_where_it_measures_faster(ratio: float, monkeypatch
 
 def test_the_answer_is_cached_per_machine_and_invalidated_when_the_key_changes(monkeypatch, capsys) -> None:
     probed = _measured(monkeypatch, 2.0)
+    now = f"torch {torch.__version__}"
     assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.bfloat16
     assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.bfloat16
     assert probed == [(256, 64)]  # the second run read the cache
@@ -100,9 +101,9 @@ def test_the_answer_is_cached_per_machine_and_invalidated_when_the_key_changes(m
     assert runtime.resolve_dtype("auto", CPU, (512, 64)) == torch.float32
     assert runtime.resolve_dtype("auto", CPU, (512, 64)) == torch.float32 and probed[-2:] == [(512, 64)] * 2
     assert precision.cached_lines() == [  # what `minigpt --version` prints, after its first line
-        f"precision for 256x64 products on {threads} thread(s): bfloat16 (bf16 at 2.0x float32)",
-        f"precision for 256x64 products on {threads + 1} thread(s): float32 (bf16 at 0.5x float32)",
-        f"precision for 256x64 products on {threads} thread(s): float32 (bf16 at 0.5x float32)",
+        f"precision for 256x64 products on {threads} thread(s), {now}: bfloat16 (bf16 at 2.0x float32)",
+        f"precision for 256x64 products on {threads + 1} thread(s), {now}: float32 (bf16 at 0.5x float32)",
+        f"precision for 256x64 products on {threads} thread(s), torch 0.0.test: float32 (bf16 at 0.5x float32)",
     ]
 
 

@@ -166,13 +166,16 @@ def cached_choice(
 def cached_lines(cache_dir: Path | None = None) -> list[str]:
     """The cached answers, one line each (for `minigpt --version`, without importing torch)."""
     lines = []
-    for entry in _read((cache_dir or default_cache_dir()) / CACHE_NAME).values():
+    for key, entry in _read((cache_dir or default_cache_dir()) / CACHE_NAME).items():
         if isinstance(entry, dict) and {"bf16", "ratio", "shape", "threads"} <= entry.keys():
-            shape, threads, ratio = entry["shape"], entry["threads"], entry["ratio"]
+            parts = key.split("|")  # machine_key's: the torch version and oneDNN's ISA limit it was measured under
+            isa = parts[3].removeprefix("isa ") if len(parts) > 3 else ""
+            under = (parts[2] if len(parts) > 2 else "") + (f", ONEDNN_MAX_CPU_ISA={isa}" if isa else "")
+            shape, on, ratio = entry["shape"], f"{entry['threads']} thread(s), {under}", entry["ratio"]
             if entry.get("kind") == "attention":
                 form = "bf16 products" if entry["bf16"] else "float32 flash kernel"
-                lines.append(f"attention for {shape} on {threads} thread(s): {form} (products at {ratio}x flash)")
+                lines.append(f"attention for {shape} on {on}: {form} (products at {ratio}x flash)")
                 continue
             name = "bfloat16" if entry["bf16"] else "float32"
-            lines.append(f"precision for {shape} products on {threads} thread(s): {name} (bf16 at {ratio}x float32)")
+            lines.append(f"precision for {shape} products on {on}: {name} (bf16 at {ratio}x float32)")
     return lines
