@@ -104,6 +104,10 @@ def test_nproc_hands_every_flag_on_and_neither_dry_runs_nor_drops_auto(
     assert argv[argv.index("minigpt") + 1 :] == ["train", f"--request={request}"]
     items = ["model.n_layer=3", ("data.path", str(text_file)), ("train.device", "cpu")]
     assert read_request(request) == (None, items, out, Resume.NO)
+    request.write_text('{"overrides": [["data.path"]], "config": null, "out": null, "resume": "no"}')
+    for given in (tmp_path / "missing.json", request):  # a user who found the hidden option (the fuzzer did)
+        r = cli("train", f"--request={given}")
+        assert r.code == 2 and r.err.startswith(f"error: --request {given}: ") and len(r.err.splitlines()) == 1, r
 
 
 @pytest.mark.slow  # two more torchrun launches (~1 minute on 2 cores): `uv run pytest -m slow`

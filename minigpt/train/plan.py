@@ -98,8 +98,17 @@ def write_request(path: Path | None, items: Sequence[Override], out: Path | None
 
 
 def read_request(file: Path) -> tuple[Path | None, list[Override], Path | None, Resume]:
-    """What `write_request` wrote: (CONFIG, overrides, --out, --resume)."""
-    r = json.loads(file.read_text(encoding="utf-8"))
-    items: list[Override] = [item if isinstance(item, str) else tuple(item) for item in r["overrides"]]
-    config, out = r["config"], r["out"]
-    return (Path(config) if config else None), items, (Path(out) if out else None), Resume(r["resume"])
+    """What `write_request` wrote: (CONFIG, overrides, --out, --resume). Anything else (a missing
+    file, other JSON: `--request` is the launcher's, not a user's) is one `UserError`."""
+    try:
+        r = json.loads(file.read_text(encoding="utf-8"))
+        items: list[Override] = [item if isinstance(item, str) else tuple(item) for item in r["overrides"]]
+        if not all(isinstance(i, str) or len(i) == 2 and isinstance(i[0], str) for i in items):
+            raise ValueError(items)
+        config, out = r["config"], r["out"]
+        return (Path(config) if config else None), items, (Path(out) if out else None), Resume(r["resume"])
+    except (OSError, UnicodeError, ValueError, TypeError, KeyError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not a request --nproc wrote"
+        raise UserError(
+            f"--request {file}: {why}; it is --nproc's own option: run minigpt train CONFIG --nproc N instead"
+        ) from None
