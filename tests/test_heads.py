@@ -166,6 +166,15 @@ def test_a_context_too_short_for_the_repeated_sequences_is_one_error_line(cli, t
     assert result.err.strip().count("\n") == 0 and "block_size 6 is too short" in result.err
 
 
+def test_a_text_of_one_character_is_one_error_line(cli, trained_run: Path, tmp_path: Path):
+    """No position of a 1-character text has a key before it (the fuzzer found the traceback)."""
+    one = tmp_path / "one.txt"
+    one.write_text("a", encoding="utf-8")
+    for args, what in ((["--data", one], f"all of {one}"), (["--text", "a"], "--text")):
+        result = cli("heads", trained_run, *args, "--ablation", "none")
+        assert result.code == 2 and result.err == f"error: {what} has 1 char; heads needs a text of 2 or more\n"
+
+
 def repeated_strings(path: Path, lines: int = 8000, seed: int = 0) -> Path:
     """Lines of a random string of 6 to 15 letters written twice: only induction predicts the second copy."""
     rng = random.Random(seed)

@@ -544,6 +544,9 @@ def heads_of(
         table, label = None, f"--text ({len(ids):,} {loaded.tokenizer.unit}s)"
     else:
         ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
+    if len(ids) < 2:  # a head's patterns need a query with a key before it
+        what = "--text" if text is not None else label
+        raise UserError(f"{what} has {len(ids)} {loaded.tokenizer.unit}; heads needs a text of 2 or more")
     meta = {"source": source_line(loaded), "text": label, "ablation_text": label, "unit": loaded.tokenizer.unit}
     report = analyze_heads(model, ids, table, loaded.tokenizer.kind == "byte", ablation, exact, meta)
     report.meta["labels"] = [token_label(loaded.tokenizer, i) for i in report.tokens]  # how the page shows them
