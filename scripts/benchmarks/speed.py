@@ -223,7 +223,7 @@ def run_speed(a: argparse.Namespace, plan: Plan, tmp: Path) -> dict[str, Any]:
         plot_budget(runs, a.plot or tmp / "budget_curve.png")  # drawn in any case: a broken plot shows
     if "big" in parts:
         steps = 25 if a.quick else BIG_STEPS  # the reference times its steps from the 20th on
-        results["big"] = big(ref, data, env, tmp, a.repeats, steps, not a.quick)
+        results["big"] = big(ref, data, env, tmp, a.repeats, steps, not (a.quick or a.eager))
     if "sampling" in parts:
         run_dir = tmp / "sample-model"
         if not run_dir.exists():  # made by the batch-sampling part when that ran
@@ -286,5 +286,6 @@ def add_args(ap: argparse.ArgumentParser) -> None:
         help=f"run only these parts ({', '.join(SPEED_PARTS)}); the default runs them all",
     )
     ap.add_argument("--quick", action="store_true", help="tiny step counts: a smoke test of this script")
+    ap.add_argument("--eager", action="store_true", help="big: train the 6x384 model without torch.compile")
     ap.add_argument("--plot", type=Path, default=None, help="where to write the budget part's curves as a PNG")
     ap.add_argument("--json-only", action="store_true", help="print only the JSON line on stdout")
