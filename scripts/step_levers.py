@@ -6,7 +6,8 @@ engine's levers"), one variant a process; run the variants alternately, on a qui
 
 Variants: base (bf16 autocast, attention in float32 as minigpt trains), flash16 (attention in bf16
 through the flash kernel), products (attention as explicit bf16 products), compile, compile_products,
-fp32. The attention variants replace minigpt.model.causal_attention in this process only.
+fp32. flash16 replaces minigpt.model.causal_attention in this process only; the products variants
+turn on the model's own switch, as the trainer does where it measures them faster.
 """
 
 from __future__ import annotations
@@ -26,17 +27,9 @@ from minigpt.runtime.device import autocast
 from minigpt.train.optim import build_optimizer
 
 
-def attend_in_bf16(q, k, v, dropout_p=0.0, mask=None):
+def attend_in_bf16(q, k, v, dropout_p=0.0, mask=None, products=False):
     causal = mask is None and k.size(2) == q.size(2)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
-
-
-def attend_by_products(q, k, v, dropout_p=0.0, mask=None):
-    t, s = q.size(2), k.size(2)
-    scores = torch.matmul(q, k.transpose(-1, -2)) * q.size(-1) ** -0.5
-    if mask is None and t == s:
-        scores = scores.masked_fill(torch.ones(t, s, dtype=torch.bool).triu(1), float("-inf"))
-    return torch.matmul(F.dropout(scores.softmax(-1), dropout_p), v)
 
 
 def category(name: str) -> str:
@@ -60,13 +53,12 @@ def main() -> None:
     a = ap.parse_args()
     layers, width, heads, context, batch = a.shape
     torch.set_num_threads(2)
-    if "products" in a.variant:
-        M.causal_attention = attend_by_products
-    elif a.variant == "flash16":
+    if a.variant == "flash16":
         M.causal_attention = attend_in_bf16
     m = replace(Config().model, n_layer=layers, n_embd=width, n_head=heads, block_size=context, dropout=0.0)
     torch.manual_seed(0)
     model = M.GPT(m, 65)
+    model.attend_by_products("products" in a.variant)  # the trainer's switch (model.attention_by_products)
     opt = build_optimizer(model, Config().replace(**{"optim.optimizer": "adamw"}), torch.device("cpu"))
     forward = torch.compile(model) if a.variant.startswith("compile") else model
     x = torch.randint(65, (batch, context + 1))
