@@ -168,10 +168,10 @@ def cached_lines(cache_dir: Path | None = None) -> list[str]:
     lines = []
     for key, entry in _read((cache_dir or default_cache_dir()) / CACHE_NAME).items():
         if isinstance(entry, dict) and {"bf16", "ratio", "shape", "threads"} <= entry.keys():
-            parts = key.split("|")  # machine_key's: the torch version and oneDNN's ISA limit it was measured under
-            isa = parts[3].removeprefix("isa ") if len(parts) > 3 else ""
-            under = (parts[2] if len(parts) > 2 else "") + (f", ONEDNN_MAX_CPU_ISA={isa}" if isa else "")
-            shape, on, ratio = entry["shape"], f"{entry['threads']} thread(s), {under}", entry["ratio"]
+            parts = key.split("|") + [""] * 4  # machine_key's: the torch and oneDNN ISA limit it was measured under
+            isa = parts[3].removeprefix("isa ") and f"ONEDNN_MAX_CPU_ISA={parts[3].removeprefix('isa ')}"
+            on = ", ".join(part for part in (f"{entry['threads']} thread(s)", parts[2], isa) if part)
+            shape, ratio = entry["shape"], entry["ratio"]
             if entry.get("kind") == "attention":
                 form = "bf16 products" if entry["bf16"] else "float32 flash kernel"
                 lines.append(f"attention for {shape} on {on}: {form} (products at {ratio}x flash)")
