@@ -37,7 +37,6 @@ TEXT_POSITIONS = 200  # a pattern's text score decides the role when this many p
 ROLE_MIN = 0.5
 ROLE_MARGIN = 0.2
 LOCAL_DISTANCE = 3.0
-ROLE_NAMES = {"previous": "previous", "duplicate": "duplicate", "induction": "induction", "first": "first"}
 ABLATION_TOKENS = 65_536  # the validation sample head ablation is measured on, at most
 ABLATION_FLOPS = 4e11  # ... and at most this many forward FLOPs of it: a large model reads fewer windows
 EXACT_ALL_FLOPS = 1e12  # --exact auto measures every head exactly when all the reruns cost at most this
@@ -232,8 +231,7 @@ def score_text(
 def ceilings(tokens: torch.Tensor) -> dict[str, float]:
     """What a perfect head scores on the probe's sequences (B, T): the share of query rows that
     have a target (a head can put all its weight on targets only there)."""
-    defined = {name: float(P.any(-1).float().mean()) for name, P in targets(tokens).items()}
-    return defined
+    return {name: float(P.any(-1).float().mean()) for name, P in targets(tokens).items()}
 
 
 def evidence(scores: dict[str, float], perfect: dict[str, float], uniform: dict[str, float]) -> dict[str, float]:
@@ -251,7 +249,7 @@ def head_role(lift: dict[str, float], distance: float) -> str:
     best = max(lift, key=lift.__getitem__)
     runner_up = max(v for k, v in lift.items() if k != best)
     if lift[best] >= ROLE_MIN and lift[best] - runner_up >= ROLE_MARGIN:
-        return ROLE_NAMES[best]
+        return best
     return "local" if distance < LOCAL_DISTANCE else "mixed"
 
 

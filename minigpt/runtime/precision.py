@@ -1,13 +1,12 @@
 """Whether bf16 pays on this CPU, measured rather than read from its flags.
 
-A CPU flag says bf16 instructions exist, not that they are fast: one host with AVX512-BF16 multiplies
-bf16 at half its float32 rate, an AMX host at several times it, and a oneDNN limited to AVX2 emulates
-bf16 hundreds of times slower. So `train.dtype: auto` and `sample --dtype auto` time the run's own
-matrix products (a block's two MLP products, forward and backward, under autocast) in float32 and in
-bf16 on the threads the run uses, and take bf16 only where it is faster by a margin. The answer is
-cached per machine (CPU model and flags, torch version, oneDNN's ISA limit, threads, shape) in the
-user's cache folder, so the probe costs its fraction of a second once; a ratio measured while other
-processes kept the cores busy serves its own run but is not cached.
+A CPU flag says bf16 instructions exist, not that they are fast (docs/benchmarks.md has hosts of
+each kind). So `train.dtype: auto` and `sample --dtype auto` time the run's own matrix products
+(a block's two MLP products, forward and backward, under autocast) in float32 and in bf16 on the
+threads the run uses, and take bf16 only where it is faster by a margin. The answer is cached per
+machine (CPU model and flags, torch version, oneDNN's ISA limit, threads, shape) in the user's
+cache folder, so the probe runs once; a ratio measured while other processes kept the cores busy
+serves its own run but is not cached.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,33 +67,35 @@ def machine_key(shape: str) -> str:
     return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|{torch.get_num_threads()} threads|{shape}"
 
 
-def _products(rows: int, width: int, dtype: torch.dtype, tensors: tuple) -> float:
-    """Seconds of one forward and backward through a block's MLP products under autocast."""
-    import torch
+def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) -> list[float]:
+    """Median seconds of each of `runs`, after a warm-up of each (kernel selection), interleaved so
+    that a load from another process weighs on all of them alike."""
+    times: list[list[float]] = [[] for _ in runs]
+    for i in range(repeats + 1):
+        for run, kept in zip(runs, times):
+            start = time.perf_counter()
+            run()
+            if i:
+                kept.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
-    x, up, down = tensors
-    start = time.perf_counter()
-    with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
-        y = torch.nn.functional.linear(torch.nn.functional.linear(x, up), down)
-    y.float().sum().backward()
-    return time.perf_counter() - start
 
-
-def _median_times(rows: int, width: int, repeats: int = 3) -> tuple[float, float]:
-    """Median seconds of float32 and of bf16, after a warm-up of each at this shape, interleaved so
-    that a load from another process weighs on both alike."""
+def _median_times(rows: int, width: int) -> tuple[float, float]:
+    """Median seconds of float32 and of bf16 for one forward and backward through a block's MLP
+    products under autocast."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    tensors = tuple(torch.randn(*s, generator=gen, requires_grad=True) for s in ((rows, width), (4 * width, width)))
-    tensors += (torch.randn(width, 4 * width, generator=gen, requires_grad=True),)
-    times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
-    for i in range(repeats + 1):
-        for dtype, kept in times.items():
-            seconds = _products(rows, width, dtype, tensors)
-            if i:  # the first of each is the warm-up (kernel selection)
-                kept.append(seconds)
-    return statistics.median(times[torch.float32]), statistics.median(times[torch.bfloat16])
+    x, up = (torch.randn(*s, generator=gen, requires_grad=True) for s in ((rows, width), (4 * width, width)))
+    down = torch.randn(width, 4 * width, generator=gen, requires_grad=True)
+
+    def products(dtype: torch.dtype) -> None:
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            y = torch.nn.functional.linear(torch.nn.functional.linear(x, up), down)
+        y.float().sum().backward()
+
+    t32, t16 = interleaved_medians([lambda: products(torch.float32), lambda: products(torch.bfloat16)])
+    return t32, t16
 
 
 def measure(rows: int, width: int) -> float:
