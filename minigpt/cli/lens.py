@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from minigpt.cli.help import UnknownChars
-from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_device
+from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
 from minigpt.errors import UserError
+from minigpt.inspect.pages import VISIBLE
 
 if TYPE_CHECKING:
     from minigpt.inspect.lens import Lens
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 MAX_DETAIL = 32  # a text of at most this many tokens shows every position's top guesses; a longer one its last few
 LONG_DETAIL = 8
 LN2 = math.log(2)
-VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # as the pages show them: ␣ ↵ → ␍
 
 
 def lens_cmd(
@@ -60,9 +59,7 @@ def lens_cmd(
         ),
     ] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours, even on a terminal.")] = False,
-    unknown: Annotated[
-        UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")
-    ] = "error",
+    unknown: UnknownOpt = "error",
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:

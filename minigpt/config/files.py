@@ -91,12 +91,7 @@ def file_config(path: str | Path | None) -> Config:
     file + override combination that is valid together is accepted."""
     source = str(path) if path is not None else "default config"
     raw = read_yaml(Path(path)) if path is not None else {}
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise UserError(f"{source}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
-    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
-    return config_from_dict(raw, source, check=False)
+    return config_from_dict(raw, source, check=False)  # an empty file is the defaults
 
 
 def with_overrides(
