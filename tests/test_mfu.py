@@ -9,7 +9,7 @@ import torch
 
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import ModelConfig
-from minigpt.runtime.mfu import device_peak, flops_per_token, peak_entry, mfu_percent
+from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent, peak_entry
 
 from .helpers import TRAINED_RUN_PEAK_TFLOPS
 

@@ -356,26 +356,19 @@ def starting_weights(fresh: dict[str, Any], start: dict[str, Any]) -> dict[str, 
 LOCK_NAME = ".lock"
 
 
-class RunLock:
-    """An exclusive lock on a run directory for the life of one training process: RUN/.lock,
-    through the package's one file lock (`minigpt.io.lock`). A second training is refused at once,
-    told the holder's pid; the kernel releases the lock when the process ends in any way (kill -9
-    included)."""
-
-    def __init__(self, out_dir: Path) -> None:
-        self.lock = FileLock(out_dir / LOCK_NAME, blocking=False)
-
-    def acquire(self) -> None:
-        try:
-            self.lock.acquire()
-        except LockHeld as held:
-            raise UserError(
-                f"{held.path.parent} is in use by another minigpt training (pid {held.owner}); wait for it to end, "
-                "or train into another --out"
-            ) from None
-
-    def release(self) -> None:
-        self.lock.release()
+def lock_run_dir(out_dir: Path) -> FileLock:
+    """RUN/.lock, held for the life of one training process through the package's one file lock
+    (`minigpt.io.lock`): a second training is refused at once, told the holder's pid; the kernel
+    releases the lock when the process ends in any way (kill -9 included)."""
+    lock = FileLock(out_dir / LOCK_NAME, blocking=False)
+    try:
+        lock.acquire()
+    except LockHeld as held:
+        raise UserError(
+            f"{held.path.parent} is in use by another minigpt training (pid {held.owner}); wait for it to end, "
+            "or train into another --out"
+        ) from None
+    return lock
 
 
 def vocabulary_check(m: ModelConfig) -> Callable[[int], None]:
@@ -471,11 +464,11 @@ def run_training(
         print(f"# {plan.describe()}\n" + dry_run_text(cfg, plan.explicit, steps), end="")
         return None
     distributed.init(dist, device)
-    lock = RunLock(out_dir)
+    lock: FileLock | None = None
     try:
         if dist.is_main:
             prepare_run_dir(out_dir)
-            lock.acquire()
+            lock = lock_run_dir(out_dir)
             existing = find_checkpoint(out_dir, prefer=LAST)
             if resume_from is None and existing is not None:  # written while this process was starting
                 raise UserError(f"{out_dir} already holds a run ({existing.name}); pick another --out")
@@ -492,7 +485,8 @@ def run_training(
             write_run_file(out_dir / "config.yaml", config_text(cfg))
         return trainer.train(started=t_start, callbacks=callbacks)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
         distributed.shutdown()
 
 
