@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from minigpt.io import default_cache_dir
 from minigpt.io.atomic import atomic_write
+from minigpt.io.textfiles import read_json_dict
 
 MARGIN = 1.1  # bf16 must beat float32 by this factor: the probe times products, a step has more in it
 CACHE_NAME = "precision.json"
@@ -120,14 +121,6 @@ def machine_busy() -> bool:
         return False
 
 
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def cpu_precision(rows: int, width: int, cache_dir: Path | None = None) -> Choice:
     """Whether bf16 pays for products of `rows` x `width` on this CPU: from the cache, else measured
     and cached. A cache that cannot be written only costs the probe again next time."""
@@ -144,7 +137,7 @@ def cached_choice(
 
     path = (cache_dir or default_cache_dir()) / CACHE_NAME
     key = machine_key(f"{kind} {shape}" if kind else shape)
-    entry = _read(path).get(key)
+    entry = read_json_dict(path).get(key)
     if isinstance(entry, dict) and isinstance(entry.get("ratio"), (int, float)):
         return Choice(bool(entry.get("bf16")), float(entry["ratio"]), cached=True)
     with torch.random.fork_rng(devices=[]):
@@ -152,7 +145,7 @@ def cached_choice(
     choice = Choice(ratio >= MARGIN, round(ratio, 3))
     if machine_busy():  # other processes' load skews the ratio: good for this run, not for every later one
         return choice
-    entries = _read(path)
+    entries = read_json_dict(path)
     entries[key] = {"bf16": choice.bf16, "ratio": choice.ratio, "shape": shape, "threads": torch.get_num_threads()}
     if kind:
         entries[key]["kind"] = kind
@@ -167,7 +160,7 @@ def cached_choice(
 def cached_lines(cache_dir: Path | None = None) -> list[str]:
     """The cached answers, one line each (for `minigpt --version`, without importing torch)."""
     lines = []
-    for key, entry in _read((cache_dir or default_cache_dir()) / CACHE_NAME).items():
+    for key, entry in read_json_dict((cache_dir or default_cache_dir()) / CACHE_NAME).items():
         if isinstance(entry, dict) and {"bf16", "ratio", "shape", "threads"} <= entry.keys():
             parts = key.split("|")  # machine_key's: the torch version and oneDNN's ISA limit it was measured under
             isa = parts[3].removeprefix("isa ") if len(parts) > 3 else ""

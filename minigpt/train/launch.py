@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import json
 import os
 import re
 import time
@@ -43,6 +42,7 @@ from minigpt.data.sources import absolute_spec, describe, resolve_sources
 from minigpt.data.tokenizer import CharTokenizer, Tokenizer, name_chars, tokenizer_from_dict
 from minigpt.errors import UserError
 from minigpt.io.lock import FileLock, LockHeld
+from minigpt.io.textfiles import read_json_dict
 from minigpt.model import parameter_count
 from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreLoad
@@ -223,11 +223,8 @@ def _resume_plan(
 
 def finished_results(out_dir: Path, ckpt: Checkpoint) -> dict | None:
     """The run's results.json when it records the checkpoint's step (the run ended there), else None."""
-    try:
-        results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return results if isinstance(results, dict) and results.get("steps") == ckpt.step else None
+    results = read_json_dict(out_dir / "results.json")
+    return results if results and results.get("steps") == ckpt.step else None
 
 
 def why_finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
