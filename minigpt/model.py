@@ -323,12 +323,10 @@ class GPT(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        """Where the model's weights are."""
         return self.wte.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        """The weights' dtype."""
         return self.wte.weight.dtype
 
     def num_params(self, non_embedding: bool = True) -> int:

@@ -247,7 +247,6 @@ def muon_views(name: str, p: torch.Tensor) -> torch.Tensor:
 
 
 def is_muon_param(name: str, p: torch.Tensor) -> bool:
-    """Weight matrices inside the transformer blocks."""
     return p.dim() == 2 and name.startswith("blocks.")
 
 
