@@ -126,17 +126,13 @@ def _paint(s: str, bits: float, colour: bool) -> str:
     return f"\x1b[48;5;{SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(bits))]}m\x1b[97m{s}\x1b[0m"
 
 
-def _names(lens: Lens) -> list[str]:
-    return [*lens.layers[:-1], f"{lens.layers[-1]} = output"]
-
-
 def lens_terminal(
     lens: Lens, colour: bool, source: str, positions: list[int], width: int = 100, vocab: int | None = None
 ) -> str:
     """The lens on a terminal: each layer's bits per character (beside a uniform guess over the
     `vocab` ids, and why a layer can do worse); each layer's top guess after every character, under
     the character that came; the top 5 at `positions` (none: how to see them)."""
-    names = _names(lens)
+    names = [*lens.layers[:-1], f"{lens.layers[-1]} = output"]
     pad = max(len(n) for n in names) + 2
     unit = "char" if lens.unit == "char" else lens.unit
     lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{unit}"]

@@ -51,9 +51,11 @@ def checkpoint_bytes(cfg: Config, n_params: int) -> int:
 
 
 def run_needs(cfg: Config, n_params: int, extra: Sequence[Need] = ()) -> list[Need]:
-    """What a run keeps on disk: last.pt, best.pt and a temporary copy while one is written."""
+    """What a run keeps on disk: last.pt, best.pt and a temporary copy while one is written, and
+    the `extra` files it keeps (none of a kind with a count of 0)."""
     each = checkpoint_bytes(cfg, n_params)
-    return [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each), *extra]
+    kept = [n for n in extra if n.count]
+    return [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each), *kept]
 
 
 def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> Need:
@@ -71,12 +73,6 @@ def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> Need:
         + PER_VOCAB_ENTRY_BYTES * vocab_size
     )
     return Need("snapshots (train.keep_every)", size, count)
-
-
-def snapshot_needs(cfg: Config, vocab_size: int, from_step: int) -> list[Need]:
-    """`snapshot_plan` as the disk preflight's list: empty when the run keeps none."""
-    plan = snapshot_plan(cfg, vocab_size, from_step)
-    return [plan] if plan.count else []
 
 
 def disk_error(out_dir: Path, needs: Sequence[Need]) -> WriteError | None:

@@ -450,7 +450,7 @@ def run_training(
     too_big = preflight.check(cfg, tok.vocab_size, device, dtype, local)
     if too_big:
         raise UserError(too_big)
-    kept = disk.snapshot_needs(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)
+    kept = [disk.snapshot_plan(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)]
     disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
     advised = precision_lines(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # once every check passed
     if resume_from is None:
