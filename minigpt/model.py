@@ -19,6 +19,7 @@ from minigpt.config.schema import ModelConfig
 
 Rope = tuple[torch.Tensor, torch.Tensor] | None  # cos, signed sin (T, head_size) of the current positions
 QK_NORM_EPS = 1e-6  # model.qk_norm's epsilon (fixed, so exports and the playground use the same)
+SINUSOIDAL_SCALE = 0.02 * math.sqrt(2)  # the fixed position table's scale (GPT.__init__ says why)
 
 
 def parameter_count(m: ModelConfig, vocab_size: int) -> int:
@@ -279,7 +280,7 @@ class GPT(nn.Module):
             # scaled to the token embeddings' size at init (std 0.02 a channel; sin/cos have rms 1/sqrt 2),
             # as the original Transformer's sqrt(d) embedding scale makes the two comparable there;
             # unscaled, the positions drown the characters (docs/attention.md)
-            table = sinusoidal_table(cfg.block_size, cfg.n_embd) * (0.02 * math.sqrt(2))
+            table = sinusoidal_table(cfg.block_size, cfg.n_embd) * SINUSOIDAL_SCALE
             self.register_buffer("pos_table", table, persistent=False)
         if cfg.pos_emb == "rope":
             cos, sin = rope_tables(cfg.block_size, cfg.n_embd // cfg.n_head)
