@@ -288,9 +288,6 @@ def maybe_compile(
     """
     if not enabled:
         return wrap(model)
-    if not hasattr(torch, "compile"):
-        log("warning: this PyTorch has no torch.compile; training eagerly")
-        return wrap(model)
     t0 = time.perf_counter()
     try:
         with without_cuda_home_notice():
