@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import statistics
-import time
 from collections.abc import Iterator
 
 import torch
@@ -21,6 +19,7 @@ from minigpt.config.schema import ModelConfig
 
 Rope = tuple[torch.Tensor, torch.Tensor] | None  # cos, signed sin (T, head_size) of the current positions
 QK_NORM_EPS = 1e-6  # model.qk_norm's epsilon (fixed, so exports and the playground use the same)
+SINUSOIDAL_SCALE = 0.02 * math.sqrt(2)  # the fixed position table's scale (GPT.__init__ says why)
 
 
 def parameter_count(m: ModelConfig, vocab_size: int) -> int:
@@ -69,7 +68,6 @@ class KVCache:
         shape = (cfg.n_layer, batch_size, cfg.n_head, max_len, hs)  # (L, B, nh, S, hs)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.max_len = max_len
         self.length = 0  # positions filled so far
 
     def reset(self) -> None:
@@ -114,12 +112,8 @@ def causal_attention(
     many queries as keys, attended causally (training, a full forward), or one query that sees
     every key (a KV-cache decoding step); the KV-cache path passes its own mask otherwise.
 
-    On the CPU, bf16 queries (bf16 autocast, or a bf16 model sampling) are attended in float32: the
-    CPU's bf16 flash-attention kernels are slower than its float32 ones, while the matrix multiplies
-    around them gain from bf16. float32 is also the more accurate softmax. The
-    result has the queries' dtype. With `products`, bf16 causal attention on the CPU is instead two
-    batched bf16 products around a softmax (`attention_by_products`), where the CPU's matrix engine
-    makes that faster: the trainer measures it per shape (`attention_speed`)."""
+    On the CPU, bf16 queries are attended in float32 (the CPU's bf16 flash kernels are slower than
+    its float32 ones), or with `products` as `attention_by_products`; the result has q's dtype."""
     if mask is None and q.size(2) not in (1, k.size(2)):
         raise ValueError(f"{q.size(2)} queries over {k.size(2)} keys need an explicit attention mask")
     causal = mask is None and k.size(2) == q.size(2)
@@ -144,20 +138,17 @@ def attention_by_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dro
     return torch.matmul(F.dropout(scores.softmax(-1), dropout_p), v)
 
 
-def attention_speed(heads: int, context: int, head_size: int, repeats: int = 3) -> float:
+def attention_speed(heads: int, context: int, head_size: int) -> float:
     """bf16 causal attention's speed as products over the float32 flash kernel's, forward and
-    backward, for `heads` (batch x heads) rows of `context` x `head_size` on this CPU: medians of
-    `repeats`, interleaved, after a warm-up of each."""
+    backward, for `heads` (batch x heads) rows of `context` x `head_size` on this CPU."""
+    from minigpt.runtime.precision import interleaved_medians
+
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, heads, context, head_size, generator=gen).bfloat16().requires_grad_() for _ in range(3))
-    times: dict[bool, list[float]] = {False: [], True: []}
-    for i in range(repeats + 1):
-        for products, kept in times.items():
-            start = time.perf_counter()
-            causal_attention(q, k, v, products=products).float().sum().backward()
-            if i:
-                kept.append(time.perf_counter() - start)
-    return statistics.median(times[False]) / statistics.median(times[True])
+    flash, products = interleaved_medians(
+        [lambda p=p: causal_attention(q, k, v, products=p).float().sum().backward() for p in (False, True)]
+    )
+    return flash / products
 
 
 class HookPoint(nn.Identity):
@@ -173,7 +164,6 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_head = cfg.n_head
-        self.n_embd = cfg.n_embd
         self.dropout = cfg.dropout
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v in one matmul
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
@@ -290,7 +280,7 @@ class GPT(nn.Module):
             # scaled to the token embeddings' size at init (std 0.02 a channel; sin/cos have rms 1/sqrt 2),
             # as the original Transformer's sqrt(d) embedding scale makes the two comparable there;
             # unscaled, the positions drown the characters (docs/attention.md)
-            table = sinusoidal_table(cfg.block_size, cfg.n_embd) * (0.02 * math.sqrt(2))
+            table = sinusoidal_table(cfg.block_size, cfg.n_embd) * SINUSOIDAL_SCALE
             self.register_buffer("pos_table", table, persistent=False)
         if cfg.pos_emb == "rope":
             cos, sin = rope_tables(cfg.block_size, cfg.n_embd // cfg.n_head)
@@ -334,12 +324,10 @@ class GPT(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        """Where the model's weights are."""
         return self.wte.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        """The weights' dtype."""
         return self.wte.weight.dtype
 
     def num_params(self, non_embedding: bool = True) -> int:

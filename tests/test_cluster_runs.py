@@ -109,8 +109,8 @@ def test_snapshots_are_kept_small_and_every_command_reads_them(text_file: Path, 
         and first["tokenizer"] == load_checkpoint(out / "last.pt")["tokenizer"]
     )
     plan = snapshot_plan(config_from_dict(first["config"], "test"), len(first["tokenizer"]["chars"]))
-    assert plan.count == 2 and all(p.stat().st_size <= plan.bytes_each for p in snaps)
-    assert plan.bytes_each < (out / "last.pt").stat().st_size / 2  # no optimizer state: AdamW's is 2x the weights
+    assert plan.count == 2 and all(p.stat().st_size <= plan.each for p in snaps)
+    assert plan.each < (out / "last.pt").stat().st_size / 2  # no optimizer state: AdamW's is 2x the weights
     assert snapshot_plan(config_from_dict(first["config"], "t").replace(**{"train.max_steps": 21}), 40, 8).count == 3
 
     # the model as it was at step 4, through every command that reads a model

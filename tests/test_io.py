@@ -143,19 +143,18 @@ def test_a_lock_held_by_another_process_is_refused_at_once_naming_it_and_free_af
 
 
 def test_the_run_lock_names_the_training_that_holds_it(tmp_path: Path, holder) -> None:
-    from minigpt.train.launch import RunLock
+    from minigpt.train.launch import lock_run_dir
 
     other = holder(tmp_path / ".lock")
     with pytest.raises(UserError) as refused:
-        RunLock(tmp_path).acquire()
+        lock_run_dir(tmp_path)
     assert str(refused.value) == (
         f"{tmp_path} is in use by another minigpt training (pid {other.pid}); wait for it to end, or train into "
         "another --out"
     )
     tell(other)  # let go
     assert other.stdout is not None and other.stdout.readline() == "released\n"
-    run_lock = RunLock(tmp_path)
-    run_lock.acquire()
+    run_lock = lock_run_dir(tmp_path)
     run_lock.release()
     run_lock.release()  # a second release does nothing
 

@@ -9,7 +9,7 @@ import torch
 
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import ModelConfig
-from minigpt.runtime.mfu import device_peak, flops_per_token, lookup_peak_tflops, mfu_percent
+from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent, peak_entry
 
 from .helpers import TRAINED_RUN_PEAK_TFLOPS
 
@@ -44,7 +44,8 @@ def test_flops_per_token_counts_every_matmul() -> None:
     ],
 )
 def test_peak_table_matches_whole_names(name: str, tflops: float | None) -> None:
-    assert lookup_peak_tflops(name) == tflops
+    entry = peak_entry(name)
+    assert (entry[1] if entry else None) == tflops
 
 
 def test_peak_override_and_cpu() -> None:
@@ -76,4 +77,4 @@ def test_trainer_logs_mfu_consistent_with_tokens_per_sec(trained_run: Path) -> N
 def test_gpu_peak_names_the_type_its_figure_is_for(name: str, kind: str, monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     peak, source = device_peak(torch.device("cuda"), 0.0)
-    assert peak == lookup_peak_tflops(name) * 1e12 and f"{name} {kind}" in source
+    assert peak == peak_entry(name)[1] * 1e12 and f"{name} {kind}" in source

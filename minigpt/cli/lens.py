@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from minigpt.cli.help import UnknownChars
-from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_device
+from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
 from minigpt.errors import UserError
+from minigpt.inspect.pages import VISIBLE
 
 if TYPE_CHECKING:
     from minigpt.inspect.lens import Lens
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 MAX_DETAIL = 32  # a text of at most this many tokens shows every position's top guesses; a longer one its last few
 LONG_DETAIL = 8
 LN2 = math.log(2)
-VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # as the pages show them: ␣ ↵ → ␍
 
 
 def lens_cmd(
@@ -60,9 +59,7 @@ def lens_cmd(
         ),
     ] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours, even on a terminal.")] = False,
-    unknown: Annotated[
-        UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")
-    ] = "error",
+    unknown: UnknownOpt = "error",
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
@@ -129,17 +126,13 @@ def _paint(s: str, bits: float, colour: bool) -> str:
     return f"\x1b[48;5;{SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(bits))]}m\x1b[97m{s}\x1b[0m"
 
 
-def _names(lens: Lens) -> list[str]:
-    return [*lens.layers[:-1], f"{lens.layers[-1]} = output"]
-
-
 def lens_terminal(
     lens: Lens, colour: bool, source: str, positions: list[int], width: int = 100, vocab: int | None = None
 ) -> str:
     """The lens on a terminal: each layer's bits per character (beside a uniform guess over the
     `vocab` ids, and why a layer can do worse); each layer's top guess after every character, under
     the character that came; the top 5 at `positions` (none: how to see them)."""
-    names = _names(lens)
+    names = [*lens.layers[:-1], f"{lens.layers[-1]} = output"]
     pad = max(len(n) for n in names) + 2
     unit = "char" if lens.unit == "char" else lens.unit
     lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{unit}"]

@@ -23,20 +23,13 @@ def honour_named_shell(args: list[str]) -> None:
 
 
 def exit_fast(code: int) -> NoReturn:
-    """End the process with `code`, without the interpreter's slow teardown.
+    """End the process with `code`, without the interpreter's slow teardown: gc.freeze() leaves
+    torch's objects to the OS (files are closed by then; atexit handlers still run). Speed trick:
+    every command ends sooner; benchmark `scripts/bench.py tricks`.
 
-    The teardown walks every object torch's import created (most of the exit's time):
-    gc.freeze() leaves them to the OS; files are closed by then and atexit handlers still run.
-
-    That is not enough once triton is loaded (a compiled training run). nanobind, its bindings
-    library, checks from a C exit hook after the teardown that every type, function and object it
-    made was freed, and prints "nanobind: leaked ..." for each one that was not. Types sit in
-    reference cycles (each refers to itself through its __mro__), which only the teardown's last
-    collection frees, and that collection skips frozen objects: after gc.freeze() every nanobind
-    type is reported, though none leaked. Without the freeze the report goes away, but the
-    collection then walks the compiler's objects too (seconds after a compiled run), so such a
-    process ends with os._exit after the shutdown steps that matter. Speed trick: every command ends
-    sooner; benchmark `scripts/bench.py tricks` (the nanobind branch is for correctness)."""
+    Once triton is loaded (a compiled run), nanobind's exit hook would report every frozen type as
+    "nanobind: leaked ..." (their reference cycles are freed only by the teardown's last collection,
+    which skips frozen objects), so such a process ends with `_exit_without_teardown` instead."""
     if nanobind_loaded():
         _exit_without_teardown(code)
     gc.freeze()

@@ -5,7 +5,6 @@ run's config, results and val-loss curve."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -15,6 +14,7 @@ from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint, list_snapshots
 from minigpt.config.files import value_text
 from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
+from minigpt.io.textfiles import read_json_dict
 from minigpt.model import parameter_count
 from minigpt.train.sweep import Sweep, short_keys
 
@@ -40,11 +40,7 @@ class RunInfo:
 
 
 def read_run(run_dir: Path, name: str) -> RunInfo:
-    results: dict[str, Any] = {}
-    try:
-        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
+    results = read_json_dict(run_dir / "results.json")
     try:
         ckpt = Checkpoint.load(find_checkpoint(run_dir, prefer=LAST), verify=())  # a table reads no weights
         cfg = config_from_dict(ckpt.config, name)

@@ -39,12 +39,17 @@ def parse_override(item: str | tuple[str, Any], source: str = "command line") ->
     return key, value
 
 
+def _field_type(key: str) -> Any:
+    """A dotted key's declared type (`int`, `str | None`, ...), or None for an unknown key."""
+    if key.count(".") != 1 or key not in all_keys():
+        return None
+    section, name = key.split(".")
+    return typing.get_type_hints(SECTIONS[section])[name]
+
+
 def takes_list(key: str) -> bool:
     """Whether a key's value may be a list (data.path, data.text_field, log.hparam_keys, ...)."""
-    if key.count(".") != 1 or key not in all_keys():
-        return False
-    section, name = key.split(".")
-    return list[str] in typing.get_args(typing.get_type_hints(SECTIONS[section])[name])
+    return list[str] in typing.get_args(_field_type(key))
 
 
 def read_yaml(path: Path) -> Any:
@@ -91,12 +96,7 @@ def file_config(path: str | Path | None) -> Config:
     file + override combination that is valid together is accepted."""
     source = str(path) if path is not None else "default config"
     raw = read_yaml(Path(path)) if path is not None else {}
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise UserError(f"{source}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
-    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
-    return config_from_dict(raw, source, check=False)
+    return config_from_dict(raw, source, check=False)  # an empty file is the defaults
 
 
 def with_overrides(
@@ -116,11 +116,7 @@ def with_overrides(
 
 
 def _is_text_key(key: str) -> bool:
-    f = all_keys().get(key)
-    if f is None:
-        return False
-    section = key.split(".")[0]
-    typ = typing.get_type_hints(SECTIONS[section])[f.name]
+    typ = _field_type(key)
     return typ is str or (typing.get_origin(typ) in (typing.Union, types.UnionType) and str in typing.get_args(typ))
 
 

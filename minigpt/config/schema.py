@@ -366,6 +366,9 @@ def _suggest(key: str) -> str:
     return f" (did you mean '{found}'? {what}it is in the {section} section: {all_keys()[found].metadata['help']})"
 
 
+TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
 def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
     """Check `value` against the field type, accepting YAML's common spellings."""
     if list[str] in typing.get_args(typ):
@@ -384,7 +387,7 @@ def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
         if value is None:
             return None
         typ = next(t for t in typing.get_args(typ) if t is not type(None))
-    bad = UserError(f"{source}: {key} must be {_type_name(typ)}, got {value!r}")
+    bad = UserError(f"{source}: {key} must be {TYPE_NAMES.get(typ, str(typ))}, got {value!r}")
     if typ is bool:
         if isinstance(value, bool):
             return value
@@ -421,10 +424,6 @@ def _as_number(value: Any) -> float | None:
         except ValueError:
             return None
     return None
-
-
-def _type_name(typ: Any) -> str:
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(typ, str(typ))
 
 
 def set_dotted(raw: dict[str, dict[str, Any]], key: str, value: Any, source: str) -> None:

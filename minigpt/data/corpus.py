@@ -81,15 +81,6 @@ class Corpus:
         return dataclasses.replace(self, tokenizer=tok, id_map=tok.ids_of(self.tokenizer))
 
 
-def cache_dir_for(cfg: DataConfig) -> Path:
-    return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
-
-
-def split_index(n: int, val_fraction: float) -> int:
-    """Where validation starts in a single text: the last val_fraction is validation."""
-    return int(n * (1.0 - val_fraction))
-
-
 def _layout(
     cfg: DataConfig, index: HashIndex, progress: ProgressFactory | None, cache: Path, whole: bool = False
 ) -> tuple[Layout, str]:
@@ -196,7 +187,7 @@ def encode_corpus(
     is not split into training and validation records."""
     if cfg.path == DEFAULT_DATA_PATH and not Path(DEFAULT_DATA_PATH).exists():
         fetch_tiny_shakespeare(Path(DEFAULT_DATA_PATH))
-    cache = cache_dir_for(cfg)
+    cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
     index = HashIndex(cache, [absolute_spec(cfg.path), cfg.val_path and absolute_spec(cfg.val_path)])
     layout, desc = _layout(cfg, index, progress, cache, whole)
     return load_or_encode(layout, cache, progress, desc, "data.path", check_vocab), layout, desc
@@ -211,7 +202,7 @@ def load_corpus(
     """The configured corpus, encoded (cached), memory-mapped and split."""
     enc, layout, desc = encode_corpus(cfg, progress, check_vocab)
     n = len(enc.ids)
-    split = enc.split if enc.split is not None else split_index(n, cfg.val_fraction)
+    split = enc.split if enc.split is not None else int(n * (1.0 - cfg.val_fraction))  # the last val_fraction
     need = block_size + 2
     if split < need or n - split < need:
         unit = enc.tokenizer.unit + "s"

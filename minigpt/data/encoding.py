@@ -26,6 +26,7 @@ from minigpt.data.sources import SourceFile
 from minigpt.data.tokenizer import ByteTokenizer, CharTokenizer, Tokenizer
 from minigpt.errors import UserError
 from minigpt.io.atomic import atomic_write
+from minigpt.io.textfiles import read_json_dict
 
 CACHE_VERSION = 2
 RACY_NS = 2_000_000_000  # a file modified this close to when it was hashed is hashed again (racy mtime)
@@ -59,9 +60,8 @@ class HashIndex:
         self.path = cache_dir / "index" / f"{key}.json" if cache_dir is not None else None
         self.entries: dict[str, list] = {}
         self.changed = False
-        if self.path is not None and self.path.exists():
-            with contextlib.suppress(OSError, ValueError):
-                self.entries = json.loads(self.path.read_text(encoding="utf-8")).get("files", {})
+        if self.path is not None:
+            self.entries = read_json_dict(self.path).get("files", {})
 
     def knows(self, f: SourceFile) -> bool:
         known = self.entries.get(f.path)

@@ -106,10 +106,6 @@ class CharTokenizer:
     def to_dict(self) -> dict[str, Any]:
         return {"chars": list(self.chars)}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CharTokenizer:
-        return cls(d["chars"])
-
 
 class ByteTokenizer:
     """The UTF-8 bytes of a text, one id per byte value (256 ids). Decoding never fails: bytes

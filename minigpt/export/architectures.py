@@ -26,12 +26,11 @@ import torch
 
 from minigpt.config.schema import ModelConfig
 from minigpt.errors import UserError
-from minigpt.model import sinusoidal_table
+from minigpt.model import SINUSOIDAL_SCALE, sinusoidal_table
 
 Weights = dict[str, torch.Tensor]
 
 ARCHITECTURES = {"gpt_neox": "GPTNeoXForCausalLM", "gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM"}
-SINUSOIDAL_SCALE = 0.02 * 2**0.5  # model.GPT scales its fixed table by this at construction
 
 
 # options GPT-NeoX, GPT-2 and OPT do not compute: what each would need

@@ -11,6 +11,7 @@ from typing import Any
 from minigpt.data.sources import resolve_sources
 from minigpt.errors import UserError
 from minigpt.infer.loading import LoadedModel
+from minigpt.io.textfiles import read_json_dict
 from minigpt.model import parameter_count
 
 
@@ -39,12 +40,9 @@ def validation_loss(loaded: LoadedModel) -> dict[str, Any]:
     results.json when it scored this checkpoint (same step), else the checkpoint's fixed-batch estimate."""
     ckpt, unit = loaded.checkpoint, loaded.tokenizer.unit
     loss, how = None, None
-    try:
-        results = json.loads((loaded.path.parent / "results.json").read_text(encoding="utf-8"))
-        if isinstance(results.get("val_loss_full"), (int, float)) and results.get("best_step") == ckpt.step:
-            loss, how = float(results["val_loss_full"]), "whole validation split"
-    except (OSError, ValueError, AttributeError):
-        pass
+    results = read_json_dict(loaded.path.parent / "results.json")
+    if isinstance(results.get("val_loss_full"), (int, float)) and results.get("best_step") == ckpt.step:
+        loss, how = float(results["val_loss_full"]), "whole validation split"
     if loss is None and isinstance(ckpt.val_loss, float) and math.isfinite(ckpt.val_loss):
         loss, how = ckpt.val_loss, "estimate from fixed validation batches"
     if loss is None:

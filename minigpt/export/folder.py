@@ -5,7 +5,6 @@ library, a full disk, Ctrl-C) leaves OUT as it was and no staging folder behind.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import os
 import shutil
@@ -133,13 +132,9 @@ def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = 
 
 def write_sha256sums(folder: Path, names: list[str]) -> str:
     """`SHA256SUMS` of the files `names` in `folder`, in the format `sha256sum -c SHA256SUMS` checks."""
-    lines = []
-    for name in sorted(names):
-        digest = hashlib.sha256()
-        with (folder / name).open("rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        lines.append(f"{digest.hexdigest()}  {name}\n")
+    from minigpt.data.encoding import file_sha256
+
+    lines = [f"{file_sha256(folder / name)}  {name}\n" for name in sorted(names)]
     (folder / "SHA256SUMS").write_text("".join(lines), encoding="utf-8")
     return "SHA256SUMS"
 

@@ -8,15 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from minigpt.config.schema import SampleOptions
 from minigpt.export.architectures import ARCHITECTURES, architecture_for, hf_config, hf_weights
 from minigpt.export.card import model_card, model_facts
 from minigpt.export.tokenizer_json import UNKNOWN_RULE, build_tokenizer, tokenizer_config
 from minigpt.infer.loading import LoadedModel
-
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from minigpt.runtime.device import DTYPES
 
 
 def sampling_defaults() -> dict[str, Any]:
@@ -52,7 +49,7 @@ def write_hf(loaded: LoadedModel, folder: Path, dtype: str) -> list[str]:
     cfg, tok = loaded.config.model, loaded.tokenizer
     arch = architecture_for(cfg)
     _write_json(folder / "config.json", hf_config(cfg, tok.vocab_size, dtype))
-    weights = hf_weights(cfg, loaded.model.state_dict(), TORCH_DTYPES[dtype])
+    weights = hf_weights(cfg, loaded.model.state_dict(), DTYPES[dtype])
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     build_tokenizer(tok).save(str(folder / "tokenizer.json"))
     _write_json(folder / "tokenizer_config.json", tokenizer_config(cfg.block_size))

@@ -98,9 +98,9 @@ def minigpt_json(loaded: LoadedModel, dtype: str) -> dict[str, Any]:
 
 def write_onnx(loaded: LoadedModel, folder: Path, dtype: str) -> list[str]:
     """Write model.onnx, tokenizer.json and minigpt.json into `folder`; returns their names."""
-    from minigpt.export.hf import TORCH_DTYPES
+    from minigpt.runtime.device import DTYPES
 
-    export_onnx_graph(loaded.model, folder / "model.onnx", TORCH_DTYPES[dtype])
+    export_onnx_graph(loaded.model, folder / "model.onnx", DTYPES[dtype])
     build_tokenizer(loaded.tokenizer).save(str(folder / "tokenizer.json"))
     text = json.dumps(minigpt_json(loaded, dtype), indent=2, ensure_ascii=False) + "\n"
     (folder / "minigpt.json").write_text(text, encoding="utf-8")

@@ -163,20 +163,16 @@ def write_page(page: str, out: Path) -> Path:
     return out
 
 
-def write_playground(loaded: LoadedModel, out: Path, dtype: str = "float32") -> str:
-    """Build and write the page; returns the line that says what was written and how big it is."""
-    check_out(out)
-    page = playground_page(loaded, dtype)
-    page.save(out)
-    return f"wrote {out}: {page.summary} (from {loaded.path})"
-
-
 def playground_run(target: Path, out: Path, dtype: str = "float32") -> str:
-    """`minigpt playground`: OUT and --dtype checked before the model is loaded (on the CPU, in float32)."""
+    """`minigpt playground`: OUT and --dtype checked before the model is loaded (on the CPU, in
+    float32), then the page written; returns the line that says what was written and how big it is."""
     import torch
 
     from minigpt.infer.loading import load_model
 
     check_dtype(dtype)
     check_out(out)
-    return write_playground(load_model(target, torch.device("cpu")), out, dtype)
+    loaded = load_model(target, torch.device("cpu"))
+    page = playground_page(loaded, dtype)
+    page.save(out)
+    return f"wrote {out}: {page.summary} (from {loaded.path})"

@@ -203,9 +203,8 @@ def sample_records(
     prompts: str | Sequence[str],
     opts: SampleOptions,
     stops: Sequence[str] = (),
-    label: str = "--prompt",
 ) -> list[Sample]:
     """`opts.num_samples` samples for each prompt: plan_samples, then run_plan. An empty prompt
     starts from a newline."""
     prompts = [prompts] if isinstance(prompts, str) else prompts
-    return samples_of(run_plan(loaded, plan_samples(loaded.tokenizer, prompts, opts, stops, label)))
+    return samples_of(run_plan(loaded, plan_samples(loaded.tokenizer, prompts, opts, stops)))

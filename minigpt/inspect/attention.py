@@ -23,21 +23,11 @@ def visible(ch: str) -> str:
     return VISIBLE.get(ch, ch)
 
 
-def attention_figure(
-    maps: torch.Tensor, chars: list[str], layers: list[int], heads: list[int], title: str = "", light: bool = False
-) -> Any:
-    """A matplotlib Figure: rows are layers, columns heads; maps is (L, nh, T, T) for one text.
-
-    `light` (TensorBoard, every eval) labels only the outer axes and skips the layout solver:
-    creating and drawing hundreds of tick labels is what makes the full figure take seconds.
-    """
-    figure = AttentionFigure(chars, layers, heads, light)
-    return figure.update(maps, title)
-
-
 class AttentionFigure:
-    """A grid of attention heat maps that can be redrawn with new weights for the same text, so
-    logging at every eval pays for the axes and labels once."""
+    """A grid of attention heat maps, rows layers and columns heads, that can be redrawn with new
+    weights for the same text, so logging at every eval pays for the axes and labels once.
+    `light` (TensorBoard, every eval) labels only the outer axes and skips the layout solver:
+    creating and drawing hundreds of tick labels is what makes the full figure take seconds."""
 
     def __init__(self, chars: list[str], layers: list[int], heads: list[int], light: bool = False):
         import matplotlib
@@ -119,15 +109,13 @@ def write_attention_png(model: GPT, tok: Tokenizer, text: str, out: Path, layer:
     if not out.parent.is_dir():
         raise UserError(f"cannot write {out}: the folder {out.parent} does not exist")
     maps, chars = attention_maps_for(model, tok, text)
-    fig = attention_figure(maps, chars, layers, heads)
+    figure = AttentionFigure(chars, layers, heads)
     try:
-        fig.savefig(out, dpi=150, bbox_inches="tight")
+        figure.update(maps).savefig(out, dpi=150, bbox_inches="tight")
     except (OSError, ValueError) as e:
         raise UserError(f"cannot write {out}: {e}") from None
     finally:
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
+        figure.close()
     return out
 
 

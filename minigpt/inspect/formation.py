@@ -41,8 +41,7 @@ class HeadPoint:
     sample_loss: float
     induction: list[list[float]]
     previous: list[list[float]]
-    induction_ceiling: float = 1.0  # what a perfect induction head scores
-    induction_uniform: float = 0.0  # what a head spreading its weight evenly scores on the same text
+    induction_uniform: float = 0.0  # what a head spreading its weight evenly scores on the same text (a perfect one: 1)
     step: int = 0
     files: list[str] = field(default_factory=list)  # the checkpoints of this step
     val_loss: float | None = None  # the checkpoint's own estimate (train.eval_steps batches), when evaluated
@@ -156,7 +155,7 @@ def phase_change(points: list[HeadPoint]) -> tuple[int, int, float] | None:
 
 def formed(point: HeadPoint) -> float:
     """The induction score of a formed head: ROLE_MIN of the way from a uniform head's to a perfect head's."""
-    return point.induction_uniform + ROLE_MIN * (point.induction_ceiling - point.induction_uniform)
+    return point.induction_uniform + ROLE_MIN * (1.0 - point.induction_uniform)
 
 
 def formation_table(points: list[HeadPoint], about: str) -> str:
@@ -166,8 +165,7 @@ def formation_table(points: list[HeadPoint], about: str) -> str:
     lines = [
         about,
         f"induction: the share of a head's attention on the character after an earlier copy of the current one, "
-        f"on the same text (a perfect head scores {p0.induction_ceiling:.2f}, a uniform one "
-        f"{p0.induction_uniform:.2f})",
+        f"on the same text (a perfect head scores 1.00, a uniform one {p0.induction_uniform:.2f})",
         "",
     ]
     lines.append(f"{'step':>8}  {'val loss':>8}  {'sample':>8}  {'ICL':>7}  {'induction':<12}  files")
@@ -212,7 +210,7 @@ def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
         for h in range(len(points[0].induction[la])):
             values = [p.induction[la][h] for p in points]
             top.plot(steps, values, color=colours[la], ls=styles[h % len(styles)], marker=".", label=f"L{la}H{h}")
-    for level, text in ((points[0].induction_ceiling, "perfect head"), (points[0].induction_uniform, "uniform head")):
+    for level, text in ((1.0, "perfect head"), (points[0].induction_uniform, "uniform head")):
         top.axhline(level, color="0.5", lw=0.8, ls=":")
         top.annotate(text, (steps[0], level), fontsize=7, color="0.4", textcoords="offset points", xytext=(2, -10))
     top.set_ylabel("induction score")

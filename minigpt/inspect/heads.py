@@ -32,18 +32,13 @@ SCORE_TOKENS = 8_192  # positions of the text the pattern scores read (spread wi
 SCORE_CONTEXT = 256  # the longest window the pattern scores read: memory grows with its square
 MAP_FLOATS = 1 << 24  # attention weights held at once while scoring (64 MB of float32): sets the batch
 TEXT_POSITIONS = 200  # a pattern's text score decides the role when this many positions have a target
-# roles: a pattern's lift above a uniform head, as a share of a perfect head's (the evidence), must
-# reach ROLE_MIN and beat every other pattern's by ROLE_MARGIN; a head with none but a short reach is local
-ROLE_MIN = 0.5
+ROLE_MIN = 0.5  # ROLE_MIN, ROLE_MARGIN and LOCAL_DISTANCE: the rules of `head_role`
 ROLE_MARGIN = 0.2
 LOCAL_DISTANCE = 3.0
-ROLE_NAMES = {"previous": "previous", "duplicate": "duplicate", "induction": "induction", "first": "first"}
 ABLATION_TOKENS = 65_536  # the validation sample head ablation is measured on, at most
 ABLATION_FLOPS = 4e11  # ... and at most this many forward FLOPs of it: a large model reads fewer windows
 EXACT_ALL_FLOPS = 1e12  # --exact auto measures every head exactly when all the reruns cost at most this
-# otherwise exact for the heads whose estimate is at least AUTO_SHARE of the largest (at most
-# AUTO_EXACT of them) and every head whose pattern evidence reaches ROLE_MIN
-AUTO_SHARE = 0.25
+AUTO_SHARE = 0.25  # AUTO_SHARE and AUTO_EXACT: which heads --exact auto measures otherwise (`exact_choice`)
 AUTO_EXACT = 6
 RERUN_BATCHES = 4  # exact reruns go through the blocks this many estimate batches at a time
 
@@ -232,8 +227,7 @@ def score_text(
 def ceilings(tokens: torch.Tensor) -> dict[str, float]:
     """What a perfect head scores on the probe's sequences (B, T): the share of query rows that
     have a target (a head can put all its weight on targets only there)."""
-    defined = {name: float(P.any(-1).float().mean()) for name, P in targets(tokens).items()}
-    return defined
+    return {name: float(P.any(-1).float().mean()) for name, P in targets(tokens).items()}
 
 
 def evidence(scores: dict[str, float], perfect: dict[str, float], uniform: dict[str, float]) -> dict[str, float]:
@@ -251,7 +245,7 @@ def head_role(lift: dict[str, float], distance: float) -> str:
     best = max(lift, key=lift.__getitem__)
     runner_up = max(v for k, v in lift.items() if k != best)
     if lift[best] >= ROLE_MIN and lift[best] - runner_up >= ROLE_MARGIN:
-        return ROLE_NAMES[best]
+        return best
     return "local" if distance < LOCAL_DISTANCE else "mixed"
 
 

@@ -57,7 +57,7 @@ def bridge_config(cfg: ModelConfig, vocab_size: int, eps: float) -> dict[str, An
         "eps": eps,
         "positional_embedding_type": "rotary" if cfg.pos_emb == "rope" else "standard",
         "rotary_base": 10000,  # minigpt.model.rope_tables' base
-        "attn_only": bool(getattr(cfg, "attn_only", False)),
+        "attn_only": cfg.attn_only,
         # cap * tanh(logits / cap) after the head, as GPT.softcap; TransformerLens reads <= 0 as off
         "output_logits_soft_cap": cfg.logit_softcap if cfg.logit_softcap > 0 else -1.0,
         "init_weights": False,  # every weight is loaded next
@@ -108,7 +108,7 @@ def converted_state_dict(model: GPT) -> dict[str, torch.Tensor]:
             out[f"{p}.attn.{name}.bias"] = per_head_rows(b) if rotated else b
         out[f"{p}.attn.o.weight"] = block.attn.c_proj.weight.detach()
         out[f"{p}.attn.o.bias"] = bias(block.attn.c_proj, C)
-        if not getattr(cfg, "attn_only", False):
+        if not cfg.attn_only:
             out.update(norm(f"{p}.ln2", block.ln_2))
             out[f"{p}.mlp.in.weight"] = block.mlp.c_fc.weight.detach()
             out[f"{p}.mlp.in.bias"] = bias(block.mlp.c_fc, 4 * C)

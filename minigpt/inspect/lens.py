@@ -86,10 +86,6 @@ def guess_text(tok: Tokenizer, i: int) -> str:
     return tok.pieces([i])[0]
 
 
-def layer_names(n_layer: int) -> list[str]:
-    return ["embeddings", *(f"after block {i}" for i in range(n_layer))]
-
-
 @torch.no_grad()
 def logit_lens(model: GPT, tok: Tokenizer, text: str, top: int = TOP_GUESSES) -> Lens:
     """The lens over `text` (already checked: every character one the model knows), at most its
@@ -115,7 +111,7 @@ def logit_lens(model: GPT, tok: Tokenizer, text: str, top: int = TOP_GUESSES) ->
             top_ids.append(guesses.tolist())
             top_chars.append([[guess_text(tok, i) for i in row] for row in top_ids[-1]])
     ids_list = ids.tolist()
-    names = layer_names(model.cfg.n_layer)
+    names = ["embeddings", *(f"after block {i}" for i in range(model.cfg.n_layer))]
     return Lens(
         tok.pieces(ids_list), ids_list, names, top_ids, top_probs, top_chars, losses, tok.unit, model.cfg.norm, dropped
     )

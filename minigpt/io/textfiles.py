@@ -1,8 +1,10 @@
 """Reading a text file a user named on the command line (--file, --prompt-file, --prompts-file),
-with one clear error line for each way it can be wrong. Standard library only."""
+with one clear error line for each way it can be wrong, and a JSON file minigpt wrote itself.
+Standard library only."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -59,3 +61,13 @@ def read_text(path: str | Path, flag: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"{flag} {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+
+
+def read_json_dict(path: Path) -> dict:
+    """A JSON object minigpt wrote (results.json, a cache's index), or {} when the file is missing,
+    unreadable or not an object: such a file is passed over or rebuilt, never an error."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

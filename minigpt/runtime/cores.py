@@ -65,14 +65,9 @@ def _monotonic() -> float:
 
 
 class CoreShare:
-    """A CPU training's thread count, kept to the cores other processes leave it.
-
-    libgomp's idle threads spin before they sleep. Alone, that is what a training wants: small
-    operations ran slower with OMP_WAIT_POLICY=PASSIVE (sleeping threads wake late). Beside another
-    busy process, two spinning thread teams take each other's cores and both collapse. So a
-    training keeps the default
-    and, every `every` seconds, measures how many of its cores other processes keep busy: with
-    one thread per core left to it, no thread waits on a core that someone else holds."""
+    """A CPU training's thread count, kept to the cores other processes leave it, measured every
+    `every` seconds: libgomp's idle threads spin, and two spinning thread teams on the same cores
+    both collapse, while one thread per core left waits on no core someone else holds."""
 
     def __init__(self, threads: int, cores: int, every: float = 5.0) -> None:
         self.threads, self.cores, self.every = threads, cores, every

@@ -84,11 +84,8 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
     """Set torch's intra-op thread count: `requested`; or (0, auto) OMP_NUM_THREADS when it is set
     (torchrun sets 1 per process), else the cores this process may run on (os.sched_getaffinity,
     so `taskset` and container CPU sets are honoured), less the cores other processes keep
-    `busy` (measured by the caller; inference only). Returns the count.
-
-    Why the inference commands leave busy cores alone: decoding is many tiny operations whose
-    threads spin-wait for each other, so beside a training one thread decodes faster than two
-    (benchmark `scripts/bench.py share`)."""
+    `busy` (measured by the caller; inference only: decoding's threads spin-wait for each other,
+    so beside a training fewer decode faster; benchmark `scripts/bench.py share`). Returns the count."""
     if requested > 0:
         count = requested
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
@@ -290,9 +287,6 @@ def maybe_compile(
     forked, so the trial does not change the run.
     """
     if not enabled:
-        return wrap(model)
-    if not hasattr(torch, "compile"):
-        log("warning: this PyTorch has no torch.compile; training eagerly")
         return wrap(model)
     t0 = time.perf_counter()
     try:

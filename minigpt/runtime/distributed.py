@@ -81,11 +81,6 @@ def all_gather(obj: Any, dist: Dist) -> list[Any]:
     return out
 
 
-def barrier(dist: Dist) -> None:
-    if dist.enabled:
-        tdist.barrier()
-
-
 def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """DistributedDataParallel for training. broadcast_buffers is off: the model's buffers are the
     constant position tables, rebuilt identically on every rank, so broadcasting them at every

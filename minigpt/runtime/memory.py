@@ -65,12 +65,8 @@ def process_rss() -> int:
 
 def release_pages(ids: Any) -> None:
     """Unmap the pages of a memory-mapped array (a cache entry's numpy memmap) that reading has
-    mapped into this process.
-
-    The page cache keeps them (a read-only file mapping's pages are the file's), so the next read
-    is a cheap fault. Without this the kernel leaves every page a random window touched mapped (a
-    large folio, up to 2 MB, per window), and resident memory grows towards the corpus's size; with
-    it, it stays flat (benchmark `scripts/bench.py data`)."""
+    mapped into this process; the page cache keeps them, so the next read is a cheap fault. Without
+    it resident memory grows towards the corpus's size (benchmark `scripts/bench.py data`)."""
     mapping = getattr(ids, "_mmap", None)
     if mapping is not None and hasattr(mapping, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
         mapping.madvise(mmap.MADV_DONTNEED)

@@ -53,13 +53,9 @@ def flops_per_token(cfg: ModelConfig, vocab_size: int) -> int:
     return 6 * matmul_weights + 12 * L * C * T
 
 
-def lookup_peak_tflops(device_name: str) -> float | None:
-    """The table's peak for a device name such as 'NVIDIA H100 80GB HBM3', or None if not listed."""
-    entry = _lookup(device_name)
-    return entry[1] if entry else None
-
-
-def _lookup(device_name: str) -> tuple[str, float, str] | None:
+def peak_entry(device_name: str) -> tuple[str, float, str] | None:
+    """The table's (name, TFLOPS, kind) for a device name such as 'NVIDIA H100 80GB HBM3' (whole
+    words), or None if not listed."""
     for entry in PEAK_TFLOPS:
         if re.search(rf"\b{re.escape(entry[0])}\b", device_name):
             return entry
@@ -73,7 +69,7 @@ def device_peak(device: torch.device, override_tflops: float) -> tuple[float | N
     if device.type != "cuda":
         return None, f"no peak FLOPS known for a {device.type} device; set log.peak_tflops to report MFU"
     name = torch.cuda.get_device_name(device)
-    entry = _lookup(name)
+    entry = peak_entry(name)
     if entry is None:
         return None, f"no peak FLOPS known for {name}; set log.peak_tflops to report MFU"
     tflops, kind = entry[1], entry[2]

@@ -1,13 +1,12 @@
 """Whether bf16 pays on this CPU, measured rather than read from its flags.
 
-A CPU flag says bf16 instructions exist, not that they are fast: one host with AVX512-BF16 multiplies
-bf16 at half its float32 rate, an AMX host at several times it, and a oneDNN limited to AVX2 emulates
-bf16 hundreds of times slower. So `train.dtype: auto` and `sample --dtype auto` time the run's own
-matrix products (a block's two MLP products, forward and backward, under autocast) in float32 and in
-bf16 on the threads the run uses, and take bf16 only where it is faster by a margin. The answer is
-cached per machine (CPU model and flags, torch version, oneDNN's ISA limit, threads, shape) in the
-user's cache folder, so the probe costs its fraction of a second once; a ratio measured while other
-processes kept the cores busy serves its own run but is not cached.
+A CPU flag says bf16 instructions exist, not that they are fast (docs/benchmarks.md has hosts of
+each kind). So `train.dtype: auto` and `sample --dtype auto` time the run's own matrix products
+(a block's two MLP products, forward and backward, under autocast) in float32 and in bf16 on the
+threads the run uses, and take bf16 only where it is faster by a margin. The answer is cached per
+machine (CPU model and flags, torch version, oneDNN's ISA limit, threads, shape) in the user's
+cache folder, so the probe runs once; a ratio measured while other processes kept the cores busy
+serves its own run but is not cached.
 """
 
 from __future__ import annotations
@@ -17,13 +16,14 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minigpt.io import default_cache_dir
 from minigpt.io.atomic import atomic_write
+from minigpt.io.textfiles import read_json_dict
 
 MARGIN = 1.1  # bf16 must beat float32 by this factor: the probe times products, a step has more in it
 CACHE_NAME = "precision.json"
@@ -68,33 +68,35 @@ def machine_key(shape: str) -> str:
     return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|{torch.get_num_threads()} threads|{shape}"
 
 
-def _products(rows: int, width: int, dtype: torch.dtype, tensors: tuple) -> float:
-    """Seconds of one forward and backward through a block's MLP products under autocast."""
-    import torch
+def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) -> list[float]:
+    """Median seconds of each of `runs`, after a warm-up of each (kernel selection), interleaved so
+    that a load from another process weighs on all of them alike."""
+    times: list[list[float]] = [[] for _ in runs]
+    for i in range(repeats + 1):
+        for run, kept in zip(runs, times):
+            start = time.perf_counter()
+            run()
+            if i:
+                kept.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
-    x, up, down = tensors
-    start = time.perf_counter()
-    with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
-        y = torch.nn.functional.linear(torch.nn.functional.linear(x, up), down)
-    y.float().sum().backward()
-    return time.perf_counter() - start
 
-
-def _median_times(rows: int, width: int, repeats: int = 3) -> tuple[float, float]:
-    """Median seconds of float32 and of bf16, after a warm-up of each at this shape, interleaved so
-    that a load from another process weighs on both alike."""
+def _median_times(rows: int, width: int) -> tuple[float, float]:
+    """Median seconds of float32 and of bf16 for one forward and backward through a block's MLP
+    products under autocast."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    tensors = tuple(torch.randn(*s, generator=gen, requires_grad=True) for s in ((rows, width), (4 * width, width)))
-    tensors += (torch.randn(width, 4 * width, generator=gen, requires_grad=True),)
-    times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
-    for i in range(repeats + 1):
-        for dtype, kept in times.items():
-            seconds = _products(rows, width, dtype, tensors)
-            if i:  # the first of each is the warm-up (kernel selection)
-                kept.append(seconds)
-    return statistics.median(times[torch.float32]), statistics.median(times[torch.bfloat16])
+    x, up = (torch.randn(*s, generator=gen, requires_grad=True) for s in ((rows, width), (4 * width, width)))
+    down = torch.randn(width, 4 * width, generator=gen, requires_grad=True)
+
+    def products(dtype: torch.dtype) -> None:
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            y = torch.nn.functional.linear(torch.nn.functional.linear(x, up), down)
+        y.float().sum().backward()
+
+    t32, t16 = interleaved_medians([lambda: products(torch.float32), lambda: products(torch.bfloat16)])
+    return t32, t16
 
 
 def measure(rows: int, width: int) -> float:
@@ -119,14 +121,6 @@ def machine_busy() -> bool:
         return False
 
 
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def cpu_precision(rows: int, width: int, cache_dir: Path | None = None) -> Choice:
     """Whether bf16 pays for products of `rows` x `width` on this CPU: from the cache, else measured
     and cached. A cache that cannot be written only costs the probe again next time."""
@@ -143,7 +137,7 @@ def cached_choice(
 
     path = (cache_dir or default_cache_dir()) / CACHE_NAME
     key = machine_key(f"{kind} {shape}" if kind else shape)
-    entry = _read(path).get(key)
+    entry = read_json_dict(path).get(key)
     if isinstance(entry, dict) and isinstance(entry.get("ratio"), (int, float)):
         return Choice(bool(entry.get("bf16")), float(entry["ratio"]), cached=True)
     with torch.random.fork_rng(devices=[]):
@@ -151,7 +145,7 @@ def cached_choice(
     choice = Choice(ratio >= MARGIN, round(ratio, 3))
     if machine_busy():  # other processes' load skews the ratio: good for this run, not for every later one
         return choice
-    entries = _read(path)
+    entries = read_json_dict(path)
     entries[key] = {"bf16": choice.bf16, "ratio": choice.ratio, "shape": shape, "threads": torch.get_num_threads()}
     if kind:
         entries[key]["kind"] = kind
@@ -166,7 +160,7 @@ def cached_choice(
 def cached_lines(cache_dir: Path | None = None) -> list[str]:
     """The cached answers, one line each (for `minigpt --version`, without importing torch)."""
     lines = []
-    for key, entry in _read((cache_dir or default_cache_dir()) / CACHE_NAME).items():
+    for key, entry in read_json_dict((cache_dir or default_cache_dir()) / CACHE_NAME).items():
         if isinstance(entry, dict) and {"bf16", "ratio", "shape", "threads"} <= entry.keys():
             parts = key.split("|") + [""] * 4  # machine_key's: the torch and oneDNN ISA limit it was measured under
             isa = parts[3].removeprefix("isa ") and f"ONEDNN_MAX_CPU_ISA={parts[3].removeprefix('isa ')}"

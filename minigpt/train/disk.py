@@ -51,23 +51,17 @@ def checkpoint_bytes(cfg: Config, n_params: int) -> int:
 
 
 def run_needs(cfg: Config, n_params: int, extra: Sequence[Need] = ()) -> list[Need]:
-    """What a run keeps on disk: last.pt, best.pt and a temporary copy while one is written."""
+    """What a run keeps on disk: last.pt, best.pt and a temporary copy while one is written, and
+    the `extra` files it keeps (none of a kind with a count of 0)."""
     each = checkpoint_bytes(cfg, n_params)
-    return [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each), *extra]
+    kept = [n for n in extra if n.count]
+    return [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each), *kept]
 
 
-@dataclass(frozen=True)
-class SnapshotPlan:
-    """The snapshots a run will write from its start (or resume) step to train.max_steps."""
-
-    count: int
-    bytes_each: int  # an upper estimate of one file's size
-
-
-def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> SnapshotPlan:
-    """How many snapshot files a run of `cfg` will write after `from_step` (the resume step; 0 for
-    a new run) and how large each is: the float32 weights (tied embedding counted once) plus an
-    upper bound on the rest. For a disk preflight: snapshots are kept, never replaced."""
+def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> Need:
+    """The snapshot files (train.keep_every) a run of `cfg` will write after `from_step` (the resume
+    step; 0 for a new run): how many, and an upper bound on each one's size, the float32 weights
+    (tied embedding counted once) plus the rest. Snapshots are kept, never replaced."""
     every, last = cfg.train.keep_every, cfg.train.max_steps
     count = 0 if not every else max(0, last // every - from_step // every)
     m = cfg.model
@@ -78,13 +72,7 @@ def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> SnapshotP
         + PER_TENSOR_BYTES * tensors
         + PER_VOCAB_ENTRY_BYTES * vocab_size
     )
-    return SnapshotPlan(count, size)
-
-
-def snapshot_needs(cfg: Config, vocab_size: int, from_step: int) -> list[Need]:
-    """The snapshots (train.keep_every) a run will keep from `from_step` on: kept, never replaced."""
-    plan = snapshot_plan(cfg, vocab_size, from_step)
-    return [Need("snapshots (train.keep_every)", plan.bytes_each, plan.count)] if plan.count else []
+    return Need("snapshots (train.keep_every)", size, count)
 
 
 def disk_error(out_dir: Path, needs: Sequence[Need]) -> WriteError | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import json
 import os
 import re
 import time
@@ -43,6 +42,7 @@ from minigpt.data.sources import absolute_spec, describe, resolve_sources
 from minigpt.data.tokenizer import CharTokenizer, Tokenizer, name_chars, tokenizer_from_dict
 from minigpt.errors import UserError
 from minigpt.io.lock import FileLock, LockHeld
+from minigpt.io.textfiles import read_json_dict
 from minigpt.model import parameter_count
 from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreLoad
@@ -223,11 +223,8 @@ def _resume_plan(
 
 def finished_results(out_dir: Path, ckpt: Checkpoint) -> dict | None:
     """The run's results.json when it records the checkpoint's step (the run ended there), else None."""
-    try:
-        results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return results if isinstance(results, dict) and results.get("steps") == ckpt.step else None
+    results = read_json_dict(out_dir / "results.json")
+    return results if results and results.get("steps") == ckpt.step else None
 
 
 def why_finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
@@ -356,26 +353,19 @@ def starting_weights(fresh: dict[str, Any], start: dict[str, Any]) -> dict[str, 
 LOCK_NAME = ".lock"
 
 
-class RunLock:
-    """An exclusive lock on a run directory for the life of one training process: RUN/.lock,
-    through the package's one file lock (`minigpt.io.lock`). A second training is refused at once,
-    told the holder's pid; the kernel releases the lock when the process ends in any way (kill -9
-    included)."""
-
-    def __init__(self, out_dir: Path) -> None:
-        self.lock = FileLock(out_dir / LOCK_NAME, blocking=False)
-
-    def acquire(self) -> None:
-        try:
-            self.lock.acquire()
-        except LockHeld as held:
-            raise UserError(
-                f"{held.path.parent} is in use by another minigpt training (pid {held.owner}); wait for it to end, "
-                "or train into another --out"
-            ) from None
-
-    def release(self) -> None:
-        self.lock.release()
+def lock_run_dir(out_dir: Path) -> FileLock:
+    """RUN/.lock, held for the life of one training process through the package's one file lock
+    (`minigpt.io.lock`): a second training is refused at once, told the holder's pid; the kernel
+    releases the lock when the process ends in any way (kill -9 included)."""
+    lock = FileLock(out_dir / LOCK_NAME, blocking=False)
+    try:
+        lock.acquire()
+    except LockHeld as held:
+        raise UserError(
+            f"{held.path.parent} is in use by another minigpt training (pid {held.owner}); wait for it to end, "
+            "or train into another --out"
+        ) from None
+    return lock
 
 
 def vocabulary_check(m: ModelConfig) -> Callable[[int], None]:
@@ -460,7 +450,7 @@ def run_training(
     too_big = preflight.check(cfg, tok.vocab_size, device, dtype, local)
     if too_big:
         raise UserError(too_big)
-    kept = disk.snapshot_needs(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)
+    kept = [disk.snapshot_plan(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)]
     disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
     advised = precision_lines(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # once every check passed
     if resume_from is None:
@@ -471,11 +461,11 @@ def run_training(
         print(f"# {plan.describe()}\n" + dry_run_text(cfg, plan.explicit, steps), end="")
         return None
     distributed.init(dist, device)
-    lock = RunLock(out_dir)
+    lock: FileLock | None = None
     try:
         if dist.is_main:
             prepare_run_dir(out_dir)
-            lock.acquire()
+            lock = lock_run_dir(out_dir)
             existing = find_checkpoint(out_dir, prefer=LAST)
             if resume_from is None and existing is not None:  # written while this process was starting
                 raise UserError(f"{out_dir} already holds a run ({existing.name}); pick another --out")
@@ -492,7 +482,8 @@ def run_training(
             write_run_file(out_dir / "config.yaml", config_text(cfg))
         return trainer.train(started=t_start, callbacks=callbacks)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
         distributed.shutdown()
 
 

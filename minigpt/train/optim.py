@@ -1,28 +1,17 @@
 """The optimizers: AdamW, and Muon on the blocks' matrices beside it (`optim.optimizer=muon`).
 
-Both implement the part of torch.optim.Optimizer the trainer uses (`Optimizer`: param_groups,
-zero_grad, step, state_dict, load_state_dict), with torch.optim's state-dict layout, so checkpoints
-move between them and torch's own optimizers.
+Both implement the part of torch.optim.Optimizer the trainer uses (`Optimizer`) with torch.optim's
+state-dict layout, so checkpoints move between them and torch's own optimizers.
 
-AdamW, for CPU (and MPS) training, is torch.optim.AdamW's update, op for op (decoupled weight decay,
-bias-corrected moments; a test holds the two to the same numbers). It runs torch's fused AdamW
-kernel (`torch._fused_adamw_`, which has a CPU implementation) and the same update as foreach
-operations where the kernel is missing; on CUDA the trainer uses torch.optim.AdamW(fused=True).
-Speed trick: no torch._dynamo import, so the first step comes seconds sooner; benchmark
-`scripts/bench.py tricks`.
+AdamW (CPU and MPS; CUDA uses torch.optim.AdamW(fused=True)) is torch.optim.AdamW's update, op for
+op: a test holds the two to the same numbers. Speed trick: no torch._dynamo import, so the first
+step comes seconds sooner; benchmark `scripts/bench.py tricks`.
 
-Muon (Keller Jordan, 2024) keeps a Nesterov momentum of each matrix's gradient and replaces the update by its nearest
-semi-orthogonal matrix, found with four Newton-Schulz iterations (Polar Express's coefficients,
-NS_SCHEDULE). It applies to the 2-D weights inside the blocks (attention q, k and v, each its own
-square matrix; the attention and MLP projections); embeddings, the tied head, norms and biases stay
-with AdamW. Its step size is `optim.muon_lr` at the peak, scaled by the same schedule as `optim.lr`
-(the trainer sets every group's lr to schedule x the group's `lr_scale`). A matrix with more rows
-than columns gets a sqrt(rows / cols) larger step, so that its update's RMS per entry matches a
-square one's. Newton-Schulz runs in bfloat16 where the hardware multiplies it (a CUDA GPU from
-Ampere on, a CPU with AVX512-BF16 or AMX) and in float32 elsewhere, where the MLP's 4:1 matrices
-iterate on their small Gram matrices instead (`gram_newton_schulz`): the same iterations in fewer
-FLOPs. Not torch.optim.Muon, which takes the fused q/k/v weight as one matrix, always
-orthogonalizes in bfloat16 and imports torch._dynamo at its first step.
+Muon (Keller Jordan, 2024) replaces the Nesterov momentum of each block matrix's gradient by its
+nearest semi-orthogonal matrix (`orthogonalize`), with a step of `optim.muon_lr` on the same
+schedule as `optim.lr`; embeddings, the tied head, norms and biases stay with AdamW. Not
+torch.optim.Muon, which takes the fused q/k/v weight as one matrix, always orthogonalizes in
+bfloat16 and imports torch._dynamo at its first step.
 """
 
 from __future__ import annotations
@@ -190,10 +179,8 @@ class AdamW(Optimizer):
 
 # the quintic iteration's coefficients, tuned to push singular values towards 1 fast (Jordan 2024)
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
-# One (a, b, c) per iteration: Polar Express (Amsel, Persson, Musco, Gower 2025), a different
-# polynomial for each step, as the speed-record trainers publish them for five steps, less the
-# second (four products of three matrix multiplies instead of five): the same loss as Jordan's
-# five steps in a faster Muon step.
+# One (a, b, c) per iteration: Polar Express (Amsel, Persson, Musco, Gower 2025)'s five steps less
+# the second (docs/benchmarks.md, "Muon: four Polar Express iterations").
 NS_SCHEDULE: tuple[tuple[float, float, float], ...] = (
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
@@ -203,20 +190,13 @@ NS_SCHEDULE: tuple[tuple[float, float, float], ...] = (
 
 
 def orthogonalize(
-    g: torch.Tensor,
-    steps: int | None = None,
-    dtype: torch.dtype = torch.bfloat16,
-    schedule: tuple[tuple[float, float, float], ...] | None = None,
+    g: torch.Tensor, dtype: torch.dtype = torch.bfloat16, schedule: tuple[tuple[float, float, float], ...] = NS_SCHEDULE
 ) -> torch.Tensor:
     """An approximately semi-orthogonal matrix (singular values ~0.7 to 1.2) with g's singular
     vectors, for each matrix of a (batch, rows, cols) stack, computed in `dtype`; returned in
-    float32. One iteration per (a, b, c) of `schedule` (NS_SCHEDULE; `steps` repeats Jordan's
-    coefficients instead). Each is three batched matrix products with the scalings folded in
-    (baddbmm): separate bfloat16 multiplies and adds would take longer than the products.
-    A float32 matrix more than 1.5 times as long as it is short takes the Gram route (gram_newton_schulz):
-    the same iterations for fewer products."""
-    if schedule is None:
-        schedule = (NS_COEFFS,) * steps if steps is not None else NS_SCHEDULE
+    float32. One iteration per (a, b, c) of `schedule`, each three batched matrix products with the
+    scalings folded in (baddbmm). A float32 matrix more than 1.5 times as long as it is short takes
+    the Gram route (`gram_newton_schulz`): the same iterations for fewer products."""
     x = g.to(dtype)
     wide = g.size(-2) > g.size(-1)
     if wide:
@@ -267,7 +247,6 @@ def muon_views(name: str, p: torch.Tensor) -> torch.Tensor:
 
 
 def is_muon_param(name: str, p: torch.Tensor) -> bool:
-    """Weight matrices inside the transformer blocks."""
     return p.dim() == 2 and name.startswith("blocks.")
 
 

@@ -3,12 +3,9 @@ the machine has, so an impossible batch is a clear error instead of the kernel's
 (or a CUDA out-of-memory traceback).
 
 The estimate counts float32 weights, their gradients and AdamW's two moments (16 bytes a
-parameter) and the activations autograd keeps for one micro-batch: per token and layer about
-26 values of the block's width (about 15 without the MLP: model.attn_only) in the compute dtype's
-precision (the attention inputs and output in float32 on the CPU, LayerNorm in float32, the rest
-in the autocast type), plus the logits and
-their float32 copies for the loss. The per-token constants were measured on this project's model
-(`scripts/bench.py memory` prints the estimate beside the measured peak).
+parameter) and the activations autograd keeps for one micro-batch, per token and layer and per
+token of the logits: constants measured on this project's model (`scripts/bench.py memory` prints
+the estimate beside the measured peak).
 """
 
 from __future__ import annotations
@@ -24,8 +21,7 @@ from minigpt.runtime.memory import available_bytes, gb
 # bytes an element takes in the activations that autograd keeps, per compute dtype
 _ACT_BYTES_PER_TOKEN_LAYER = {torch.bfloat16: 60, torch.float16: 60, torch.float32: 68}  # x n_embd
 _LOGIT_BYTES = {torch.bfloat16: 14, torch.float16: 14, torch.float32: 16}  # x vocab, per token
-_ATTN_ONLY_SHARE = 0.58  # of those activations, what a block without its MLP keeps (model.attn_only; measured
-# with `scripts/bench.py memory` on the 6x384 model with and without model.attn_only=true)
+_ATTN_ONLY_SHARE = 0.58  # of those activations, what a block without its MLP keeps (model.attn_only)
 _OVERHEAD = 1.15  # allocator slack and temporaries of the backward pass
 _FIRST_STEP = 64 * 2**20  # workspaces and thread buffers the first steps allocate, whatever the size
 

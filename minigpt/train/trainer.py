@@ -1,13 +1,7 @@
 """The training loop: a `Trainer` that owns the model, optimizer, batches and state of one run.
-
-`Trainer.__init__` sets everything up, `train_step()` is one optimizer step, `evaluate()` the
-fixed-batch validation loss, `checkpoint()` the one place a checkpoint (or a snapshot) is built,
-`save()` writes it, `state_dict()` / `load_state_dict()` the whole resumable state, and `train()`
-the loop: step, evaluate and save when due, tell the callbacks (`callbacks.py`, `progress.py`,
-`tensorboard.py`) each event. Which config a run uses and whether it resumes is the plan's
-(`launch.py`). A run that diverges ends with the command that continues it at half the rate
-(`diverged_error`, at the end).
-"""
+`train()` is the loop: step, evaluate and save when due, tell the callbacks (`callbacks.py`,
+`progress.py`, `tensorboard.py`) each event. Which config a run uses and whether it resumes is
+the plan's (`launch.py`)."""
 
 from __future__ import annotations
 
@@ -258,10 +252,6 @@ class Trainer:
         mean = reduced[0].item() / self.dist.world_size / max(self._loss_count, 1)
         return mean, reduced[1].item() > 0, reduced[2].item() > 0
 
-    def _reset_loss(self) -> None:
-        self._loss_sum.zero_()
-        self._loss_count = 0
-
     # -- state and checkpoints ----------------------------------------------------------------
 
     def checkpoint(self, resumable: bool = True) -> Checkpoint:
@@ -396,7 +386,8 @@ class Trainer:
             raise self._diverged("training loss", mean_loss)
         if stats is None:
             return
-        self._reset_loss()
+        self._loss_sum.zero_()
+        self._loss_count = 0
         follow_core_load(self._cores)
         now, tokens = time.perf_counter(), self.state.tokens_seen
         tps = (tokens - self._tokens_at_log) / max(now - self._t_log, 1e-9)
