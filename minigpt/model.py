@@ -132,10 +132,12 @@ def attention_by_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dro
     """Causal attention as explicit products: scores, mask, softmax, weighted sum, in q's dtype.
     Speed trick: in bf16 these products run on a CPU's matrix engine, which its flash kernel does
     not use; benchmark scripts/step_levers.py (products)."""
-    T = q.size(2)
-    scores = torch.matmul(q, k.transpose(-1, -2)) * q.size(-1) ** -0.5
-    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.matmul(F.dropout(scores.softmax(-1), dropout_p), v)
+    B, H, T, D = q.shape
+    future = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # 0 where a key is seen
+    # the scale and the causal mask inside the product (alpha, the added matrix): no pass of their own
+    scores = torch.baddbmm(future, q.reshape(B * H, T, D), k.reshape(B * H, T, D).transpose(1, 2), alpha=D**-0.5)
+    weights = F.dropout(scores.softmax(-1), dropout_p)
+    return torch.bmm(weights, v.reshape(B * H, T, D)).view(B, H, T, D)
 
 
 def attention_speed(heads: int, context: int, head_size: int) -> float:
@@ -187,12 +189,13 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         hs = C // self.n_head
         qkv = linear(self.c_attn, x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-        qk, v = qkv[:2], qkv[2]
+        qk, v = qkv.split((2, 1))  # not slices, whose backward fills a zero gradient and adds into it
+        v = v.squeeze(0)
         if self.qk_norm:
             qk = F.rms_norm(qk, (hs,), eps=QK_NORM_EPS)  # each head's query and key to RMS 1
         if rope is not None:
             qk = apply_rope(qk, *rope)  # queries and keys rotated together: half the operations
-        q, k = qk[0], qk[1]
+        q, k = qk.unbind(0)
         if ve is not None:
             v = v + self.ve_mix * ve.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         start = 0
