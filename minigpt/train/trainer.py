@@ -92,7 +92,7 @@ class StepStats:
     grad_norm: torch.Tensor
 
 
-PRODUCTS_FROM = (64, 128)  # head size, context: below either, the float32 flash kernel won on every host measured
+PRODUCTS_FROM = (32, 128)  # head size, context: below either, the float32 flash kernel won where measured
 PRODUCTS_CONTEXT_MAX = 512  # products hold context² scores per head, which the flash kernel never does
 
 
