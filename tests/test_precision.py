@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import minigpt
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import Config, ModelConfig
 from minigpt.infer import sample as generation
@@ -97,12 +98,15 @@ def test_the_answer_is_cached_per_machine_and_invalidated_when_the_key_changes(m
     monkeypatch.setattr(torch, "__version__", "0.0.test")  # a new torch: measured again
     assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.float32
     assert len(probed) == 3
+    monkeypatch.setattr(minigpt, "__version__", "0.0.test")  # a new minigpt (its attention forms may change)
+    assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.float32 and len(probed) == 4
     monkeypatch.setattr(precision, "machine_busy", lambda: True)  # measured under another's load: not kept
     assert runtime.resolve_dtype("auto", CPU, (512, 64)) == torch.float32
     assert runtime.resolve_dtype("auto", CPU, (512, 64)) == torch.float32 and probed[-2:] == [(512, 64)] * 2
     assert precision.cached_lines() == [  # what `minigpt --version` prints, after its first line
         f"precision for 256x64 products on {threads} thread(s), {now}: bfloat16 (bf16 at 2.0x float32)",
         f"precision for 256x64 products on {threads + 1} thread(s), {now}: float32 (bf16 at 0.5x float32)",
+        f"precision for 256x64 products on {threads} thread(s), torch 0.0.test: float32 (bf16 at 0.5x float32)",
         f"precision for 256x64 products on {threads} thread(s), torch 0.0.test: float32 (bf16 at 0.5x float32)",
     ]
 

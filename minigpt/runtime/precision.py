@@ -53,8 +53,11 @@ class Choice:
 
 
 def machine_key(shape: str) -> str:
-    """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, threads, shape."""
+    """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, minigpt
+    (whose attention forms a release may change), threads, shape."""
     import torch
+
+    from minigpt import __version__
 
     flags = ""
     try:
@@ -65,7 +68,8 @@ def machine_key(shape: str) -> str:
     except OSError:
         model = platform.processor()
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
-    return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|{torch.get_num_threads()} threads|{shape}"
+    threads = torch.get_num_threads()
+    return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|minigpt {__version__}|{threads} threads|{shape}"
 
 
 def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) -> list[float]:
