@@ -54,7 +54,7 @@ def fetch_tiny_shakespeare(dest: Path, url: str | None = None) -> None:
 @dataclass
 class Corpus:
     """An encoded corpus and its split. `ids` is the whole joined text (a read-only memory map of
-    the cache entry); `train` and `val` are views of it, never copies. `table`, when set, maps the
+    the cache entry); `train` and `val` are views of it, never copies. `id_map`, when set, maps the
     stored ids into a model's vocabulary (fine-tuning), applied to each batch as it is drawn."""
 
     description: str
