@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -11,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import minigpt
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import Config, ModelConfig
 from minigpt.infer import sample as generation
@@ -98,7 +98,10 @@ def test_the_answer_is_cached_per_machine_and_invalidated_when_the_key_changes(m
     monkeypatch.setattr(torch, "__version__", "0.0.test")  # a new torch: measured again
     assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.float32
     assert len(probed) == 3
-    monkeypatch.setattr(minigpt, "__version__", "0.0.test")  # a new minigpt (its attention forms may change)
+    installed = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "0.0.test" if name == "minigpt" else installed(name)
+    )
     assert runtime.resolve_dtype("auto", CPU, (256, 64)) == torch.float32 and len(probed) == 4
     monkeypatch.setattr(precision, "machine_busy", lambda: True)  # measured under another's load: not kept
     assert runtime.resolve_dtype("auto", CPU, (512, 64)) == torch.float32

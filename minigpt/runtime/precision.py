@@ -55,9 +55,14 @@ class Choice:
 def machine_key(shape: str) -> str:
     """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, minigpt
     (whose attention forms a release may change), threads, shape."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import torch
 
-    from minigpt import __version__
+    try:
+        minigpt = version("minigpt")  # the distribution's: this layer does not import the package root
+    except PackageNotFoundError:
+        minigpt = "?"
 
     flags = ""
     try:
@@ -69,7 +74,7 @@ def machine_key(shape: str) -> str:
         model = platform.processor()
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
     threads = torch.get_num_threads()
-    return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|minigpt {__version__}|{threads} threads|{shape}"
+    return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|minigpt {minigpt}|{threads} threads|{shape}"
 
 
 def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) -> list[float]:
