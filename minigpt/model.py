@@ -279,16 +279,17 @@ class GPT(nn.Module):
         # positions: a learned table (wpe), a fixed sinusoidal table, or rotary angles used inside
         # attention; the fixed tables are buffers recomputed at construction, not saved
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None
-        if cfg.pos_emb == "sinusoidal":
-            # scaled to the token embeddings' size at init (std 0.02 a channel; sin/cos have rms 1/sqrt 2),
-            # as the original Transformer's sqrt(d) embedding scale makes the two comparable there;
-            # unscaled, the positions drown the characters (docs/attention.md)
-            table = sinusoidal_table(cfg.block_size, cfg.n_embd) * SINUSOIDAL_SCALE
-            self.register_buffer("pos_table", table, persistent=False)
-        if cfg.pos_emb == "rope":
-            cos, sin = rope_tables(cfg.block_size, cfg.n_embd // cfg.n_head)
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
+        with torch.device("cpu"):  # computed, never loaded: real tables even when the weights are built on "meta"
+            if cfg.pos_emb == "sinusoidal":
+                # scaled to the token embeddings' size at init (std 0.02 a channel; sin/cos have rms 1/sqrt 2),
+                # as the original Transformer's sqrt(d) embedding scale makes the two comparable there;
+                # unscaled, the positions drown the characters (docs/attention.md)
+                table = sinusoidal_table(cfg.block_size, cfg.n_embd) * SINUSOIDAL_SCALE
+                self.register_buffer("pos_table", table, persistent=False)
+            if cfg.pos_emb == "rope":
+                cos, sin = rope_tables(cfg.block_size, cfg.n_embd // cfg.n_head)
+                self.register_buffer("rope_cos", cos, persistent=False)
+                self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         # model.value_embeds: one more token table per block, read into its attention's values (outside

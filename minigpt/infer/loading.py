@@ -34,8 +34,10 @@ def load_model(target: Path, device: torch.device) -> LoadedModel:
         with ckpt.verifying(path):  # the weights' checksums, checked on other threads while the model is built
             cfg = config_from_dict(ckpt.config, str(path))
             tok = tokenizer_from_dict(ckpt.tokenizer)
-            model = GPT(cfg.model, tok.vocab_size)
-        model.load_state_dict(ckpt.model)
+            with torch.device("meta"):  # no weights drawn at random only to be overwritten
+                model = GPT(cfg.model, tok.vocab_size)
+        model.load_state_dict(ckpt.model, assign=True)  # the checkpoint's tensors become the weights
+        model.lm_head.weight = model.wte.weight  # tied again: assign gave each name its own parameter
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{path} is a damaged minigpt checkpoint: {first_line(e)}") from None
     model.to(device).eval()
