@@ -180,3 +180,22 @@ def test_a_resume_holds_its_optimizer_state_in_its_own_memory(tmp_path: Path) ->
     _, resumed = checkpoint.resumable_checkpoint(tmp_path / "last.pt", print)
     assert torch.equal(resumed.optimizer["state"][0]["exp_avg"], moment)
     assert faults_in_a_first_write(resumed.optimizer) < 4096 // 8
+
+
+def test_load_model_assigns_the_checkpoints_weights_in_float32_and_draws_none(run: Path) -> None:
+    """The model is built on the meta device and given the file's tensors: the same logits as a
+    model built and copied into, its head still tied, no random weights drawn (the RNG untouched),
+    and a weight stored in another dtype comes out float32, as copying made it."""
+    raw = load_checkpoint(run / "best.pt")
+    fields = {k: v for k, v in raw.items() if k not in ("format", "version", "checksums")}
+    fields["model"] = {**raw["model"], TENSOR: raw["model"][TENSOR].to(torch.float16)}
+    Checkpoint(**fields).save(run / "best.pt")
+    state = torch.get_rng_state()
+    loaded = load_model(run, torch.device("cpu"))
+    assert torch.equal(torch.get_rng_state(), state)
+    model = loaded.model
+    assert model.lm_head.weight is model.wte.weight and {p.dtype for p in model.parameters()} == {torch.float32}
+    built = type(model)(loaded.config.model, loaded.tokenizer.vocab_size)
+    built.load_state_dict(Checkpoint.load(run / "best.pt").model)
+    x = torch.arange(8)[None] % loaded.tokenizer.vocab_size
+    assert torch.equal(built.eval()(x)[0], model(x)[0])
