@@ -12,7 +12,7 @@ old checkpoint or the new one, never a partial file.
 Each tensor's bytes carry a checksum (xxh3-64, `checksums`): loading verifies the weights, a resume
 the rest, so a bit flipped on a disk or in a copy is one `Damaged` line naming the tensor, never a
 model silently changed. Files from earlier releases have none and load as before. The hashing runs
-on the command's threads, and `verifying` runs it beside other work (building the model).
+on the command's threads.
 
 A snapshot (`train.keep_every: N`) is a checkpoint without the optimizer, the random streams or
 the scaler (model, config, tokenizer, data, step, val loss), kept every N steps: every command that
@@ -21,12 +21,10 @@ takes a checkpoint file takes one, and none resumes from it.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import re
 import shlex
-import threading
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator
@@ -131,29 +129,6 @@ class Checkpoint:
         raw = load_checkpoint(path)
         verify_tensors(raw, path, verify)
         return cls.from_dict(raw, path)
-
-    @contextlib.contextmanager
-    def verifying(self, path: Path, sections: tuple[str, ...] = ("model",)) -> Iterator[None]:
-        """For a checkpoint loaded with `verify=()`: check the `sections`' tensors against their
-        checksums on other threads while the block runs (building the model they go into), and
-        raise `Damaged` as it ends on a mismatch; the block must not read those tensors.
-        Speed trick: the check hides behind the model's construction; benchmark scripts/checksum_bench.py."""
-        failed: list[BaseException] = []
-
-        def check() -> None:
-            try:
-                verify_tensors(self.to_dict(), path, sections)
-            except BaseException as e:  # raised in the caller's thread, below
-                failed.append(e)
-
-        thread = threading.Thread(target=check, name="checksum", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            thread.join()
-        if failed:
-            raise failed[0]
 
 
 def _tensors(obj: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:

@@ -14,7 +14,7 @@ optimizer). resume_step: the same, then one optimizer step, as the resumed run's
 maps the file, so without checksums the optimizer state's bytes (two thirds of the file) are read
 only at that step, and load_resume compares reading all of them with reading a third.
 load_model: what `sample`, `eval`, `score` and the exports do (`load_model`: the checkpoint, a
-model built from its config on the meta device, the weights assigned; the check runs meanwhile).
+model built from its config on the meta device, the weights assigned).
 load_sample: the weights alone copied into a model built beforehand (as the final evaluation
 reloads best.pt), where nothing hides the check. "without" runs the same code with the checksum
 computation and verification replaced by nothing. The file is in the page cache when it is
@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
 
@@ -103,7 +103,6 @@ def checksums(on: bool, zip_crc: bool = True):
     with (
         mock.patch.object(checkpoint, "tensor_checksums", lambda payload: {}),
         mock.patch.object(checkpoint, "verify_tensors", lambda raw, path, sections: None),
-        mock.patch.object(Checkpoint, "verifying", lambda self, path, sections=(): nullcontext()),
     ):
         yield
 

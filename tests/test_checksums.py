@@ -144,18 +144,11 @@ def test_tensors_hashed_on_several_threads_get_the_digests_of_one_thread_in_orde
     assert all(name.startswith("checksum") for name in hashed_on_threads), hashed_on_threads  # not the caller
 
 
-def test_a_flipped_bit_is_caught_when_threads_hash_and_while_the_model_is_built(run: Path, hashed_on_threads) -> None:
+def test_a_flipped_bit_is_caught_when_threads_hash(run: Path, hashed_on_threads) -> None:
     best, last = run / "best.pt", run / "last.pt"
     flip_a_bit(best, TENSOR)
     with pytest.raises(Damaged, match=f"^{best} is damaged: the bytes of {TENSOR} do not match their checksum"):
-        load_model(run, torch.device("cpu"))  # checks on other threads while it builds the model
-    ckpt = Checkpoint.load(best, verify=())  # nothing checked yet
-    built = []
-    with pytest.raises(Damaged, match=TENSOR), ckpt.verifying(best):
-        built.append("the model")  # runs: the damage is raised when the block ends
-    assert built == ["the model"]
-    with pytest.raises(KeyError, match="config"), ckpt.verifying(best):
-        raise KeyError("config")  # the block's own error is not hidden by the check's
+        load_model(run, torch.device("cpu"))
     Checkpoint.load(last).check_resumable(last)  # an intact file verifies on threads too
     assert any(name.startswith("checksum") for name in hashed_on_threads)
 

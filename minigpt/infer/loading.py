@@ -29,13 +29,12 @@ class LoadedModel:
 def load_model(target: Path, device: torch.device) -> LoadedModel:
     """The model of a run directory (its best.pt, else last.pt) or of a checkpoint file, in eval mode."""
     path = resolve_checkpoint(target, prefer=BEST)
-    ckpt = Checkpoint.load(path, verify=())
+    ckpt = Checkpoint.load(path)  # the weights' checksums checked
     try:
-        with ckpt.verifying(path):  # the weights' checksums, checked on other threads while the model is built
-            cfg = config_from_dict(ckpt.config, str(path))
-            tok = tokenizer_from_dict(ckpt.tokenizer)
-            with torch.device("meta"):  # no weights drawn at random only to be overwritten
-                model = GPT(cfg.model, tok.vocab_size)
+        cfg = config_from_dict(ckpt.config, str(path))
+        tok = tokenizer_from_dict(ckpt.tokenizer)
+        with torch.device("meta"):  # no weights drawn at random only to be overwritten
+            model = GPT(cfg.model, tok.vocab_size)
         weights = {k: _float32(v) for k, v in ckpt.model.items()}
         model.load_state_dict(weights, assign=True)  # the checkpoint's tensors become the weights
         model.lm_head.weight = model.wte.weight  # tied again: assign gave each name its own parameter
