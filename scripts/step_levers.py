@@ -24,6 +24,7 @@ import torch.nn.functional as F
 import minigpt.model as M
 from minigpt.config.schema import Config
 from minigpt.runtime.device import autocast
+from minigpt.runtime.memory import keep_freed_memory
 from minigpt.train.optim import build_optimizer
 
 
@@ -53,6 +54,7 @@ def main() -> None:
     a = ap.parse_args()
     layers, width, heads, context, batch = a.shape
     torch.set_num_threads(2)
+    keep_freed_memory()  # as minigpt's CPU training does
     if a.variant == "flash16":
         M.causal_attention = attend_in_bf16
     m = replace(Config().model, n_layer=layers, n_embd=width, n_head=heads, block_size=context, dropout=0.0)

@@ -47,6 +47,7 @@ from minigpt.model import parameter_count
 from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreLoad
 from minigpt.runtime.device import configure_threads, log, precision_lines, resolve_device, resolve_dtype
+from minigpt.runtime.memory import keep_freed_memory
 from minigpt.train import disk, preflight
 from minigpt.train.autosize import AUTO_KEYS, auto_size, run_advice
 from minigpt.train.callbacks import Callback
@@ -438,6 +439,8 @@ def run_training(
         )
     configure_threads(cfg.train.threads, (load or CoreLoad()).others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
+    if device.type == "cpu":
+        keep_freed_memory()  # each step's activations reuse the last step's pages, not fresh ones
     rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * dist.world_size) * cfg.model.block_size
     trained = resume_from.precision if resume_from is not None else None  # a resume keeps its run's
     dtype = resolve_dtype(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # auto: measured on the CPU
