@@ -98,7 +98,7 @@ class Checkpoint:
         odd = [
             k
             for k in ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from", "precision")
-            if _not_a_dict(raw, k)
+            if raw.get(k) is not None and not isinstance(raw[k], dict)
         ]
         if odd:
             raise UserError(
@@ -222,10 +222,6 @@ def _on_cpu(obj: Any) -> Any:
         return copies[view]
 
     return _map_tensors(obj, cpu)
-
-
-def _not_a_dict(raw: dict[str, Any], key: str) -> bool:
-    return raw.get(key) is not None and not isinstance(raw[key], dict)
 
 
 def resume_command(run: Path, *overrides: str, auto: bool = False) -> str:
