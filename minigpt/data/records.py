@@ -160,7 +160,10 @@ def _json_array(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
 
         def more() -> bool:
             nonlocal buf, pos, consumed, done
-            chunk = _read_text(f, path)
+            try:
+                chunk = f.read(JSON_READ)
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path} is not UTF-8 text ({e.reason})") from None
             done = not chunk
             consumed += pos
             buf, pos = buf[pos:] + chunk, 0
@@ -207,13 +210,6 @@ def _json_array(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
             # the record's place: characters before it, a close enough share of the file's bytes
             yield f"{path}, record {number}", record, (consumed + pos) / max(size, 1)
             pos = end
-
-
-def _read_text(f: IO[str], path: str) -> str:
-    try:
-        return f.read(JSON_READ)
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not UTF-8 text ({e.reason})") from None
 
 
 class _CountingReader(io.RawIOBase):
