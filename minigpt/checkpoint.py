@@ -98,7 +98,7 @@ class Checkpoint:
         odd = [
             k
             for k in ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from", "precision")
-            if _not_a_dict(raw, k)
+            if raw.get(k) is not None and not isinstance(raw[k], dict)
         ]
         if odd:
             raise UserError(
@@ -197,25 +197,31 @@ def verify_tensors(raw: dict[str, Any], path: Path, sections: tuple[str, ...]) -
             )
 
 
-def _on_cpu(obj: Any, copies: dict[tuple, torch.Tensor]) -> Any:
-    """`obj` with its tensors on the CPU, as torch.save would write them, one copy of a tensor that
-    appears twice (a tied head) so that it is still saved once and shared; CPU tensors are not copied."""
+def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`obj` with each tensor in its dicts, lists and tuples replaced by `fn(tensor)`."""
     if isinstance(obj, torch.Tensor):
-        if obj.device.type == "cpu":
-            return obj
-        view = (obj.untyped_storage().data_ptr(), obj.storage_offset(), obj.size(), obj.stride(), obj.dtype)
-        if view not in copies:
-            copies[view] = obj.detach().cpu()
-        return copies[view]
+        return fn(obj)
     if isinstance(obj, dict):
-        return {k: _on_cpu(v, copies) for k, v in obj.items()}
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_on_cpu(v, copies) for v in obj)
+        return type(obj)(_map_tensors(v, fn) for v in obj)
     return obj
 
 
-def _not_a_dict(raw: dict[str, Any], key: str) -> bool:
-    return raw.get(key) is not None and not isinstance(raw[key], dict)
+def _on_cpu(obj: Any) -> Any:
+    """`obj` with its tensors on the CPU, as torch.save would write them, one copy of a tensor that
+    appears twice (a tied head) so that it is still saved once and shared; CPU tensors are not copied."""
+    copies: dict[tuple, torch.Tensor] = {}
+
+    def cpu(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type == "cpu":
+            return t
+        view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.size(), t.stride(), t.dtype)
+        if view not in copies:
+            copies[view] = t.detach().cpu()
+        return copies[view]
+
+    return _map_tensors(obj, cpu)
 
 
 def resume_command(run: Path, *overrides: str, auto: bool = False) -> str:
@@ -239,7 +245,7 @@ def payload_bytes(obj: Any) -> int:
 def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
     """Atomically write `payload` to `path` (tmp file + fsync + rename + directory fsync), with the
     checksum of each tensor (computed on the CPU copy that torch.save would make anyway)."""
-    payload = _on_cpu(payload, {})
+    payload = _on_cpu(payload)
     payload = {"format": FORMAT, "version": VERSION, **payload, "checksums": tensor_checksums(payload)}
     atomic.atomic_write(path, lambda f: torch.save(payload, f))
 
@@ -355,18 +361,7 @@ def _load_resumable(path: Path) -> Checkpoint:
     (resume_step)."""
     ckpt = Checkpoint.load(path)
     ckpt.check_resumable(path)
-    return dataclasses.replace(ckpt, optimizer=_copied(ckpt.optimizer))
-
-
-def _copied(obj: Any) -> Any:
-    """`obj` with each tensor replaced by a copy in the process's own memory."""
-    if isinstance(obj, torch.Tensor):
-        return obj.clone()
-    if isinstance(obj, dict):
-        return {k: _copied(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_copied(v) for v in obj)
-    return obj
+    return dataclasses.replace(ckpt, optimizer=_map_tensors(ckpt.optimizer, torch.clone))
 
 
 def _snapshot_advice(run_dir: Path) -> str:

@@ -21,12 +21,13 @@ from minigpt.inspect.heads import (
     EXACT_ALL_FLOPS,
     ROLE_MIN,
     analyze_heads,
-    ceilings,
     evidence,
     exact_choice,
     head_patterns,
     head_role,
     pattern_scores,
+    pattern_sums,
+    probe_scores,
     repeated_tokens,
 )
 from minigpt.model import GPT
@@ -136,7 +137,8 @@ def test_pattern_scores_of_a_perfect_induction_pattern_reach_the_ceiling():
     # every second-half row's whole weight is on its target: half the rows (a first-half row's
     # target exists only where a character repeats by chance, and this head does not use it)
     assert float(scores["induction"][0, 0]) == pytest.approx(0.5, abs=0.02)
-    assert float(scores["induction"][0, 0]) <= ceilings(tokens)["induction"]
+    ceiling = probe_scores(pattern_sums([(weights, tokens)]))[1]  # a perfect head's: the rows with a target
+    assert float(scores["induction"][0, 0]) <= ceiling["induction"]
 
 
 def test_a_context_too_short_for_the_repeated_sequences_is_one_error_line(cli, tmp_path: Path):

@@ -17,7 +17,7 @@ from minigpt.cli import help as cli_help
 from minigpt.cli.heads import ROLE_HELP, heads_cmd
 from minigpt.cli.help import ExportDtype, ExportFormat, PlaygroundDtype, epilog
 from minigpt.cli.lens import lens_cmd
-from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
+from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
 from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.cli.sample import sample
 from minigpt.cli.sweep import sweep_cmd
@@ -167,7 +167,7 @@ def score(
     if as_json:
         print(json.dumps(result.to_dict()))
         return
-    colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
+    colour = wants_colour(no_color)
     print(score_terminal(result, colour, str(loaded.path)))
 
 

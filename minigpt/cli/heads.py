@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 
-from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_device
+from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_device, wants_colour
 from minigpt.errors import UserError
 
 Ablation = Literal["mean", "zero", "none"]
@@ -112,7 +111,7 @@ def heads_cmd(
             record = {"layer": h.layer, "head": h.head, "scores": h.scores, "probe": h.probe}
             print(json.dumps({**record, "ablation": h.ablation, "role": h.role}))
     elif html is None:
-        colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
+        colour = wants_colour(no_color)
         print(heads_table(report, colour))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import sys
 import textwrap
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device
+from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
 from minigpt.errors import UserError
 from minigpt.inspect.pages import VISIBLE
 
@@ -93,7 +92,7 @@ def lens_cmd(
     if as_json:
         print(json.dumps(lens.to_dict(), ensure_ascii=False))
     elif html is None:
-        colour = not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)
+        colour = wants_colour(no_color)
         width = shutil.get_terminal_size((100, 24)).columns
         print(lens_terminal(lens, colour, source_line(loaded), positions, width, loaded.tokenizer.vocab_size))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -89,3 +91,8 @@ def inference_device(name: str, threads: int):
 
     configure_threads(threads, start_load().others())  # cores a training beside us keeps busy are left to it
     return resolve_device(name)
+
+
+def wants_colour(no_color: bool) -> bool:
+    """Colour on a terminal, or where FORCE_COLOR is set, unless --no-color."""
+    return not no_color and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR") is not None)

@@ -160,7 +160,10 @@ def _json_array(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
 
         def more() -> bool:
             nonlocal buf, pos, consumed, done
-            chunk = _read_text(f, path)
+            try:
+                chunk = f.read(JSON_READ)
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path} is not UTF-8 text ({e.reason})") from None
             done = not chunk
             consumed += pos
             buf, pos = buf[pos:] + chunk, 0
@@ -207,13 +210,6 @@ def _json_array(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
             # the record's place: characters before it, a close enough share of the file's bytes
             yield f"{path}, record {number}", record, (consumed + pos) / max(size, 1)
             pos = end
-
-
-def _read_text(f: IO[str], path: str) -> str:
-    try:
-        return f.read(JSON_READ)
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not UTF-8 text ({e.reason})") from None
 
 
 class _CountingReader(io.RawIOBase):
@@ -410,7 +406,8 @@ def extract(
         outs[part].write(text)
         counts[part] += 1
 
-    with atomic_open(train, fsync=False) as out_train, _maybe(val if val_share is not None else None) as out_val:
+    maybe_val = atomic_open(val, fsync=False) if val_share is not None else contextlib.nullcontext()
+    with atomic_open(train, fsync=False) as out_train, maybe_val as out_val:
         outs += [out_train, out_val] if out_val is not None else [out_train]
         held = None  # the last training record, held back: without a record past the share, it is validation
         size, done = os.path.getsize(path), 0
@@ -442,15 +439,6 @@ def extract(
         meta = {"records": counts[0] + counts[1], "skipped": counts[2], "val_records": counts[1]}
         f.write(json.dumps(meta).encode("utf-8"))
     return Extract(train, val if val_share is not None else None, counts[0] + counts[1], counts[2], counts[1])
-
-
-@contextlib.contextmanager
-def _maybe(path: Path | None) -> Iterator[IO[bytes] | None]:
-    if path is None:
-        yield None
-        return
-    with atomic_open(path, fsync=False) as f:
-        yield f
 
 
 def _check_counts(path: str, fmt: str, rules: RecordRules, counts: list[int], val_share: float | None) -> None:

@@ -272,10 +272,6 @@ def resolve_sources(
     return out
 
 
-def _rank(name: str) -> bytes:
-    return hashlib.sha256(name.encode("utf-8")).digest()
-
-
 def choose_val_files(files: Sequence[SourceFile], val_fraction: float) -> list[bool] | None:
     """Which whole files are validation: taken in an order set by a hash of each file's relative
     name (deterministic, and unrelated to how the files are sorted or named), each one that still
@@ -284,7 +280,7 @@ def choose_val_files(files: Sequence[SourceFile], val_fraction: float) -> list[b
     target = val_fraction * sum(f.size for f in files)
     chosen = [False] * len(files)
     total = 0
-    for i in sorted(range(len(files)), key=lambda i: _rank(files[i].name)):
+    for i in sorted(range(len(files)), key=lambda i: hashlib.sha256(files[i].name.encode("utf-8")).digest()):
         if files[i].size and total + files[i].size <= target:
             chosen[i] = True
             total += files[i].size

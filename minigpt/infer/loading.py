@@ -35,19 +35,14 @@ def load_model(target: Path, device: torch.device) -> LoadedModel:
         tok = tokenizer_from_dict(ckpt.tokenizer)
         with torch.device("meta"):  # no weights drawn at random only to be overwritten
             model = GPT(cfg.model, tok.vocab_size)
-        weights = {k: _float32(v) for k, v in ckpt.model.items()}
+        # in float32, as copying into a built model would make them (a file may hold another dtype)
+        weights = {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in ckpt.model.items()}
         model.load_state_dict(weights, assign=True)  # the checkpoint's tensors become the weights
         model.lm_head.weight = model.wte.weight  # tied again: assign gave each name its own parameter
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{path} is a damaged minigpt checkpoint: {first_line(e)}") from None
     model.to(device).eval()
     return LoadedModel(model, tok, cfg, path, ckpt)
-
-
-def _float32(value: object) -> object:
-    """A weight in float32, as copying it into a built model would make it (a file may hold another dtype)."""
-    is_other = isinstance(value, torch.Tensor) and value.dtype != torch.float32
-    return value.float() if is_other else value
 
 
 def cast_for_sampling(loaded: LoadedModel, dtype: str, device_name: str) -> None:

@@ -8,7 +8,7 @@ the prefix-matching score; on text the occurrence must be of the last two tokens
 (first). On text, a head's score is the share of its attention on the targets, averaged over the
 positions that have a target, with how many there were. On the probe (n random tokens, drawn by
 the text's frequencies, written twice) it is TransformerLens' head detector: sum(A * P) / sum(A),
-whose best value `ceilings` gives. Both are reduced on the model's device, a bounded batch of
+whose best value `probe_scores` gives. Both are reduced on the model's device, a bounded batch of
 windows at a time."""
 
 from __future__ import annotations
@@ -222,12 +222,6 @@ def score_text(
         int(sums["distance"].size(-1)),
         counts.tolist(),
     )
-
-
-def ceilings(tokens: torch.Tensor) -> dict[str, float]:
-    """What a perfect head scores on the probe's sequences (B, T): the share of query rows that
-    have a target (a head can put all its weight on targets only there)."""
-    return {name: float(P.any(-1).float().mean()) for name, P in targets(tokens).items()}
 
 
 def evidence(scores: dict[str, float], perfect: dict[str, float], uniform: dict[str, float]) -> dict[str, float]:

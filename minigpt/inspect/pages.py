@@ -48,7 +48,13 @@ class HtmlPage:
     height: int = 800  # pixels of the iframe a notebook shows it in (the explorer: text, panel and heat map)
 
     def save(self, path: str | Path) -> Path:
-        return write_html(self.html, Path(path))
+        out = Path(path)
+        check_output(out)
+        try:
+            out.write_text(self.html, encoding="utf-8")
+        except OSError as e:
+            raise UserError(f"cannot write {out}: {e.strerror}") from None
+        return out
 
     def _repr_html_(self) -> str:
         # an iframe keeps the page's CSS, ids and script apart from the notebook's and other outputs'
@@ -68,15 +74,6 @@ def check_output(out: Path, flag: str = "--html") -> None:
         raise UserError(f"cannot write {flag} {out}: it is a folder; give a file name such as {out / 'page.html'}")
     if not out.parent.is_dir():
         raise UserError(f"cannot write {flag} {out}: the folder {out.parent} does not exist")
-
-
-def write_html(page: str, out: Path) -> Path:
-    check_output(out)
-    try:
-        out.write_text(page, encoding="utf-8")
-    except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror}") from None
-    return out
 
 
 def check_length(n: int, limit: int, label: str, hint: str = "") -> None:

@@ -90,7 +90,7 @@ def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) 
     return [statistics.median(t) for t in times]
 
 
-def _median_times(rows: int, width: int) -> tuple[float, float]:
+def _median_times(rows: int, width: int) -> list[float]:
     """Median seconds of float32 and of bf16 for one forward and backward through a block's MLP
     products under autocast."""
     import torch
@@ -104,8 +104,7 @@ def _median_times(rows: int, width: int) -> tuple[float, float]:
             y = torch.nn.functional.linear(torch.nn.functional.linear(x, up), down)
         y.float().sum().backward()
 
-    t32, t16 = interleaved_medians([lambda: products(torch.float32), lambda: products(torch.bfloat16)])
-    return t32, t16
+    return interleaved_medians([lambda: products(torch.float32), lambda: products(torch.bfloat16)])
 
 
 def measure(rows: int, width: int) -> float:

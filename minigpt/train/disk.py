@@ -44,16 +44,11 @@ class Need:
     names: tuple[str, ...] = ()
 
 
-def checkpoint_bytes(cfg: Config, n_params: int) -> int:
-    """The estimated size of one checkpoint (weights and optimizer state)."""
-    positions = cfg.model.block_size * cfg.model.n_embd * 4  # a buffer saved with the weights
-    return 12 * n_params + positions + _FIXED
-
-
 def run_needs(cfg: Config, n_params: int, extra: Sequence[Need] = ()) -> list[Need]:
     """What a run keeps on disk: last.pt, best.pt and a temporary copy while one is written, and
     the `extra` files it keeps (none of a kind with a count of 0)."""
-    each = checkpoint_bytes(cfg, n_params)
+    positions = cfg.model.block_size * cfg.model.n_embd * 4  # a buffer saved with the weights
+    each = 12 * n_params + positions + _FIXED  # one checkpoint: weights and optimizer state
     kept = [n for n in extra if n.count]
     return [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each), *kept]
 

@@ -246,10 +246,6 @@ def muon_views(name: str, p: torch.Tensor) -> torch.Tensor:
     return p.unsqueeze(0)
 
 
-def is_muon_param(name: str, p: torch.Tensor) -> bool:
-    return p.dim() == 2 and name.startswith("blocks.")
-
-
 class MuonAdamW(Optimizer):
     """Muon on the block matrices, the project's AdamW (fused on CUDA: torch's) on the rest.
 
@@ -343,7 +339,7 @@ def split_muon(named: Iterable[tuple[str, torch.Tensor]]) -> tuple[list[tuple[st
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        if is_muon_param(name, p):
+        if p.dim() == 2 and name.startswith("blocks."):  # the blocks' weight matrices
             muon.append((name, p))
         else:
             rest.append(p)

@@ -67,14 +67,6 @@ class ByteProgress:
             log(f"{self.desc}: {self.total / 1e6:,.0f} MB in {seconds:.2f} s ({self.total / 1e6 / seconds:,.0f} MB/s)")
 
 
-def progress_mode(setting: str) -> str:
-    """log.progress resolved: auto is a bar on a terminal and plain lines in a file or a pipe (a bar
-    there leaves carriage-return fragments: ~500 KB of them for a 4-minute run)."""
-    if setting != "auto":
-        return setting
-    return "bar" if sys.stderr.isatty() else "lines"
-
-
 def eta_text(seconds: float) -> str:
     return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
 
@@ -86,7 +78,10 @@ class Progress(Callback):
     def on_train_start(self, trainer: Any) -> None:
         self.cfg, self.out_dir, self.start_step = trainer.cfg, trainer.out_dir, trainer.state.step
         self.bits = "bpc" if trainer.tok.unit == "char" else "bits/byte"  # a byte model's loss is per byte
-        self.mode = progress_mode(self.cfg.log.progress)
+        # log.progress auto: a bar on a terminal, plain lines in a file or a pipe (where a bar leaves
+        # carriage-return fragments)
+        mode = self.cfg.log.progress
+        self.mode = mode if mode != "auto" else "bar" if sys.stderr.isatty() else "lines"
         self.budget = (trainer.started, trainer.deadline) if trainer.time_budget else None
         total = None if self.budget else self.cfg.train.max_steps  # a step count there is only a cap
         self.bar = tqdm(
