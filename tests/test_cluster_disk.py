@@ -224,3 +224,19 @@ def test_an_encoding_cache_on_a_disk_that_fills_falls_back_to_a_temporary_file(
     with open(cache / "ids", "wb", buffering=0) as out, pytest.raises(OSError) as failed:  # no buffer to flush at close
         passes.write_ids(out, files, tok, "\n", lambda n: None)  # the writing thread's own error
     assert failed.value.errno == errno.ENOSPC
+
+
+def test_a_page_saved_on_a_full_disk_leaves_the_old_page_whole(small_fs) -> None:
+    """Every HTML page (attention, score, heads, runs, playground) is saved through HtmlPage.save:
+    on a disk that fills, the page already there stays as it was, and no partial file is left."""
+    from minigpt.errors import UserError
+    from minigpt.inspect.pages import HtmlPage
+
+    disk = small_fs("1m")
+    out = disk / "page.html"
+    HtmlPage("<p>the old page</p>", "score", "old").save(out)
+    fill(disk)
+    with pytest.raises(UserError, match="nothing was written"):
+        HtmlPage("<p>" + "x" * 200_000 + "</p>", "score", "new").save(out)
+    assert out.read_text(encoding="utf-8") == "<p>the old page</p>"
+    assert no_temporary_files(disk)

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 from minigpt.config import PLAYGROUND_DTYPES
 from minigpt.errors import UserError
-from minigpt.inspect.pages import HtmlPage, render, token_label
-from minigpt.io.atomic import atomic_open
+from minigpt.inspect.pages import HtmlPage, check_output, render, token_label
 
 if TYPE_CHECKING:
     from minigpt.infer.loading import LoadedModel
@@ -40,7 +39,7 @@ class PlaygroundPage(HtmlPage):
     path: Path | None = None
 
     def save(self, path: str | Path) -> Path:
-        self.path = write_page(self.html, Path(path))
+        self.path = super().save(path)
         return self.path
 
     def _repr_html_(self) -> str:
@@ -53,14 +52,6 @@ class PlaygroundPage(HtmlPage):
 def check_dtype(dtype: str) -> None:
     if dtype not in PLAYGROUND_DTYPES:
         raise UserError(f"--dtype {dtype!r} is not one of: {', '.join(PLAYGROUND_DTYPES)}")
-
-
-def check_out(out: Path) -> None:
-    """Refuse an OUT that cannot be written, before the model is loaded."""
-    if out.is_dir():
-        raise UserError(f"cannot write {out}: it is a folder; give a file name such as {out / 'playground.html'}")
-    if not out.parent.is_dir():
-        raise UserError(f"cannot write {out}: the folder {out.parent} does not exist")
 
 
 def check_size(n_bytes: int, dtype: str) -> None:
@@ -152,17 +143,6 @@ def playground_page(loaded: LoadedModel, dtype: str = "float32") -> PlaygroundPa
     return PlaygroundPage(page, "playground", summary, height=900)
 
 
-def write_page(page: str, out: Path) -> Path:
-    """Write the page atomically: a failure leaves `out` as it was and no partial file."""
-    check_out(out)
-    try:
-        with atomic_open(out) as f:
-            f.write(page.encode("utf-8"))
-    except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror or e}; nothing was written") from None
-    return out
-
-
 def playground_run(target: Path, out: Path, dtype: str = "float32") -> str:
     """`minigpt playground`: OUT and --dtype checked before the model is loaded (on the CPU, in
     float32), then the page written; returns the line that says what was written and how big it is."""
@@ -171,7 +151,7 @@ def playground_run(target: Path, out: Path, dtype: str = "float32") -> str:
     from minigpt.infer.loading import load_model
 
     check_dtype(dtype)
-    check_out(out)
+    check_output(out, "")
     loaded = load_model(target, torch.device("cpu"))
     page = playground_page(loaded, dtype)
     page.save(out)

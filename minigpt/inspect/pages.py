@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minigpt.errors import UserError
+from minigpt.io.atomic import atomic_open
 
 if TYPE_CHECKING:
     from minigpt.data.tokenizer import Tokenizer
@@ -48,12 +49,14 @@ class HtmlPage:
     height: int = 800  # pixels of the iframe a notebook shows it in (the explorer: text, panel and heat map)
 
     def save(self, path: str | Path) -> Path:
+        """Write the page atomically: a failure leaves `path` as it was and no partial file."""
         out = Path(path)
-        check_output(out)
+        check_output(out, "")
         try:
-            out.write_text(self.html, encoding="utf-8")
+            with atomic_open(out) as f:
+                f.write(self.html.encode("utf-8"))
         except OSError as e:
-            raise UserError(f"cannot write {out}: {e.strerror}") from None
+            raise UserError(f"cannot write {out}: {e.strerror or e}; nothing was written") from None
         return out
 
     def _repr_html_(self) -> str:
@@ -69,11 +72,12 @@ class HtmlPage:
 
 
 def check_output(out: Path, flag: str = "--html") -> None:
-    """Refuse an output path that cannot be written, before any work is done."""
+    """Refuse an output path (of option `flag`, if any) that cannot be written, before any work is done."""
+    what = f"{flag} {out}" if flag else str(out)
     if out.is_dir():
-        raise UserError(f"cannot write {flag} {out}: it is a folder; give a file name such as {out / 'page.html'}")
+        raise UserError(f"cannot write {what}: it is a folder; give a file name such as {out / 'page.html'}")
     if not out.parent.is_dir():
-        raise UserError(f"cannot write {flag} {out}: the folder {out.parent} does not exist")
+        raise UserError(f"cannot write {what}: the folder {out.parent} does not exist")
 
 
 def check_length(n: int, limit: int, label: str, hint: str = "") -> None:
