@@ -98,6 +98,25 @@ def test_an_arrow_stream_damaged_after_its_first_batch_is_one_line(tmp_path: Pat
     assert outcome.code == 2 and f"error: {data} is damaged after row 1: not a readable Arrow file (" in outcome.err
 
 
+def test_an_arrow_string_column_whose_offsets_run_backwards_is_one_line(tmp_path: Path) -> None:
+    """scripts/fuzz.py (datasets): a bit flipped in a string column's offsets made one string's
+    length negative, and pyarrow's to_pylist crashed with SystemError (PyUnicode_New)."""
+    import numpy as np
+    import pyarrow as pa
+
+    good = pa.array(["First Citizen:", "Before we proceed"])
+    offsets = pa.py_buffer(np.array([0, 14, 5], dtype=np.int32).tobytes())  # the second string: 14 -> 5
+    bad = pa.Array.from_buffers(pa.string(), 2, [None, offsets, good.buffers()[2]])
+    sink = pa.BufferOutputStream()
+    batch = pa.record_batch({"text": bad})
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    data = tmp_path / "records.arrow"
+    data.write_bytes(sink.getvalue().to_pybytes())
+    outcome = found(tmp_path, harness.train_dry(tmp_path, data))
+    assert outcome.code == 2 and f"error: {data} is damaged after row 0: not a readable Arrow file (" in outcome.err
+
+
 @pytest.mark.parametrize("section", ["tokenizer", "config", "data"])
 def test_a_checkpoint_whose_section_is_a_list_is_one_line(section: str, trained_run: Path, tmp_path: Path) -> None:
     """A minigpt-marked checkpoint whose tokenizer (say) is a list, not a dict: `sample` crashed

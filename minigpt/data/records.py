@@ -308,6 +308,13 @@ def _is_string_view(pa: Any, typ: Any) -> bool:
     return bool(getattr(pa.types, "is_string_view", lambda t: False)(typ))  # pyarrow 16 and later
 
 
+def _checked(column: Any) -> list[Any]:
+    """A column's values, once its offsets and UTF-8 are checked: converting damaged offsets crashes
+    pyarrow (a negative length) where a full validation raises ArrowInvalid."""
+    column.validate(full=True)
+    return column.to_pylist()
+
+
 def _arrow(path: str, fmt: str, rules: RecordRules) -> Iterator[tuple[str, Any, float]]:
     pa = _pyarrow()
     schema, batches = _arrow_batches(path, fmt, rules.fields)
@@ -320,7 +327,7 @@ def _arrow(path: str, fmt: str, rules: RecordRules) -> Iterator[tuple[str, Any, 
     row = 0
     try:
         for batch, start, end in batches:  # a damaged batch past the first fails here, when it is read
-            columns = {name: batch.column(batch.schema.get_field_index(name)).to_pylist() for name in rules.fields}
+            columns = {name: _checked(batch.column(batch.schema.get_field_index(name))) for name in rules.fields}
             n = batch.num_rows
             for i in range(n):
                 row += 1
