@@ -406,6 +406,20 @@ def model_vocabulary(
     return corpus.tokenizer
 
 
+def check_process_layout(cfg: Config, world_size: int, resuming: bool) -> None:
+    """Refuse what the run's processes (one, or --nproc ranks) cannot train, before any work."""
+    split = batch_split_error(cfg.train, world_size)
+    if split:
+        raise UserError(split)
+    if cfg.optim.schedule_by == "time" and world_size > 1:
+        raise UserError(
+            "optim.schedule_by time trains on one process (each would read its own clock); "
+            "use optim.schedule_by=steps with --nproc"
+        )
+    if cfg.train.auto and world_size > 1 and not resuming:
+        raise UserError("train.auto (--auto) sizes a run for one process; with --nproc, set the model's keys")
+
+
 def run_training(
     plan: Plan,
     started: float | None = None,
@@ -429,14 +443,7 @@ def run_training(
     tok = model_vocabulary(cfg, corpus, resume_from, init_from)
     corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
     dist = distributed.launched()
-    split = batch_split_error(cfg.train, dist.world_size)
-    if split:
-        raise UserError(split)
-    if cfg.optim.schedule_by == "time" and dist.enabled:
-        raise UserError(
-            "optim.schedule_by time trains on one process (each would read its own clock); "
-            "use optim.schedule_by=steps with --nproc"
-        )
+    check_process_layout(cfg, dist.world_size, resume_from is not None)
     configure_threads(cfg.train.threads, (load or CoreLoad()).others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
     if device.type == "cpu":
@@ -444,8 +451,6 @@ def run_training(
     rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * dist.world_size) * cfg.model.block_size
     trained = resume_from.precision if resume_from is not None else None  # a resume keeps its run's
     dtype = resolve_dtype(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # auto: measured on the CPU
-    if cfg.train.auto and dist.enabled and resume_from is None:
-        raise UserError("train.auto (--auto) sizes a run for one process; with --nproc, set the model's keys")
     steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
     if cfg.train.auto and resume_from is None:
         cfg, steps = auto_size(cfg, plan.explicit, corpus, tok, device, dtype, t_start)
