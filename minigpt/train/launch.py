@@ -434,6 +434,7 @@ def run_training(
     resume_from = plan.start if plan.mode is Mode.RESUME else None
     init_from = (plan.source, plan.start) if plan.mode is Mode.FINE_TUNE else None
     t_start = started if started is not None else time.perf_counter()
+    check_process_layout(cfg, distributed.launched().world_size, resume_from is not None)  # before reading the text
     corpus = load_corpus(cfg.data, cfg.model.block_size, ByteProgress, vocabulary_check(cfg.model))
     # record the text's absolute paths: the run resumes and evaluates from any working directory
     absolute = {"data.path": absolute_spec(cfg.data.path)}
@@ -443,7 +444,6 @@ def run_training(
     tok = model_vocabulary(cfg, corpus, resume_from, init_from)
     corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
     dist = distributed.launched()
-    check_process_layout(cfg, dist.world_size, resume_from is not None)
     configure_threads(cfg.train.threads, (load or CoreLoad()).others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
     if device.type == "cpu":
