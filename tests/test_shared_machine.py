@@ -258,7 +258,7 @@ def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) 
                 *TINY,
                 "train.max_steps=30",
                 "train.eval_interval=15",
-                "log.progress_seconds=0.01",
+                "log.progress_seconds=0.000000001",  # a line at every log step, however fast the steps
             ],
             env=env,
             stdout=subprocess.DEVNULL,
