@@ -11,8 +11,6 @@ See minigpt.api.Model for every method.
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from minigpt.errors import UserError
@@ -52,20 +50,7 @@ def train(
 def __getattr__(name: str) -> Any:
     """minigpt.Callback, the base of minigpt.train()'s callbacks, imported when first named."""
     if name == "Callback":
-        from minigpt.train.callbacks import Callback
+        from minigpt.training.callbacks import Callback
 
         return Callback
     raise AttributeError(f"module 'minigpt' has no attribute {name!r}")
-
-
-class _Package(types.ModuleType):
-    """The import system binds a subpackage on its parent: importing minigpt.train.* would put the
-    subpackage over the function `minigpt.train`. It stays the function; the subpackage is
-    reached with `from minigpt.train import launch` (it is in sys.modules as ever)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if not (name == "train" and isinstance(value, types.ModuleType)):
-            super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -42,8 +42,8 @@ from minigpt.runtime.device import resolve_device
 DEFAULT = SampleOptions()  # Model.sample's defaults are `minigpt sample`'s, the schema's
 
 if TYPE_CHECKING:
-    from minigpt.train.callbacks import Callback
-    from minigpt.train.trainer import TrainResult
+    from minigpt.training.callbacks import Callback
+    from minigpt.training.trainer import TrainResult
 
 
 class Model:
@@ -202,10 +202,10 @@ def train(
     """Train as `minigpt train` does, through the same path: `config` a YAML file or a dict of
     sections ({"model": {"n_layer": 4}}), `overrides` "KEY=VALUE" strings or a dict of dotted keys,
     and the command's options (`resume="auto"` as `--resume auto`). `callbacks` (subclasses of
-    minigpt.train.callbacks.Callback) get every event after the built-in ones."""
+    minigpt.training.callbacks.Callback) get every event after the built-in ones."""
     from minigpt.config.files import default_run_dir
-    from minigpt.train.launch import start_run
-    from minigpt.train.plan import Resume, train_request
+    from minigpt.training.launch import start_run
+    from minigpt.training.plan import Resume, train_request
 
     if resume not in (False, True, "auto"):
         raise UserError(f"resume must be False, True or 'auto', not {resume!r}")

@@ -8,7 +8,7 @@ and functions.
 The rules (docs/design.md):
 - every import points down the layer order below, or stays inside its own subpackage;
 - no cycle between modules, counting imports inside functions and under `TYPE_CHECKING`;
-- `typer` only in `cli/`; `tqdm` and `tensorboard` only in `train/`; `IPython` nowhere;
+- `typer` only in `cli/`; `tqdm` and `tensorboard` only in `training/`; `IPython` nowhere;
 - no function body over 80 lines (GUIDE.md: past that a function usually hides a seam). A body
   runs from the line after the signature to the function's last line, docstring and comments
   included; the signature is left out, since a command's options live there. Modules have no line
@@ -35,13 +35,13 @@ LAYERS: list[tuple[str, ...]] = [
     ("data", "model", "checkpoint"),
     ("infer",),
     ("inspect",),
-    ("train", "export"),
+    ("training", "export"),
     ("api",),
     ("minigpt",),
     ("cli",),
     ("__main__",),
 ]
-ONLY_IN = {"typer": {"cli"}, "tqdm": {"train"}, "tensorboard": {"train"}, "IPython": set()}
+ONLY_IN = {"typer": {"cli"}, "tqdm": {"training"}, "tensorboard": {"training"}, "IPython": set()}
 
 
 def functions(tree: ast.AST) -> list[tuple[str, int]]:

@@ -101,7 +101,7 @@ features)
 import torch
 from minigpt.config.files import load_config
 from minigpt.model import parameter_count
-from minigpt.train.preflight import estimate
+from minigpt.training.preflight import estimate
 cfg = load_config("configs/shakespeare_char.yaml", [])
 est = estimate(cfg, 65, parameter_count(cfg.model, 65), torch.bfloat16)
 total = torch.cuda.mem_get_info()[1]

@@ -25,7 +25,7 @@ import minigpt.model as M
 from minigpt.config.schema import Config
 from minigpt.runtime.device import autocast
 from minigpt.runtime.memory import keep_freed_memory
-from minigpt.train.optim import build_optimizer
+from minigpt.training.optim import build_optimizer
 
 
 def attend_in_bf16(q, k, v, dropout_p=0.0, mask=None, products=False):

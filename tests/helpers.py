@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import torch
 
     from minigpt.model import GPT
-    from minigpt.train.trainer import Trainer
+    from minigpt.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def make_trainer(text_file: Path, out: Path, *overrides: str) -> Trainer:
 
     from minigpt.config.files import load_config
     from minigpt.data.corpus import load_corpus
-    from minigpt.train.trainer import Trainer
+    from minigpt.training.trainer import Trainer
 
     # dropout on, so the global RNG stream matters as much as the batch stream
     cfg = load_config(None, [*TINY, f"data.path={text_file}", "train.max_steps=20", "model.dropout=0.1", *overrides])

@@ -24,8 +24,8 @@ from minigpt.infer.decode import generate
 from minigpt.infer.loading import load_model
 from minigpt.model import GPT, KVCache, norm, parameter_count
 from minigpt.runtime.mfu import flops_per_token
-from minigpt.train.launch import vocabulary_check
-from minigpt.train.preflight import estimate
+from minigpt.training.launch import vocabulary_check
+from minigpt.training.preflight import estimate
 
 from .helpers import TINY, TINY_MODEL, make_text, one_error_line, tiny_model, trained_like
 

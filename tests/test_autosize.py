@@ -17,8 +17,8 @@ import yaml
 from minigpt.config.schema import Config
 from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import CharTokenizer
-from minigpt.train import autosize
-from minigpt.train.autosize import AUTO_KEYS, PROBE, Probe, advice, choose, model_of, step_flops
+from minigpt.training import autosize
+from minigpt.training.autosize import AUTO_KEYS, PROBE, Probe, advice, choose, model_of, step_flops
 from tests.helpers import TINY, make_text
 
 VOCAB = 65

@@ -17,7 +17,7 @@ import yaml
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import DataConfig
 from minigpt.data.corpus import load_corpus
-from minigpt.train.trainer import Trainer
+from minigpt.training.trainer import Trainer
 
 from .helpers import TINY, make_text, one_error_line
 

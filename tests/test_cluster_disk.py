@@ -94,7 +94,7 @@ def test_preflight_counts_the_snapshots_a_run_will_keep(small_fs, text_file: Pat
 
 def _fill_at_step(monkeypatch, step: int, action) -> None:
     """Run `action()` (fill the disk, remount it) just before the checkpoints of `step` are written."""
-    from minigpt.train.trainer import Trainer
+    from minigpt.training.trainer import Trainer
 
     real = Trainer._evaluate_and_save
 
@@ -131,9 +131,9 @@ def test_disk_fills_at_a_checkpoint_then_resume_auto(leave: int, small_fs, text_
 
 @pytest.mark.parametrize("which", ["results.json", "config.yaml", "events"])
 def test_full_disk_for_the_other_files_of_a_run(which: str, small_fs, text_file: Path, cli, monkeypatch) -> None:
-    from minigpt.train import launch
-    from minigpt.train.tensorboard import TensorBoard
-    from minigpt.train.trainer import Trainer
+    from minigpt.training import launch
+    from minigpt.training.tensorboard import TensorBoard
+    from minigpt.training.trainer import Trainer
 
     fs = small_fs("3m")
     out = fs / "run"

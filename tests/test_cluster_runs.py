@@ -22,7 +22,7 @@ from minigpt.config.files import load_config
 from minigpt.config.schema import Config, config_from_dict
 from minigpt.infer.evaluate import evaluate_ids
 from minigpt.model import GPT
-from minigpt.train.disk import snapshot_plan
+from minigpt.training.disk import snapshot_plan
 
 from .helpers import TINY, make_text
 
@@ -274,8 +274,8 @@ def test_the_readme_and_docs_show_the_tested_two_node_command() -> None:
 def test_the_lower_rate_command_halves_every_rate_and_reads_back() -> None:
     from minigpt.checkpoint import resume_command
     from minigpt.config.files import parse_override, value_text
-    from minigpt.train.schedule import replanned_schedule_note
-    from minigpt.train.trainer import lower_rate_command
+    from minigpt.training.schedule import replanned_schedule_note
+    from minigpt.training.trainer import lower_rate_command
 
     muon = Config().replace(**{"optim.optimizer": "muon", "optim.grad_clip": 0.0, "optim.min_lr": 0.0})
     assert lower_rate_command(Path("runs/my run"), muon, Path("/no/such/last.pt")) == (

@@ -20,7 +20,7 @@ from minigpt.data.tokenizer import ByteTokenizer, CharTokenizer
 from minigpt.errors import UserError
 from minigpt.infer.evaluate import evaluate_ids
 from minigpt.model import GPT
-from minigpt.train.launch import vocabulary_check
+from minigpt.training.launch import vocabulary_check
 
 from .helpers import TINY, make_text
 

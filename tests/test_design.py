@@ -25,16 +25,16 @@ def test_using_a_model_does_not_load_the_training_side() -> None:
     assert "minigpt.infer.loading" in loaded  # the probe itself worked
     # (tqdm itself cannot be told apart: `import torch` loads it, through torch.hub)
     for training_side in (
-        "minigpt.train.trainer",
-        "minigpt.train.tensorboard",
-        "minigpt.train.progress",
-        "minigpt.train.optim",
-        "minigpt.train.launch",
+        "minigpt.training.trainer",
+        "minigpt.training.tensorboard",
+        "minigpt.training.progress",
+        "minigpt.training.optim",
+        "minigpt.training.launch",
         "tensorboard",
         "typer",
     ):
         assert training_side not in loaded, training_side
-    assert not [m for m in loaded if m.startswith(("minigpt.train", "minigpt.cli"))]
+    assert not [m for m in loaded if m.startswith(("minigpt.training", "minigpt.cli"))]
 
 
 def test_nproc_becomes_torchrun_without_importing_torch(tmp_path) -> None:
@@ -105,8 +105,8 @@ def _broken_copy(tmp_path: Path, module: str, code: str) -> Path:
     [
         (
             "data/tokenizer.py",
-            "def f():\n    from minigpt.train.trainer import Trainer\n",
-            "minigpt.data.tokenizer imports minigpt.train.trainer: data may not import train",
+            "def f():\n    from minigpt.training.trainer import Trainer\n",
+            "minigpt.data.tokenizer imports minigpt.training.trainer: data may not import training",
         ),
         (
             "model.py",

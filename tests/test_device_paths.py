@@ -17,7 +17,7 @@ from minigpt.infer.evaluate import eval_ids_for, evaluate, icl_score, loss_by_po
 from minigpt.infer.loading import load_model
 from minigpt.inspect.formation import follow_run, score_point
 from minigpt.inspect.lens import logit_lens
-from minigpt.train.trainer import Trainer
+from minigpt.training.trainer import Trainer
 
 from .fake_device import fake_device  # noqa: F401 (a fixture)
 from .helpers import TINY

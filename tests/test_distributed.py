@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from minigpt.checkpoint import load_checkpoint
-from minigpt.train.plan import Resume, read_request
+from minigpt.training.plan import Resume, read_request
 
 from .helpers import TINY, launch
 

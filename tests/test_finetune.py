@@ -13,8 +13,8 @@ import yaml
 
 from minigpt.checkpoint import load_checkpoint
 from minigpt.data.tokenizer import CharTokenizer
-from minigpt.train.launch import starting_vocabulary, starting_weights
-from minigpt.train.trainer import Trainer
+from minigpt.training.launch import starting_vocabulary, starting_weights
+from minigpt.training.trainer import Trainer
 
 from .helpers import TINY, make_text, one_error_line
 
@@ -181,8 +181,8 @@ def test_max_time_counts_from_the_commands_start(text_file: Path, tmp_path: Path
     began 60 s ago with train.max_time=1m stops after its first step, and its wall time counts those 60 s."""
     import time
 
-    from minigpt.train.launch import start_run
-    from minigpt.train.plan import Resume
+    from minigpt.training.launch import start_run
+    from minigpt.training.plan import Resume
 
     out = tmp_path / "r"
     overrides = [

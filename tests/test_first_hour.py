@@ -61,7 +61,7 @@ def test_dry_run_says_why_max_steps_is_what_it_is_and_prints_separators_readably
     assert 'doc_separator: "\\n\\n"' in r.out and 'field_separator: "\\n"' in r.out
     assert "  max_steps: 480  # or train.max_time 1m, whichever comes first, ends the run" in r.out
     assert yaml.safe_load(r.out)["data"]["doc_separator"] == "\n\n"  # still the YAML it was
-    from minigpt.train.launch import dry_run_text  # --auto's cap, without its seconds-long speed probe
+    from minigpt.training.launch import dry_run_text  # --auto's cap, without its seconds-long speed probe
 
     auto = load_config(None, ["train.auto=true", "train.max_time=10m", "train.max_steps=12790"])
     line = next(line for line in dry_run_text(auto, frozenset(), 1279).splitlines() if "max_steps" in line)

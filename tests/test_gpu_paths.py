@@ -18,9 +18,9 @@ from minigpt.model import GPT, parameter_count
 from minigpt.runtime import device as runtime
 from minigpt.runtime import distributed
 from minigpt.runtime.distributed import wrap_ddp
-from minigpt.train.optim import AdamW, load_optimizer_state
-from minigpt.train.state import RngStreams
-from minigpt.train.trainer import StopRequest
+from minigpt.training.optim import AdamW, load_optimizer_state
+from minigpt.training.state import RngStreams
+from minigpt.training.trainer import StopRequest
 
 from .helpers import make_trainer, one_error_line
 
@@ -179,7 +179,7 @@ def test_cuda_memory_pytorch_caches_counts_as_free(monkeypatch) -> None:
     that fits in them."""
     from minigpt.config.files import load_config
     from minigpt.runtime.memory import available_bytes
-    from minigpt.train import preflight
+    from minigpt.training import preflight
 
     cuda = torch.device("cuda", 0)
     cfg = load_config(None, ["model.n_layer=4", "model.n_embd=256", "model.block_size=256", "train.batch_size=32"])
@@ -222,7 +222,7 @@ def test_synchronize_waits_for_the_runs_own_device(monkeypatch) -> None:
 def test_the_speed_probe_times_steps_as_the_run_will_train(monkeypatch) -> None:
     """--auto's probe: fast matmul (TF32) on before its first step, as the trainer sets it, and
     every timed step waits for the device (a GPU or a Mac would otherwise time the launches)."""
-    from minigpt.train import autosize
+    from minigpt.training import autosize
 
     events = []
     monkeypatch.setattr(autosize, "enable_fast_matmul", lambda device: events.append(("fast", device)))

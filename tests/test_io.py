@@ -143,7 +143,7 @@ def test_a_lock_held_by_another_process_is_refused_at_once_naming_it_and_free_af
 
 
 def test_the_run_lock_names_the_training_that_holds_it(tmp_path: Path, holder) -> None:
-    from minigpt.train.launch import lock_run_dir
+    from minigpt.training.launch import lock_run_dir
 
     other = holder(tmp_path / ".lock")
     with pytest.raises(UserError) as refused:

@@ -19,7 +19,7 @@ from minigpt.data.tokenizer import CharTokenizer
 from minigpt.infer.decode import generate
 from minigpt.infer.loading import load_model
 from minigpt.model import GPT, KVCache, parameter_count
-from minigpt.train.optim import build_optimizer
+from minigpt.training.optim import build_optimizer
 
 from .helpers import TINY, TINY_MODEL, make_text, tiny_model, trained_like
 

@@ -12,7 +12,7 @@ import torch
 from minigpt.checkpoint import load_checkpoint
 from minigpt.infer.decode import generate
 from minigpt.model import GPT, KVCache, apply_rope, rope_tables, sinusoidal_table
-from minigpt.train.optim import AdamW
+from minigpt.training.optim import AdamW
 
 from .helpers import TINY, tiny_model
 

@@ -12,8 +12,8 @@ import torch
 
 from minigpt.config.schema import Config, ModelConfig, OptimConfig
 from minigpt.model import GPT
-from minigpt.train import optim
-from minigpt.train.optim import MuonAdamW, build_optimizer, orthogonalize
+from minigpt.training import optim
+from minigpt.training.optim import MuonAdamW, build_optimizer, orthogonalize
 
 from .helpers import make_trainer, weights
 

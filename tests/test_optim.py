@@ -5,7 +5,7 @@ import torch
 
 from minigpt.config.schema import ModelConfig
 from minigpt.model import GPT
-from minigpt.train.optim import AdamW
+from minigpt.training.optim import AdamW
 
 
 def two_models() -> tuple[GPT, GPT]:
@@ -76,7 +76,7 @@ def test_training_does_not_import_dynamo() -> None:
     code = (
         "import sys, torch\n"
         "from tests.test_optim import two_models, groups, train_steps\n"
-        "from minigpt.train.optim import AdamW\n"
+        "from minigpt.training.optim import AdamW\n"
         "m, _ = two_models(); opt = AdamW(groups(m), lr=1e-3)\n"
         "train_steps(m, opt, 2)\n"
         "torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)\n"

@@ -218,7 +218,7 @@ def test_attention_by_products_is_the_flash_kernels_attention_in_bf16() -> None:
 def test_the_trainer_attends_by_products_where_measured_faster_and_a_resume_keeps_it(
     text_file, tmp_path, cli, monkeypatch
 ) -> None:
-    from minigpt.train import trainer  # noqa: PLC0415
+    from minigpt.training import trainer  # noqa: PLC0415
 
     monkeypatch.setattr(precision, "machine_busy", lambda: False)
     measured: list[tuple[int, int, int]] = []

@@ -292,7 +292,7 @@ def test_bad_data_through_the_cli_leaves_no_run_directory(tmp_path: Path, cli) -
 
 def test_interrupt_never_saves_a_diverged_model(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
     """Ctrl-C right after the loss went NaN (before any log noticed): stop with the error, keep last.pt."""
-    from minigpt.train.trainer import Trainer
+    from minigpt.training.trainer import Trainer
 
     out = tmp_path / "run"
     args = ["--data", text_file, "--out", out, *TINY, "train.max_steps=40", "train.eval_interval=10", "log.interval=30"]

@@ -301,7 +301,7 @@ def test_parameter_count_from_the_config_matches_the_model(overrides: list[str])
 def test_preflight_refuses_an_impossible_batch_and_names_a_grad_accum_that_fits(text_file, tmp_path, cli) -> None:
     from minigpt.config.files import load_config
     from minigpt.runtime.memory import available_bytes
-    from minigpt.train.preflight import check
+    from minigpt.training.preflight import check
 
     huge = ["model.n_layer=2", "model.n_embd=1024", "model.n_head=8", "model.block_size=1024", "train.batch_size=4096"]
     out = tmp_path / "r"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from minigpt.checkpoint import Checkpoint
-from minigpt.train.sweep import RunBudget, Sweep, split_values, value_labels
+from minigpt.training.sweep import RunBudget, Sweep, split_values, value_labels
 
 from .helpers import TINY, make_text, one_error_line
 

@@ -12,7 +12,7 @@ import torch
 
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import all_keys
-from minigpt.train.trainer import Trainer
+from minigpt.training.trainer import Trainer
 
 from .helpers import TINY, make_text
 

@@ -10,7 +10,7 @@ import torch
 
 import minigpt
 from minigpt.checkpoint import Checkpoint
-from minigpt.train.events import scalar_curve
+from minigpt.training.events import scalar_curve
 
 from .conftest import TINY
 
@@ -136,8 +136,8 @@ def test_a_callback_that_raises_stops_the_run_with_last_pt_saved(text_file: Path
 def test_one_plan_for_each_mode(trained_run: Path, text_file: Path, tmp_path: Path, cli) -> None:
     """plan_run turns a command into its mode, config and starting checkpoint; --dry-run prints it
     above the resolved config and writes nothing."""
-    from minigpt.train.launch import Mode, plan_run
-    from minigpt.train.plan import Resume
+    from minigpt.training.launch import Mode, plan_run
+    from minigpt.training.plan import Resume
 
     new = plan_run(None, [f"data.path={text_file}", "model.n_layer=1"], tmp_path / "n", Resume.NO, False)
     assert (new.mode, new.cfg.model.n_layer, new.start) == (Mode.NEW, 1, None)

@@ -284,7 +284,7 @@ def runs(
     A sweep's folder (minigpt sweep) lists its runs best first, with the keys it varies as columns.
     """
     from minigpt.cli.runs_table import format_runs, format_sweep, list_runs, sweep_rows
-    from minigpt.train.sweep import sweep_of
+    from minigpt.training.sweep import sweep_of
 
     if html is not None:
         from minigpt.cli.runs_table import runs_page

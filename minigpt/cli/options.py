@@ -19,7 +19,7 @@ def device_option(help: str):
 
 DeviceOpt = Annotated[str, device_option("The device: auto is cuda, else mps, else cpu.")]
 
-# the flags `train` and `sweep` share, each a shortcut for a config key (train/plan.py flag_items)
+# the flags `train` and `sweep` share, each a shortcut for a config key (training/plan.py flag_items)
 DataOpt = Annotated[
     Path | None, typer.Option("--data", help="A file, folder or 'glob' to train on (shortcut for data.path=PATH).")
 ]

@@ -16,7 +16,7 @@ from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
 from minigpt.io.textfiles import read_json_dict
 from minigpt.model import parameter_count
-from minigpt.train.sweep import Sweep, short_keys
+from minigpt.training.sweep import Sweep, short_keys
 
 
 @dataclass
@@ -190,7 +190,7 @@ def runs_page(folder: Path, out: Path) -> str:
     TensorBoard events, or results.json's last point without them) on one page; the line to print."""
     from minigpt.inspect.pages import check_output
     from minigpt.inspect.runs_page import runs_html
-    from minigpt.train.events import scalar_curve
+    from minigpt.training.events import scalar_curve
 
     check_output(out)
     runs = []

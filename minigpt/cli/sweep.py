@@ -66,8 +66,8 @@ def sweep_cmd(
     """
     from minigpt.config.fields import parse_duration
     from minigpt.config.files import default_run_dir
-    from minigpt.train.plan import flag_items
-    from minigpt.train.sweep import plan_sweep
+    from minigpt.training.plan import flag_items
+    from minigpt.training.sweep import plan_sweep
 
     started = time.perf_counter()  # --max-total-time counts from here: torch's import is in it
     budget = None
@@ -82,7 +82,7 @@ def sweep_cmd(
         out = run_dir.with_name(f"{run_dir.name}-sweep")
     sweep = plan_sweep(config_path, items, out, draw, seed)  # every point checked: before torch, before any run
     from minigpt.cli.runs_table import format_sweep, sweep_rows
-    from minigpt.train.sweep import run_sweep
+    from minigpt.training.sweep import run_sweep
 
     outcomes = run_sweep(sweep, budget, started)
     notes = {o.point.name: o.note for o in outcomes}

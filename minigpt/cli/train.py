@@ -16,7 +16,7 @@ import typer
 from minigpt.cli import help as cli_help
 from minigpt.cli.options import AutoOpt, DataOpt, InitFromOpt, TrainDeviceOpt, start_load
 from minigpt.errors import UserError
-from minigpt.train.plan import Resume, read_request, train_request, write_request
+from minigpt.training.plan import Resume, read_request, train_request, write_request
 
 
 def train_cmd(
@@ -74,7 +74,7 @@ def train_cmd(
         )
     if nproc is not None:
         launch_processes(nproc, path, items, out, mode, dry_run)
-    from minigpt.train.launch import start_run
+    from minigpt.training.launch import start_run
 
     start_run(path, items, out, mode, started, dry_run=dry_run, load=start_load())
 

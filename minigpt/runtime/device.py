@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 from minigpt.config import DEVICE_NAMES, MPS_PROCESSES, is_device_name
 from minigpt.errors import UserError, first_line
 
-_sink: Callable[[str], None] | None = None  # set by train/progress.py while a bar is on screen
+_sink: Callable[[str], None] | None = None  # set by training/progress.py while a bar is on screen
 
 
 def log(msg: str) -> None:

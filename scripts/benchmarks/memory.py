@@ -31,7 +31,7 @@ MEMORY_CONFIGS = [
 
 def measure_memory(data: Path, overrides: list[str]) -> dict[str, float]:
     """What three training steps add to a child's resident memory (its peak less what it held once
-    the trainer was built), beside `minigpt.train.preflight`'s estimate less the weights."""
+    the trainer was built), beside `minigpt.training.preflight`'s estimate less the weights."""
     result = last_json(run_timed([child("memory.py"), str(data), *overrides], child_env()), "the measuring child")
     result["ratio"] = result["estimated"] / result["measured"]
     return result

@@ -48,7 +48,7 @@ def training(repeats: int, steps: int = 35) -> dict[str, float]:
 
     from minigpt.config.schema import ModelConfig
     from minigpt.model import GPT
-    from minigpt.train.optim import AdamW
+    from minigpt.training.optim import AdamW
 
     x, y = torch.randint(0, 65, (32, 64)), torch.randint(0, 65, (32, 64))
     res: dict[str, list[float]] = {"tricks on": [], "torch AdamW fused": []}

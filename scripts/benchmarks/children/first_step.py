@@ -12,7 +12,7 @@ t = time.perf_counter()
 p = torch.nn.Parameter(torch.randn(100, 100))
 p.grad = torch.randn(100, 100)
 if sys.argv[1] == "minigpt":
-    from minigpt.train.optim import AdamW
+    from minigpt.training.optim import AdamW
 
     opt = AdamW([{"params": [p], "weight_decay": 0.1}], lr=1e-3, betas=(0.9, 0.99))
 else:

@@ -17,8 +17,8 @@ from minigpt.data.corpus import load_corpus
 from minigpt.model import parameter_count
 from minigpt.runtime.device import configure_threads, resolve_dtype
 from minigpt.runtime.memory import process_rss
-from minigpt.train.preflight import estimate
-from minigpt.train.trainer import Trainer
+from minigpt.training.preflight import estimate
+from minigpt.training.trainer import Trainer
 
 cfg = load_config(None, [f"data.path={sys.argv[1]}", "train.device=cpu", "log.tensorboard=false", *sys.argv[2:]])
 configure_threads(cfg.train.threads)

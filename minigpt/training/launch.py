@@ -48,14 +48,14 @@ from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreLoad
 from minigpt.runtime.device import configure_threads, log, precision_lines, resolve_device, resolve_dtype
 from minigpt.runtime.memory import keep_freed_memory
-from minigpt.train import disk, preflight
-from minigpt.train.autosize import AUTO_KEYS, auto_size, run_advice
-from minigpt.train.callbacks import Callback
-from minigpt.train.disk import write_run_file
-from minigpt.train.plan import Override, Resume
-from minigpt.train.progress import ByteProgress
-from minigpt.train.schedule import RATE_KEYS, replanned_schedule_note
-from minigpt.train.trainer import Trainer, TrainResult
+from minigpt.training import disk, preflight
+from minigpt.training.autosize import AUTO_KEYS, auto_size, run_advice
+from minigpt.training.callbacks import Callback
+from minigpt.training.disk import write_run_file
+from minigpt.training.plan import Override, Resume
+from minigpt.training.progress import ByteProgress
+from minigpt.training.schedule import RATE_KEYS, replanned_schedule_note
+from minigpt.training.trainer import Trainer, TrainResult
 
 
 class Mode(enum.Enum):
@@ -99,7 +99,7 @@ def start_run(
     is the perf_counter time the command began (default: now): train.max_time and the run's wall
     times count from it, so a budget covers the command's start-up. None when there is nothing to
     do (a finished run, `dry_run`: the plan, the resolved config and the advisor's lines printed).
-    `callbacks`: the caller's, after the built-in ones (train/callbacks.py). `load`: the cores
+    `callbacks`: the caller's, after the built-in ones (training/callbacks.py). `load`: the cores
     others keep busy, measured from the command's start (default: from now). `origin`: where the
     overrides came from, for error messages."""
     load = load or CoreLoad()

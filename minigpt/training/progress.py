@@ -17,7 +17,7 @@ from minigpt.runtime import device as runtime
 from minigpt.runtime import distributed
 from minigpt.runtime.device import log
 from minigpt.runtime.mfu import device_peak, flops_per_token
-from minigpt.train.callbacks import Callback
+from minigpt.training.callbacks import Callback
 
 
 def describe_run(trainer: Any) -> None:

@@ -251,7 +251,7 @@ def definition_change(part: str, before: Any, now: Any) -> str:
 
 
 def save_definition(sweep: Sweep) -> None:
-    from minigpt.train.disk import write_run_file
+    from minigpt.training.disk import write_run_file
 
     sweep.out.mkdir(parents=True, exist_ok=True)
     text = "# minigpt sweep: run the same command again to continue it; each run is a folder here\n"
@@ -289,8 +289,8 @@ def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
     left to the sweep (under one: the run is not started). What happened, in a few words."""
     from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint
     from minigpt.runtime.device import forget_compiled, log
-    from minigpt.train.launch import start_run, why_finished
-    from minigpt.train.plan import Resume
+    from minigpt.training.launch import start_run, why_finished
+    from minigpt.training.plan import Resume
 
     out = sweep.out / point.name
     existing = find_checkpoint(out, prefer=LAST)
@@ -360,7 +360,7 @@ def stop_between_runs(sweep: Sweep, points: list[Point], outcomes: list[Outcome]
     """A stop signal while no run is training (between runs, or while one starts up) ends the
     sweep at once; during a run, the trainer's own handler saves last.pt first. Either way the
     sweep ends with the trainer's exit code, 128 + the signal's number, saying how to go on."""
-    from minigpt.train.interrupts import STOP_SIGNALS
+    from minigpt.training.interrupts import STOP_SIGNALS
 
     def stop(signum: int, frame: Any) -> None:
         raise TrainingInterrupted(128 + signum, signal.Signals(signum).name)

@@ -12,7 +12,7 @@ from typing import Any
 
 
 class Callback:
-    """The events of a run, each given the `Trainer` (train/trainer.py), in order: `on_train_start`
+    """The events of a run, each given the `Trainer` (training/trainer.py), in order: `on_train_start`
     once; per optimizer step `on_log` (every log.interval steps: step, loss, lr, grad_norm, tokens,
     tokens_per_s, mfu), `on_eval` (every train.eval_interval steps and the last), `on_save` (after
     last.pt or best.pt is written) and `on_step_end`; `on_train_end` once, with the `TrainResult`,

@@ -20,7 +20,7 @@ from minigpt.errors import UserError
 from minigpt.model import GPT, parameter_count
 from minigpt.runtime.device import autocast, enable_fast_matmul, log, synchronize
 from minigpt.runtime.mfu import flops_per_token
-from minigpt.train.optim import build_optimizer
+from minigpt.training.optim import build_optimizer
 
 # (n_layer, n_embd, n_head, block_size, batch_size), smallest first. The anchor is
 # configs/cpu_4min.yaml's shape, the winner of a measured grid (docs/benchmarks.md);

@@ -44,15 +44,15 @@ from minigpt.runtime.device import (
 from minigpt.runtime.distributed import wrap_ddp
 from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
 from minigpt.runtime.precision import Choice, cached_choice
-from minigpt.train.callbacks import Callback, EarlyStopping, Snapshots, TimeBudget
-from minigpt.train.disk import write_run_file
-from minigpt.train.interrupts import StopNow, StopRequest
-from minigpt.train.optim import build_optimizer, load_optimizer_state
-from minigpt.train.preflight import accum_steps
-from minigpt.train.progress import Progress, describe_run
-from minigpt.train.schedule import lr_at, time_progress
-from minigpt.train.state import RngStreams, TrainState
-from minigpt.train.tensorboard import tensorboard_callbacks
+from minigpt.training.callbacks import Callback, EarlyStopping, Snapshots, TimeBudget
+from minigpt.training.disk import write_run_file
+from minigpt.training.interrupts import StopNow, StopRequest
+from minigpt.training.optim import build_optimizer, load_optimizer_state
+from minigpt.training.preflight import accum_steps
+from minigpt.training.progress import Progress, describe_run
+from minigpt.training.schedule import lr_at, time_progress
+from minigpt.training.state import RngStreams, TrainState
+from minigpt.training.tensorboard import tensorboard_callbacks
 
 
 @torch.no_grad()

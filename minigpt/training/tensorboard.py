@@ -22,7 +22,7 @@ from minigpt.errors import WriteError
 from minigpt.infer.decode import generate
 from minigpt.io.diskspace import write_errors
 from minigpt.model import GPT, evaluating
-from minigpt.train.callbacks import Callback
+from minigpt.training.callbacks import Callback
 
 HPARAM_METRICS = ("val/loss", "val/bpc", "val/loss_full", "val/bpc_full")  # scalars on_eval and on_train_end log
 HPARAM_SECTIONS = ("model", "optim", "train")  # the keys shown unless log.hparam_keys names others
