@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minigpt.config.schema import ModelConfig
+if TYPE_CHECKING:
+    from minigpt.config.schema import ModelConfig
 
 Rope = tuple[torch.Tensor, torch.Tensor] | None  # cos, signed sin (T, head_size) of the current positions
 QK_NORM_EPS = 1e-6  # model.qk_norm's epsilon (fixed, so exports and the playground use the same)
@@ -46,17 +48,6 @@ def evaluating(model: nn.Module) -> Iterator[nn.Module]:
         yield model
     finally:
         model.train(was_training)
-
-
-def linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """module(x) without nn.Module's call machinery: the same operation, and hooks on these layers are
-    not used. Speed trick: faster decoding (docs/benchmarks.md, "Speed tricks on trial")."""
-    return F.linear(x, module.weight, module.bias)
-
-
-def norm(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
-    """module(x) for a LayerNorm, called as linear() calls a Linear."""
-    return F.layer_norm(x, module.normalized_shape, module.weight, module.bias, module.eps)
 
 
 class KVCache:
@@ -100,57 +91,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + x.roll(x.size(-1) // 2, dims=-1) * sin.to(x.dtype)
 
 
-def causal_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    dropout_p: float = 0.0,
-    mask: torch.Tensor | None = None,
-    products: bool = False,
+def plain_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Scaled dot-product attention (flash kernel where there is one). Without `mask`, either as
     many queries as keys, attended causally (training, a full forward), or one query that sees
-    every key (a KV-cache decoding step); the KV-cache path passes its own mask otherwise.
-
-    On the CPU, bf16 queries are attended in float32 (the CPU's bf16 flash kernels are slower than
-    its float32 ones), or with `products` as `attention_by_products`; the result has q's dtype."""
+    every key (a KV-cache decoding step); the KV-cache path passes its own mask otherwise."""
     if mask is None and q.size(2) not in (1, k.size(2)):
         raise ValueError(f"{q.size(2)} queries over {k.size(2)} keys need an explicit attention mask")
+    if k.dtype != q.dtype:  # a float32 KV cache of a bf16 model (decode.py): attended in float32
+        return plain_attention(q.to(k.dtype), k, v, dropout_p, mask).to(q.dtype)
     causal = mask is None and k.size(2) == q.size(2)
-    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
-        if products and causal:
-            return attention_by_products(q, k, v, dropout_p)
-        with torch.autocast("cpu", enabled=False):
-            y = F.scaled_dot_product_attention(
-                q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p, is_causal=causal
-            )
-        return y.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
-
-
-def attention_by_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0) -> torch.Tensor:
-    """Causal attention as explicit products: scores, mask, softmax, weighted sum, in q's dtype.
-    Speed trick: in bf16 these products run on a CPU's matrix engine, which its flash kernel does
-    not use; benchmark scripts/step_levers.py (products)."""
-    B, H, T, D = q.shape
-    future = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # 0 where a key is seen
-    # the scale and the causal mask inside the product (alpha, the added matrix): no pass of their own
-    scores = torch.baddbmm(future, q.reshape(B * H, T, D), k.reshape(B * H, T, D).transpose(1, 2), alpha=D**-0.5)
-    weights = F.dropout(scores.softmax(-1), dropout_p)
-    return torch.bmm(weights, v.reshape(B * H, T, D)).view(B, H, T, D)
-
-
-def attention_speed(heads: int, context: int, head_size: int) -> float:
-    """bf16 causal attention's speed as products over the float32 flash kernel's, forward and
-    backward, for `heads` (batch x heads) rows of `context` x `head_size` on this CPU."""
-    from minigpt.runtime.precision import interleaved_medians
-
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, heads, context, head_size, generator=gen).bfloat16().requires_grad_() for _ in range(3))
-    flash, products = interleaved_medians(
-        [lambda p=p: causal_attention(q, k, v, products=p).float().sum().backward() for p in (False, True)]
-    )
-    return flash / products
 
 
 class HookPoint(nn.Identity):
@@ -176,7 +128,7 @@ class CausalSelfAttention(nn.Module):
         # the probabilities (B, nh, T, S), written out while this is hooked (no fused kernel; eval only)
         self.pattern = HookPoint()
         self.head_out = HookPoint()  # each head's output (B, nh, T, hs) before the projection (head ablation)
-        self.products = False  # bf16 attention on the CPU as explicit products (GPT.attend_by_products)
+        self.attend = plain_attention  # the speed layer may set another form (runtime/attention.py)
 
     def forward(
         self,
@@ -188,7 +140,7 @@ class CausalSelfAttention(nn.Module):
     ) -> torch.Tensor:
         B, T, C = x.shape
         hs = C // self.n_head
-        qkv = linear(self.c_attn, x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
         qk, v = qkv.split((2, 1))  # not slices, whose backward fills a zero gradient and adds into it
         v = v.squeeze(0)
         if self.qk_norm:
@@ -214,18 +166,16 @@ class CausalSelfAttention(nn.Module):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, T, S)
             y = self.pattern(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)) @ v  # (B, nh, T, hs)
         elif cache is None:
-            y = causal_attention(q, k, v, self.dropout if self.training else 0.0, products=self.products)
+            y = self.attend(q, k, v, self.dropout if self.training else 0.0)
         else:
             # query i (absolute position start+i) sees keys 0..start+i; one new query sees them all
             mask = None
             if T > 1:
                 mask = torch.arange(S, device=x.device)[None, :] <= torch.arange(start, S, device=x.device)[:, None]
-            y = causal_attention(q, k, v, mask=mask)  # (B, nh, T, hs)
+            y = self.attend(q, k, v, mask=mask)  # (B, nh, T, hs)
         if self.head_out.hooked():
             y = self.head_out(y)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-        y = linear(self.c_proj, y)
-        return self.resid_dropout(y) if self.training else y  # (no module call per token when sampling)
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))  # (B, T, C)
 
 
 class MLP(nn.Module):
@@ -237,9 +187,8 @@ class MLP(nn.Module):
         self.relu2 = cfg.mlp_act == "relu2"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = linear(self.c_fc, x)  # (B, T, 4C)
-        y = linear(self.c_proj, F.relu(h).square() if self.relu2 else F.gelu(h))
-        return self.dropout(y) if self.training else y
+        h = self.c_fc(x)  # (B, T, 4C)
+        return self.dropout(self.c_proj(F.relu(h).square() if self.relu2 else F.gelu(h)))
 
 
 class Block(nn.Module):
@@ -264,10 +213,10 @@ class Block(nn.Module):
         ve: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if self.pre:
-            x = x + self.attn(norm(self.ln_1, x), cache, layer, rope, ve)
-            return x if self.mlp is None else x + self.mlp(norm(self.ln_2, x))
-        x = norm(self.ln_1, x + self.attn(x, cache, layer, rope, ve))
-        return x if self.mlp is None else norm(self.ln_2, x + self.mlp(x))
+            x = x + self.attn(self.ln_1(x), cache, layer, rope, ve)
+            return x if self.mlp is None else x + self.mlp(self.ln_2(x))
+        x = self.ln_1(x + self.attn(x, cache, layer, rope, ve))
+        return x if self.mlp is None else self.ln_2(x + self.mlp(x))
 
 
 class GPT(nn.Module):
@@ -318,13 +267,6 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
-
-    def attend_by_products(self, on: bool) -> None:
-        """Compute bf16 causal attention on the CPU as explicit products (`attention_by_products`)
-        instead of the float32 flash kernel: the same attention, another rounding; the trainer
-        turns it on where `attention_speed` measures it faster."""
-        for block in self.blocks:
-            block.attn.products = on
 
     @property
     def device(self) -> torch.device:

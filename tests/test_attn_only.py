@@ -22,7 +22,7 @@ from minigpt.config.schema import Config, ModelConfig
 from minigpt.errors import UserError
 from minigpt.infer.decode import generate
 from minigpt.infer.loading import load_model
-from minigpt.model import GPT, KVCache, norm, parameter_count
+from minigpt.model import GPT, KVCache, parameter_count
 from minigpt.runtime.mfu import flops_per_token
 from minigpt.training.launch import vocabulary_check
 from minigpt.training.preflight import estimate
@@ -59,7 +59,7 @@ def test_a_block_is_its_attention_alone(norm_at: str) -> None:
     m = model(norm=norm_at)
     block, x = m.blocks[0], torch.randn(2, 16, 32)
     with torch.no_grad():
-        want = x + block.attn(norm(block.ln_1, x)) if norm_at == "pre" else norm(block.ln_1, x + block.attn(x))
+        want = x + block.attn(block.ln_1(x)) if norm_at == "pre" else block.ln_1(x + block.attn(x))
         torch.testing.assert_close(block(x), want)
 
 

@@ -16,9 +16,10 @@ from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import Config, ModelConfig
 from minigpt.infer import sample as generation
 from minigpt.infer.decode import generate_steps
-from minigpt.model import GPT, KVCache, causal_attention
+from minigpt.model import GPT, KVCache
 from minigpt.runtime import device as runtime
 from minigpt.runtime import precision
+from minigpt.runtime.attention import causal_attention
 from minigpt.runtime.device import sampling_dtype
 from tests.helpers import TINY
 
@@ -218,7 +219,7 @@ def test_attention_by_products_is_the_flash_kernels_attention_in_bf16() -> None:
 def test_the_trainer_attends_by_products_where_measured_faster_and_a_resume_keeps_it(
     text_file, tmp_path, cli, monkeypatch
 ) -> None:
-    from minigpt.training import trainer  # noqa: PLC0415
+    from minigpt.runtime import attention as trainer  # noqa: PLC0415
 
     monkeypatch.setattr(precision, "machine_busy", lambda: False)
     measured: list[tuple[int, int, int]] = []

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from minigpt.config.schema import OptimConfig
-from minigpt.training.schedule import lr_at
+from minigpt.training.loop import lr_at
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "linear"])

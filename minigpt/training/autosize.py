@@ -18,6 +18,7 @@ from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.model import GPT, parameter_count
+from minigpt.runtime.attention import set_attention
 from minigpt.runtime.device import autocast, enable_fast_matmul, log, synchronize
 from minigpt.runtime.mfu import flops_per_token
 from minigpt.training.optim import build_optimizer
@@ -105,6 +106,7 @@ def time_steps(
     torch.manual_seed(0)
     enable_fast_matmul(device)  # TF32 on, as the trainer will train
     model = GPT(m, vocab).to(device)
+    set_attention(model)  # as the trainer attends
     opt = build_optimizer(model, recipe, device)
     x = torch.randint(vocab, (batch, m.block_size + 1), device=device)
     times: list[float] = []

@@ -1,48 +1,78 @@
-"""What watches a training run: the `Callback` events the loop emits, and the callbacks that stop
-it or keep snapshots. Each owns its config keys and decides its own timing; `Trainer.train()`
-only steps, evaluates and saves. The progress display is `progress.py`'s, TensorBoard is
-`tensorboard.py`'s; `minigpt.train(callbacks=...)` adds a user's own, which gets the same events."""
+"""The components of a training run (`loop.Callback`): logging, evaluation, checkpoints and
+snapshots, each due by its own config key, and the ones that stop a run. The progress display is
+`progress.py`'s, TensorBoard `tensorboard.py`'s; `minigpt.train(callbacks=...)` adds a user's own."""
 
 from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any
 
+from minigpt.training.loop import Callback, StepStats
 
-class Callback:
-    """The events of a run, each given the `Trainer` (training/trainer.py), in order: `on_train_start`
-    once; per optimizer step `on_log` (every log.interval steps: step, loss, lr, grad_norm, tokens,
-    tokens_per_s, mfu), `on_eval` (every train.eval_interval steps and the last), `on_save` (after
-    last.pt or best.pt is written) and `on_step_end`; `on_train_end` once, with the `TrainResult`,
-    or with None when the run failed or was interrupted. Under DDP every rank emits every event
-    (`trainer.dist.is_main` is the one that writes). Stop a run with `trainer.request_stop(reason)`
-    or, from a decision every rank makes alike (an evaluation's), `trainer.stop(reason)`."""
 
-    def on_train_start(self, trainer: Any) -> None: ...
+def every(interval: int, step: int) -> bool:
+    """Whether `step` is a multiple of `interval` (0: never)."""
+    return bool(interval) and step % interval == 0
 
-    def on_step_end(self, trainer: Any, stats: Any) -> None:
-        """After every step (keep it cheap: `stats` holds tensors still on the device)."""
 
-    def on_log(self, trainer: Any, logs: dict[str, Any]) -> None: ...
+class Logging(Callback):
+    """log.interval: the training loss, learning rate, gradient norm and speed (`on_log`), at every
+    log.interval steps and the last."""
 
-    def on_eval(self, trainer: Any, val_loss: float, improved: bool) -> None: ...
+    def __init__(self, cfg: Any) -> None:
+        self.interval = cfg.log.interval
 
-    def on_save(self, trainer: Any, paths: list[Path]) -> None: ...
+    def due(self, step: int, last: bool) -> bool:
+        return every(self.interval, step) or last
 
-    def on_train_end(self, trainer: Any, result: Any) -> None: ...
+    def on_due(self, trainer: Any, stats: StepStats) -> None:
+        trainer.log_step(stats)
+
+
+class Evaluation(Callback):
+    """train.eval_interval: the validation loss at every eval_interval steps and the last, then
+    last.pt (and best.pt when it is a new best)."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.interval = cfg.train.eval_interval
+
+    def due(self, step: int, last: bool) -> bool:
+        return every(self.interval, step) or last
+
+    def on_due(self, trainer: Any, stats: StepStats) -> None:
+        trainer._evaluate_and_save()
+
+
+class Checkpointing(Callback):
+    """train.ckpt_interval: last.pt at every ckpt_interval steps (unless an evaluation saved it)."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.interval = cfg.train.ckpt_interval
+
+    def due(self, step: int, last: bool) -> bool:
+        return every(self.interval, step)
+
+    def on_due(self, trainer: Any, stats: StepStats) -> None:
+        if trainer.evaluated_at != trainer.state.step:
+            trainer.save("last.pt")
 
 
 class Snapshots(Callback):
     """train.keep_every: rank 0 keeps the weights of every Nth step as step_NNNNNNN.pt, unless the
-    step went non-finite (the next sync point reports the divergence; a broken model is never kept)."""
+    step went non-finite (a broken model is never kept)."""
 
-    def on_step_end(self, trainer: Any, stats: Any) -> None:
+    def __init__(self, cfg: Any) -> None:
+        self.interval = cfg.train.keep_every
+
+    def due(self, step: int, last: bool) -> bool:
+        return every(self.interval, step)
+
+    def on_due(self, trainer: Any, stats: StepStats) -> None:
         from minigpt.checkpoint import snapshot_name
 
-        t, step = trainer.cfg.train, trainer.state.step
-        if not t.keep_every or step % t.keep_every or not trainer.dist.is_main:
+        step = trainer.state.step
+        if not trainer.dist.is_main:
             return
         # under a GradScaler (fp16) a non-finite gradient is a skipped step: the weights are whole
         norm_ok = trainer.scaler.is_enabled() or math.isfinite(float(stats.grad_norm))
@@ -52,6 +82,11 @@ class Snapshots(Callback):
         if trainer.evaluated_at != step:
             snapshot.val_loss = None  # the latest evaluation was an earlier step's
         snapshot.save(trainer.out_dir / snapshot_name(step))
+
+
+def components(cfg: Any) -> list[Callback]:
+    """The loop's own components, in the order they run when due at the same step."""
+    return [Logging(cfg), Evaluation(cfg), Checkpointing(cfg), Snapshots(cfg)]
 
 
 class EarlyStopping(Callback):

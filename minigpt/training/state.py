@@ -1,11 +1,9 @@
-"""The state a training run carries from step to step besides the weights and the optimizer:
-counters (`TrainState`) and every random-number stream (`RngStreams`), each with
-`state_dict()` / `load_state_dict()`, so a checkpoint gathers them and a resume is exact."""
+"""Every random-number stream of a training process (`RngStreams`), with `state_dict()` /
+`load_state_dict()`, so a checkpoint gathers them and a resume is exact (the counters are the
+loop's `TrainState`)."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -13,40 +11,6 @@ import torch
 from minigpt.data.corpus import Batcher
 from minigpt.runtime import distributed
 from minigpt.runtime.device import log
-
-
-@dataclass
-class TrainState:
-    """Where the run is: optimizer steps taken, tokens trained on, the best validation loss and its
-    step, and how many evaluations have passed without an improvement that counts (patience)."""
-
-    step: int = 0
-    tokens_seen: int = 0
-    best_val_loss: float = math.inf
-    best_step: int = 0
-    evals_since_best: int = 0
-    time_progress: float = 0.0  # optim.schedule_by=time: the fraction of the decay done
-
-    def state_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step = int(state["step"])
-        self.tokens_seen = int(state["tokens_seen"])
-        self.best_val_loss = float(state["best_val_loss"])
-        self.best_step = int(state.get("best_step") or 0)  # checkpoints from before early stopping
-        self.evals_since_best = int(state.get("evals_since_best") or 0)
-        self.time_progress = float(state.get("time_progress") or 0.0)
-
-    def record_eval(self, val_loss: float, min_delta: float) -> bool:
-        """Count an evaluation; True when it is a new best (best.pt). Only an improvement of more
-        than `min_delta` over the best so far resets the patience count."""
-        counts = val_loss < self.best_val_loss - min_delta
-        improved = val_loss < self.best_val_loss
-        if improved:
-            self.best_val_loss, self.best_step = val_loss, self.step
-        self.evals_since_best = 0 if counts else self.evals_since_best + 1
-        return improved
 
 
 class RngStreams:

@@ -1,7 +1,8 @@
-"""The training loop: a `Trainer` that owns the model, optimizer, batches and state of one run.
-`train()` is the loop: step, evaluate and save when due, tell the callbacks (`callbacks.py`,
-`progress.py`, `tensorboard.py`) each event. Which config a run uses and whether it resumes is
-the plan's (`launch.py`)."""
+"""A training run around the loop (`loop.py`): `Trainer` builds the model, optimizer and batches
+of one process, applies precision, the attention form, compile and DDP to them, and adds what a
+run needs besides stepping: evaluation, checkpoints, the agreement of processes at sync points,
+signals, out-of-memory and divergence advice, the final evaluation and results.json. Which config
+a run uses and whether it resumes is the plan's (`launch.py`)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import Diverged, TrainingInterrupted, UserError, first_line
 from minigpt.infer.evaluate import EvalResult, evaluate_ids
 from minigpt.infer.windows import token_losses
-from minigpt.model import GPT, attention_speed, evaluating
+from minigpt.model import GPT, evaluating
 from minigpt.runtime import distributed
+from minigpt.runtime.attention import attention_form, set_attention
 from minigpt.runtime.cores import CoreShare
 from minigpt.runtime.device import (
     autocast,
@@ -43,15 +45,15 @@ from minigpt.runtime.device import (
 )
 from minigpt.runtime.distributed import wrap_ddp
 from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
-from minigpt.runtime.precision import Choice, cached_choice
-from minigpt.training.callbacks import Callback, EarlyStopping, Snapshots, TimeBudget
+from minigpt.training.callbacks import EarlyStopping, TimeBudget, components
 from minigpt.training.disk import write_run_file
 from minigpt.training.interrupts import StopNow, StopRequest
+from minigpt.training.loop import Callback, Loop, StepStats, lr_at
 from minigpt.training.optim import build_optimizer, load_optimizer_state
 from minigpt.training.preflight import accum_steps
 from minigpt.training.progress import Progress, describe_run
-from minigpt.training.schedule import lr_at, time_progress
-from minigpt.training.state import RngStreams, TrainState
+from minigpt.training.schedule import time_progress
+from minigpt.training.state import RngStreams
 from minigpt.training.tensorboard import tensorboard_callbacks
 
 
@@ -82,58 +84,7 @@ class TrainResult:
     final_seconds: float = 0.0  # how long the final evaluation took
 
 
-@dataclass
-class StepStats:
-    """What one optimizer step reports: its learning rate, gradient norm and summed loss (tensors
-    stay on the device until a log step needs them)."""
-
-    lr: float
-    loss: torch.Tensor
-    grad_norm: torch.Tensor
-
-
-PRODUCTS_FROM = (32, 128)  # head size, context: below either, the float32 flash kernel won where measured
-PRODUCTS_CONTEXT_MAX = 512  # products hold context² scores per head, which the flash kernel never does
-
-
-def attends_by_products(cfg: Config, device: torch.device, dtype: torch.dtype, sequences: int) -> Choice | None:
-    """Whether bf16 attention on this CPU runs as explicit products (the matrix engine's) rather than
-    the float32 flash kernel: measured for the run's shape (`sequences` per micro-step on this
-    rank) and cached per machine like the precision; never below PRODUCTS_FROM or past
-    PRODUCTS_CONTEXT_MAX (docs/benchmarks.md). None where it is not measured."""
-    m = cfg.model
-    size = m.n_embd // m.n_head
-    if device.type != "cpu" or dtype != torch.bfloat16 or size < PRODUCTS_FROM[0]:
-        return None
-    if not PRODUCTS_FROM[1] <= m.block_size <= PRODUCTS_CONTEXT_MAX:
-        return None
-    heads = sequences * m.n_head
-    shape = f"{heads}x{m.block_size}x{size}"
-    return cached_choice(shape, lambda: attention_speed(heads, m.block_size, size), kind="attention")
-
-
-def attention_form(
-    cfg: Config, device: torch.device, dtype: torch.dtype, dist: distributed.Dist, trained: dict | None
-) -> tuple[bool, str | None]:
-    """Whether the run attends by products, and the line that says so: a resume's recorded form on
-    the same device and dtype, else `attends_by_products`' measurement (one process only, so that
-    every rank computes alike)."""
-    kept = trained or {}
-    if kept.get("attention") and kept.get("device") == device.type and kept.get("dtype") == dtype_name(dtype):
-        products = kept["attention"] == "products"  # said only where it is not the default
-        return products, "attention: bf16 products, as this run trained so far" if products else None
-    t = cfg.train
-    choice = None if dist.enabled else attends_by_products(cfg, device, dtype, t.batch_size // t.grad_accum_steps)
-    if choice is None:
-        return False, None
-    form = "bf16 products" if choice.bf16 else "the float32 flash kernel"
-    return (
-        choice.bf16,
-        f"attention: {form} (products measured at {choice.ratio:.2f}x the flash kernel's speed for this shape)",
-    )
-
-
-class Trainer:
+class Trainer(Loop):
     """One training process of one run. Under torchrun every rank builds one; rank 0 alone writes."""
 
     def __init__(
@@ -148,41 +99,39 @@ class Trainer:
         trained: dict | None = None,
     ) -> None:
         """`trained`: a resumed checkpoint's `precision`, whose attention form the run keeps."""
-        self.cfg, self.corpus, self.tok, self.out_dir = cfg, corpus, tok, out_dir
-        self.device, self.dtype, self.dist = device, dtype, dist or distributed.Dist()
+        self.corpus, self.tok, self.out_dir = corpus, tok, out_dir
+        self.dtype, self.dist = dtype, dist or distributed.Dist()
         t, rank, world = cfg.train, self.dist.rank, self.dist.world_size
         torch.manual_seed(t.seed)  # weights (the same on every rank) and dropout
         enable_fast_matmul(device)
-        self.model = GPT(cfg.model, tok.vocab_size).to(device)
-        self.products, self.attention_note = attention_form(cfg, device, dtype, self.dist, trained)
-        self.model.attend_by_products(self.products)
+        model = GPT(cfg.model, tok.vocab_size).to(device)
+        self.products, self.attention_note = attention_form(cfg, device, dtype, self.dist.enabled, trained)
+        set_attention(model, self.products)
         if self.dist.enabled:
             torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
-        self.optimizer = build_optimizer(self.model, cfg, device)
-        self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+        optimizer = build_optimizer(model, cfg, device)
         micro = t.batch_size // t.grad_accum_steps  # sequences per micro-step, all ranks together
         block = cfg.model.block_size
         ids = {"rank": rank, "world_size": world, "id_map": corpus.id_map}
-        self.batcher = Batcher(corpus.train, block, micro, t.seed, device, **ids)
+        batcher = Batcher(corpus.train, block, micro, t.seed, device, **ids)
+        super().__init__(cfg, model, optimizer, batcher, autocast(device, dtype))
+        self.device = device
+        self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
         val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, **ids)
         self.val_batches = [val_source.next() for _ in range(t.eval_steps)]  # fixed for the whole run
-        self.state = TrainState()
         self.rng = RngStreams(device, self.batcher, self.dist, t.seed)
-        self.ctx = autocast(device, dtype)
         self.val_loss: float | None = None  # the latest evaluation's
         self.evaluated_at: int | None = None  # the step of the latest evaluation
         self.init_from: dict[str, Any] | None = None  # where a fine-tuned run's weights came from
-        self.callbacks: list[Any] = []  # set by train(): the built-in ones, then the caller's
         self.started, self.deadline = time.perf_counter(), None  # train.max_time counts from started
-        self.stopped: str | None = None  # why the run ended before train.max_steps
         self.rates: list[float] = []  # tokens/s of each log interval
+        self.signals = StopRequest()  # train() installs the handlers
+        self.mean_loss = math.nan  # the training loss agreed at the latest sync point
         self._request: str | None = None  # request_stop()'s reason, on this rank
         self._agreed_request = False  # some rank's request_stop(), agreed at a sync point
         self._agreed_signal: int | None = None  # under DDP: a stop signal every rank has seen
         self.time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
         self._cores: CoreShare | None = None  # set by train()
-        self._loss_sum = torch.zeros((), device=device)  # training loss since the last log step
-        self._loss_count = 0
         describe_run(self)
         wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
         self.train_model = maybe_compile(self.model, t.compile, wrap, self._compile_trial(micro // world), device)
@@ -202,37 +151,23 @@ class Trainer:
 
     # -- one step, one evaluation -------------------------------------------------------------
 
-    def train_step(self) -> StepStats:
-        """One optimizer step over train.batch_size sequences (grad_accum_steps micro-steps)."""
-        cfg, dist = self.cfg, self.dist
+    def learning_rate(self) -> float:
         progress = None
         if self.time_budget is not None:  # optim.schedule_by=time
             progress = self.state.time_progress = time_progress(*self.time_budget)
-        lr = lr_at(self.state.step, cfg.optim, cfg.train.max_steps, progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's group has its own peak
-        accum = cfg.train.grad_accum_steps
-        step_loss = torch.zeros((), device=self.device)
-        for micro_step in range(accum):
-            x, y = self.batcher.next()
-            # under DDP, gradients are averaged over ranks only on the last micro-step
-            sync = not dist.enabled or micro_step == accum - 1
-            with contextlib.nullcontext() if sync else self.train_model.no_sync(), self.ctx:
-                _, loss = self.train_model(x, y)
-                loss = loss / accum
-            self.scaler.scale(loss).backward()
-            step_loss += loss.detach()
-        self.scaler.unscale_(self.optimizer)
-        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.state.step += 1
-        self.state.tokens_seen += cfg.train.batch_size * cfg.model.block_size
-        self._loss_sum += step_loss
-        self._loss_count += 1
-        return StepStats(lr, step_loss, grad_norm)
+        return lr_at(self.state.step, self.cfg.optim, self.cfg.train.max_steps, progress)
+
+    def no_sync(self, last_micro_step: bool) -> contextlib.AbstractContextManager:
+        """Under DDP, gradients are averaged over ranks only on the last micro-step."""
+        if not self.dist.enabled or last_micro_step:
+            return contextlib.nullcontext()
+        return self.train_model.no_sync()
+
+    def train_step(self) -> StepStats:
+        try:
+            return super().train_step()
+        except OUT_OF_MEMORY:
+            raise self._out_of_memory() from None
 
     def evaluate(self) -> float:
         """The validation loss on the run's fixed batches, averaged over ranks."""
@@ -366,6 +301,7 @@ class Trainer:
                 ) from e
 
     def _evaluate_and_save(self) -> None:
+        """The validation loss (a divergence stops the run), then last.pt, and best.pt when it is a new best."""
         t0 = time.perf_counter()
         self.val_loss = self.evaluate()
         if not math.isfinite(self.val_loss):
@@ -376,16 +312,23 @@ class Trainer:
         self.emit("on_eval", self.val_loss, improved)
         self._t_log += time.perf_counter() - t0  # evaluation and its callbacks stay out of tokens/s
 
-    def _sync_point(self, stop: StopRequest, stats: StepStats | None) -> None:
-        """Where every rank meets (a log, eval or checkpoint step): the loss and stop flags agreed,
-        a non-finite loss refused before anything is saved, and `on_log` when `stats` is given."""
-        mean_loss, any_stop, self._agreed_request = self._sync(stop)
+    def before_step(self) -> None:
+        """A stop signal (under DDP, one every rank has seen) saves last.pt and stops the run."""
+        signum = self.signals.signum if not self.dist.enabled else self._agreed_signal
+        if signum is not None:
+            self._stop_for_signal(signum)
+
+    def meet(self) -> None:
+        """Where every rank meets (a step some component is due at): the loss and stop flags
+        agreed, and a non-finite loss refused before anything is saved."""
+        self.mean_loss, any_stop, self._agreed_request = self._sync(self.signals)
         if self.dist.enabled and any_stop:
-            self._agreed_signal = stop.signum or signal.SIGTERM
-        if not math.isfinite(mean_loss):  # never checkpoint a broken model
-            raise self._diverged("training loss", mean_loss)
-        if stats is None:
-            return
+            self._agreed_signal = self.signals.signum or signal.SIGTERM
+        if not math.isfinite(self.mean_loss):  # never checkpoint a broken model
+            raise self._diverged("training loss", self.mean_loss)
+
+    def log_step(self, stats: StepStats) -> None:
+        """`on_log` with the loss agreed at this step's sync point, averaged since the last log step."""
         self._loss_sum.zero_()
         self._loss_count = 0
         follow_core_load(self._cores)
@@ -393,7 +336,7 @@ class Trainer:
         tps = (tokens - self._tokens_at_log) / max(now - self._t_log, 1e-9)
         self._t_log, self._tokens_at_log = now, tokens
         self.rates.append(tps)
-        logs = {"step": self.state.step, "loss": mean_loss, "lr": stats.lr, "grad_norm": float(stats.grad_norm)}
+        logs = {"step": self.state.step, "loss": self.mean_loss, "lr": stats.lr, "grad_norm": float(stats.grad_norm)}
         self.emit("on_log", {**logs, "tokens": tokens, "tokens_per_s": tps, "mfu": self.mfu(tps)})
 
     def mfu(self, tokens_per_s: float) -> float | None:
@@ -411,7 +354,7 @@ class Trainer:
             model.load_state_dict(Checkpoint.load(best).model)
         return evaluate_ids(model, self.corpus.val, self.corpus.id_map, self.cfg.train.final_eval_tokens)
 
-    def _final_evaluation(self, stop: StopRequest) -> tuple[EvalResult, float]:
+    def _final_evaluation(self) -> tuple[EvalResult, float]:
         """final_eval() and its seconds; a stop signal ends it at once: last.pt holds the final step."""
         n, bound = len(self.corpus.val), self.cfg.train.final_eval_tokens
         what = (
@@ -425,7 +368,7 @@ class Trainer:
         log(f"final evaluation: {what}")
         t_full = time.perf_counter()
         try:
-            with stop.at_once():
+            with self.signals.at_once():
                 return self.final_eval(), time.perf_counter() - t_full
         except StopNow as e:
             raise TrainingInterrupted(
@@ -454,7 +397,7 @@ class Trainer:
         write_run_file(self.out_dir / "results.json", json.dumps(results, indent=1) + "\n", kept)
 
     def _begin(self, started: float | None, callbacks: Sequence[Any]) -> None:
-        """The clocks, the time budget, the core share and the callbacks of one `train()`."""
+        """The clocks, the time budget, the core share and the components of one `train()`."""
         t = self.cfg.train
         self.started = started or time.perf_counter()
         self.deadline = self.started + parse_duration(t.max_time) if t.max_time else None
@@ -467,44 +410,22 @@ class Trainer:
         self._t_log, self._tokens_at_log = time.perf_counter(), self.state.tokens_seen
         self.callbacks = []  # a built-in that fails to start leaves none to close
         watchers = [Progress(), *tensorboard_callbacks(self)] if self.dist.is_main else []  # the terminal first
-        self.callbacks = [*watchers, Snapshots(), EarlyStopping(), TimeBudget(), *callbacks]
+        self.callbacks = [*components(self.cfg), *watchers, EarlyStopping(), TimeBudget(), *callbacks]
 
     def train(self, started: float | None = None, callbacks: Sequence[Any] = ()) -> TrainResult:
-        """Train until train.max_steps (or a callback stops it), evaluating and saving when due and
-        telling `callbacks` (after the built-in ones) each event; then score the best checkpoint on
-        the whole validation split. `started` is the perf_counter time the command began (wall
-        times and train.max_time count from it)."""
-        t, state, result = self.cfg.train, self.state, None
+        """Train until train.max_steps (or a component stops it), telling `callbacks` (after the
+        built-in ones) each event; then score the best checkpoint on the whole validation split.
+        `started` is the perf_counter time the command began (wall times and train.max_time count
+        from it)."""
+        t, result = self.cfg.train, None
         self._begin(started, callbacks)
-        every_step = [c for c in self.callbacks if type(c).on_step_end is not Callback.on_step_end]  # the others pass
-        self.model.train()
         try:
             self.emit("on_train_start")
-            with StopRequest(hard_exit=not self.dist.enabled) as stop:
-                while state.step < t.max_steps and self.stopped is None:
-                    signum = stop.signum if not self.dist.enabled else self._agreed_signal
-                    if signum is not None:
-                        self._stop_for_signal(signum)
-                    try:
-                        stats = self.train_step()
-                    except OUT_OF_MEMORY:
-                        raise self._out_of_memory() from None
-                    last = state.step == t.max_steps
-                    log_due = state.step % self.cfg.log.interval == 0 or last
-                    eval_due = state.step % t.eval_interval == 0 or last
-                    save_due = bool(t.ckpt_interval) and state.step % t.ckpt_interval == 0
-                    if log_due or eval_due or save_due:
-                        self._sync_point(stop, stats if log_due else None)
-                    if eval_due:
-                        self._evaluate_and_save()
-                    elif save_due:
-                        self.save(LAST)
-                    self.emit("on_step_end", stats, to=every_step)
-                    if (self._request or self._agreed_request) and not last and self.stopped is None:
-                        self._requested_stop(stop, synced=log_due or eval_due or save_due)
+            with StopRequest(hard_exit=not self.dist.enabled) as self.signals:
+                self.run()
                 if self.stopped:
                     log(self.stopped)
-                full, seconds = self._final_evaluation(stop) if t.final_eval and self.dist.is_main else (None, 0.0)
+                full, seconds = self._final_evaluation() if t.final_eval and self.dist.is_main else (None, 0.0)
             result = self._result(full, seconds)
         except BaseException:
             with contextlib.suppress(Exception):  # the error on its way out is the one to tell
@@ -513,14 +434,16 @@ class Trainer:
         self.emit("on_train_end", result)
         return result
 
-    def _requested_stop(self, stop: StopRequest, synced: bool) -> None:
+    def after_step(self, synced: bool, last: bool) -> None:
         """request_stop(): on one process at once, under DDP once the ranks agree at a sync point;
         the weights trained last are scored (they may be the best) and saved first."""
+        if not (self._request or self._agreed_request) or last or self.stopped is not None:
+            return
         if self.dist.enabled and not (synced and self._agreed_request):
             return
         if self.evaluated_at != self.state.step:
             if not synced:
-                self._sync_point(stop, None)
+                self.meet()
             self._evaluate_and_save()
         self.stopped = self._request or f"stopped at step {self.state.step}: another process asked to stop"
 

@@ -1,0 +1,98 @@
+"""The core: its line budget and import rule (core_budget.toml), the loop asking components when
+they are due, and a seeded float32 run whose weights match those the code gave before the core
+was split out (tests/fixtures/seeded_float32_run.pt)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import tomllib
+
+from tests.helpers import ROOT, make_text
+
+BUDGET = tomllib.loads((ROOT / "core_budget.toml").read_text(encoding="utf-8"))
+SEEDED = [
+    "model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=16", "model.dropout=0.1",
+    "train.batch_size=8", "train.eval_steps=2", "train.device=cpu", "train.dtype=float32", "train.threads=1",
+    "train.max_steps=40", "train.eval_interval=10", "train.ckpt_interval=15", "train.keep_every=20",
+    "train.seed=7", "log.interval=5", "log.sample_length=20", "log.attention_probe=", "log.tensorboard=false",
+    "optim.warmup_steps=5",
+]  # fmt: skip
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_the_core_fits_its_budget_in_the_files_design_md_names_in_order() -> None:
+    core = BUDGET["core"]["files"]
+    total = sum(lines(ROOT / f) for f in core)
+    assert total <= BUDGET["core"]["max_lines"], f"the core is {total} lines: {core}"
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    places = [design.find(f"`{f}`") for f in core]
+    assert all(p >= 0 for p in places) and places == sorted(places), "docs/design.md names the core in reading order"
+
+
+def test_the_package_fits_its_budget() -> None:
+    package = sum(lines(p) for p in (ROOT / "minigpt").rglob("*.py"))
+    scripts = sum(lines(p) for p in (ROOT / "scripts").rglob("*.py"))
+    assert package <= BUDGET["package"]["max_lines"], package
+    assert scripts <= BUDGET["scripts"]["max_lines"], scripts
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """The modules a file imports when it runs (an `if TYPE_CHECKING:` block is for type hints only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)}  # fmt: skip
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_the_core_imports_only_torch_numpy_the_standard_library_and_itself() -> None:
+    core_modules = {f.removesuffix(".py").replace("/", ".") for f in BUDGET["core"]["files"]}
+    wrong = {}
+    for f in BUDGET["core"]["files"]:
+        for module in runtime_imports(ROOT / f):
+            top = module.split(".")[0]
+            if top in ("torch", "numpy", "__future__") or top in sys.stdlib_module_names or module in core_modules:
+                continue
+            wrong.setdefault(f, []).append(module)
+    assert not wrong, wrong
+
+
+def test_runtime_imports_sees_a_forbidden_import(tmp_path: Path) -> None:
+    bad = tmp_path / "m.py"
+    bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import yaml\nimport minigpt.io\n")
+    assert runtime_imports(bad) == {"typing", "minigpt.io"}
+
+
+def test_a_seeded_float32_run_gives_the_weights_it_gave_before_the_core_moved(tmp_path: Path) -> None:
+    """The fixture holds the weights of this run trained by the code before the split (at e44a71f):
+    bit for bit on a CPU of the same kernel family; within float rounding on another."""
+    import torch
+
+    import minigpt
+
+    text = tmp_path / "text.txt"
+    text.write_text(make_text(20_000, seed=3), encoding="utf-8")
+    minigpt.train(None, [*SEEDED, f"data.path={text}"], out=tmp_path / "run")
+    fixture = torch.load(ROOT / "tests" / "fixtures" / "seeded_float32_run.pt", weights_only=True)
+    same_kernels = fixture["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    for name, snapshot in (("last", "last.pt"), ("step_20", "step_0000020.pt")):
+        got = torch.load(tmp_path / "run" / snapshot, weights_only=True)["model"]
+        assert got.keys() == fixture[name].keys()
+        for key, want in fixture[name].items():
+            if same_kernels:
+                assert torch.equal(got[key], want), (name, key, (got[key] - want).abs().max())
+            else:
+                torch.testing.assert_close(got[key], want, atol=1e-4, rtol=0)
