@@ -1,13 +1,5 @@
-"""Whether bf16 pays on this CPU, measured rather than read from its flags.
-
-A CPU flag says bf16 instructions exist, not that they are fast (docs/benchmarks.md has hosts of
-each kind). So `train.dtype: auto` and `sample --dtype auto` time the run's own matrix products
-(a block's two MLP products, forward and backward, under autocast) in float32 and in bf16 on the
-threads the run uses, and take bf16 only where it is faster by a margin. The answer is cached per
-machine (CPU model and flags, torch version, oneDNN's ISA limit, threads, shape) in the user's
-cache folder, so the probe runs once; a ratio measured while other processes kept the cores busy
-serves its own run but is not cached.
-"""
+"""Whether bf16 pays on this CPU, measured rather than read from its flags: the run's own MLP products
+timed in float32 and bf16, the answer cached per machine (why: docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -108,9 +100,8 @@ def _median_times(rows: int, width: int) -> list[float]:
 
 
 def measure(rows: int, width: int) -> float:
-    """bf16's speed over float32's for these products. The rows grow 32, 256, 2048 (a matrix engine
-    needs rows to pay) up to the run's own, and stop early when bf16 is clearly slower or the next
-    size would take seconds: an emulated bf16 costs a fraction of a second to find out, not minutes."""
+    """bf16's speed over float32's for these products, on rows growing 32, 256, 2048 up to the run's own;
+    it stops early when bf16 is clearly slower or the next size would take seconds."""
     ratio = 1.0
     for level in (32, 256, 2048):
         n = min(rows, level)
