@@ -83,10 +83,8 @@ def read_yaml(path: Path) -> Any:
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str | tuple[str, Any]] = ()) -> Config:
-    """defaults < YAML file (if given) < overrides, validated once.
-
-    An override is a 'KEY=VALUE' string (VALUE parsed as a YAML scalar) or a (key, value) pair.
-    """
+    """defaults < YAML file (if given) < overrides, validated once; an override is a 'KEY=VALUE'
+    string (VALUE a YAML scalar) or a (key, value) pair."""
     return with_overrides(file_config(path), overrides, path)
 
 

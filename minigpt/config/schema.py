@@ -1,13 +1,6 @@
-"""Typed, validated run configuration.
-
-One frozen dataclass per YAML section. Precedence: dataclass defaults < YAML file <
-command-line `KEY=VALUE` overrides. Every field carries a one-line help text (used by
-docs/configuration.md's key table and `minigpt train --help`), and every mistake raises
-`UserError` naming the source and the key.
-
-The defaults here ARE the built-in default run (`configs/default.yaml` spells them
-out with comments; a test keeps the two equal).
-"""
+"""Typed, validated run configuration: one frozen dataclass per YAML section, each field with a
+one-line help text, each mistake a `UserError` naming the source and the key. The defaults are the
+built-in default run (`configs/default.yaml` spells them out; a test keeps the two equal)."""
 
 from __future__ import annotations
 
