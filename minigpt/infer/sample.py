@@ -1,14 +1,6 @@
-"""Sampling for real use: many samples in one batch, many prompts, stop strings, and records for
-scripts. Shared by `minigpt sample`, its interactive loop and the Python API.
-
-Seeds: sample k of a run (counting every prompt's samples in order) draws from its own generator
-seeded `seed + k`, so `--num-samples 1 --seed S` with S = seed + k reproduces it alone.
-
-Prompts of different lengths are batched by length (one batch per length), so no row is padded
-and each row computes exactly what it would alone, up to the last bits of batched matrix products.
-
-A stop string ends its sample and is not part of it (as in the OpenAI API, llama.cpp and vLLM).
-"""
+"""Sampling for `minigpt sample`, its interactive loop and the Python API (docs/sampling.md): many samples
+in one batch, prompts batched by length (none padded), stop strings (not part of the sample), records.
+Sample k of a call, counting every prompt's in order, draws from a generator seeded `seed + k`."""
 
 from __future__ import annotations
 
