@@ -1,6 +1,5 @@
-"""The Hugging Face folder: config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
-generation_config.json and a README.md model card, which `transformers` loads with no
-`trust_remote_code` (the architectures are its own: see `architectures.py`)."""
+"""The Hugging Face folder (config.json, model.safetensors, tokenizers, generation_config.json, a model
+card), which `transformers` loads with no `trust_remote_code`."""
 
 from __future__ import annotations
 
