@@ -1,11 +1,6 @@
-"""Encoding a corpus once, in bounded memory: stream its files in chunks, write the ids to a flat
-binary file of the smallest fitting integer type, and hand back a read-only memory map of it.
-
-A cache entry is named by the corpus's content (for one file its SHA-256; for several, a hash of
-their relative names and content hashes, in order, with the separator and the validation choice)
-and the tokenizer. Content hashes are kept in a stat index (size and mtime per file, as version
-control tools do), so an unchanged corpus is not re-read in full at every start. Every entry is
-checked on load at memory speed (length, integer type, no id past the vocabulary)."""
+"""Encoding a corpus once, in bounded memory: its files streamed into a flat binary file of the smallest
+fitting integer type, handed back as a read-only memory map; the cache key is the content and the
+tokenizer, the content hashes kept in a stat index (docs/data.md#the-cache)."""
 
 from __future__ import annotations
 

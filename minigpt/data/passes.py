@@ -1,8 +1,5 @@
-"""The passes over a corpus's bytes that encoding makes: reading files (small ones whole and in
-batches, large ones in chunks), finding the vocabulary and the files that are not UTF-8 text, and
-writing the ids. A real source tree is tens of thousands of files of a few KB: the work per file
-(opening, reading, a decoder, numpy calls) is kept to a few system calls, and the bytes go through
-numpy and bytes.translate many files at a time."""
+"""The passes over a corpus's bytes that encoding makes: reading files (small ones whole, many at a time;
+large ones in chunks), finding the vocabulary and the files that are not UTF-8 text, and writing the ids."""
 
 from __future__ import annotations
 
@@ -33,9 +30,8 @@ def storage_dtype(vocab_size: int) -> np.dtype:
 
 
 def chunks(path: str | Path, size: int = CHUNK, expect: int | None = None) -> Iterator[bytes]:
-    """A file's bytes in chunks. Given the size it should have (`expect`), a small file is one read
-    of that size and one byte more: a source tree is tens of thousands of them, and each extra read
-    (or a buffer of CHUNK bytes allocated for a few KB) costs more than the bytes."""
+    """A file's bytes in chunks; given the size it should have (`expect`), a small file is one read of
+    that size and one byte more."""
     try:
         with open(path, "rb", buffering=0) as f:  # unbuffered: no copy through a buffer
             if expect is not None and expect < size:
@@ -115,11 +111,8 @@ def _batches(
 
 
 class _BackgroundJobs:
-    """Jobs run in order on a second thread while the caller goes on, at most `depth` of them
-    waiting; a job's error is raised in the caller. The write system call and hashing a large
-    chunk let go of Python's lock, so on two cores they run beside the encoder's own work (a large
-    share of the ids pass). Reading and hashing a tree's small files there gains
-    nothing: each file's system calls wait for the lock again."""
+    """Jobs run in order on a second thread while the caller goes on, at most `depth` of them waiting;
+    a job's error is raised in the caller. For work that lets go of Python's lock (writes, large hashes)."""
 
     def __init__(self, depth: int) -> None:
         self.depth, self.pending = depth, deque[Future]()
@@ -218,10 +211,9 @@ class _NonAscii:
 
 
 def non_ascii(blob: bytes | bytearray, starts: Sequence[int] = (0,)) -> _NonAscii | None:
-    """The non-ASCII part of joined files (each starting at one of `starts`), or None if one of them
-    is not UTF-8 text. UTF-8 has no ASCII byte inside a character: the text is valid when its
-    non-ASCII bytes alone decode, each continuation byte directly follows the byte before it, and
-    no file starts on one. In a source tree non-ASCII is rare, so the work is on few bytes."""
+    """The non-ASCII part of joined files (each starting at one of `starts`), or None if one is not UTF-8:
+    valid when the non-ASCII bytes alone decode, each continuation byte directly follows the byte
+    before it, and no file starts on one."""
     arr = np.frombuffer(blob, np.uint8)
     at = np.flatnonzero(arr >= 0x80)
     continues = (arr[at] & 0xC0) == 0x80
@@ -273,9 +265,8 @@ def hashes_and_vocabulary(
     files: Sequence[SourceFile],
     tick: Callable[[int], None],
 ) -> tuple[list[str], set[str], dict[int, str], set[int]]:
-    """Each file's SHA-256, `vocabulary`'s result and the files that look binary (`looks_binary`)
-    from one read of every file: a first run over a corpus reads it twice (hashes and characters,
-    then ids) instead of three times."""
+    """Each file's SHA-256, `vocabulary`'s result and the files that look binary (`looks_binary`), from
+    one read of every file."""
     vocab, hashes, binary = _Vocabulary(), [""] * len(files), set()
     for blob, members, large in _batches(files, tick):
         if large is None:

@@ -1,8 +1,6 @@
-"""Text kept in records: JSON Lines, a JSON array, CSV and TSV, Parquet, and Arrow (the files of a
-`datasets` save_to_disk folder). Each record's field (or fields, joined) is one document. A record
-file is read once, streaming (a line, a row or a batch at a time), into a plain-text extract in the
-cache: its documents joined by data.doc_separator. From there the corpus is encoded like any text
-file, so a record file gives exactly the ids of the text file that holds the same documents."""
+"""Text kept in records (JSON Lines, JSON, CSV/TSV, Parquet, Arrow): each record's field(s) one document,
+read once, streaming, into a plain-text extract in the cache joined by data.doc_separator, so a record
+file gives exactly the ids of the text file that holds the same documents."""
 
 from __future__ import annotations
 
