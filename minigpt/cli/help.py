@@ -1,11 +1,6 @@
-"""What the command line tells about itself: the values its options take (shown in --help, offered
-by Tab completion, refused with click's own "invalid value" line), what its path arguments
-complete to, each command's examples, and the --version line.
-
-Standard library only, because `minigpt --help` and every Tab press import it. The choices come
-from the config package's own module (config/__init__.py), which the config schema reads too: one
-list, and none of the schema's import cost.
-"""
+"""What the command line tells about itself: the values its options take (--help, Tab completion, click's
+"invalid value"), path completion, each command's examples, the --version line. Standard library only:
+`minigpt --help` and every Tab press import it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""`minigpt runs`: what the run directories under a folder hold, one row each, read from their
-checkpoints (memory-mapped: no weights are read) and results.json; a sweep's folder (`minigpt
-sweep`) as its points sorted by loss, the keys it varies as columns; and `--html`'s data: each
-run's config, results and val-loss curve."""
+"""`minigpt runs`: the run directories under a folder, one row each from their checkpoints (no weights
+read) and results.json, a sweep's sorted by loss; and `--html`'s data: configs, results, val-loss curves."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""`minigpt sample`, from its flags to the text on stdout: the prompts the flags name (--prompt,
---prompt-file, --prompts-file), which flags go together, the line naming the model, and the three
-modes: the interactive loop, JSON records, or the samples as text. Registered in app.py; every
-input is checked once, by infer/sample.py's `plan_samples`, before anything is generated."""
+"""`minigpt sample`, from its flags to the text on stdout: the prompts, which flags go together, and the
+three modes (interactive, JSON records, text); every input is checked once, by `plan_samples`."""
 
 from __future__ import annotations
 

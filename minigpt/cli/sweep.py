@@ -1,6 +1,5 @@
-"""`minigpt sweep`, from its flags to `train.sweep`: the CONFIG and KEY=V1,V2 arguments, every
-point's config checked before torch is imported, the runs, and the table sorted by loss at the end.
-Registered in app.py."""
+"""`minigpt sweep`, from its flags to `training.sweep`: CONFIG and KEY=V1,V2, every point's config checked
+before torch is imported, then the runs and the table sorted by loss."""
 
 from __future__ import annotations
 
