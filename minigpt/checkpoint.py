@@ -162,8 +162,8 @@ def tensor_checksums(payload: dict[str, Any]) -> dict[str, str]:
 
 
 def verify_tensors(raw: dict[str, Any], path: Path, sections: tuple[str, ...]) -> None:
-    """Raise `Damaged` naming the first tensor of `sections` whose bytes do not match their
-    checksum. A file without checksums (an earlier release's) has nothing to check against."""
+    """Raise `Damaged` naming the first tensor of `sections` not matching its checksum
+    (a file without checksums passes)."""
     sums = raw.get("checksums")
     if not isinstance(sums, dict):
         return
@@ -210,8 +210,7 @@ def resume_command(run: Path, *overrides: str, auto: bool = False) -> str:
 
 
 def payload_bytes(obj: Any) -> int:
-    """About what `torch.save(obj)` writes: the tensors' bytes, plus a little for each entry and
-    the archive's own records."""
+    """About what `torch.save(obj)` writes: the tensors' bytes plus a little for each entry and the archive."""
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size() + 256  # a record of its own, aligned to 64 bytes
     if isinstance(obj, dict):
@@ -222,8 +221,7 @@ def payload_bytes(obj: Any) -> int:
 
 
 def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
-    """Atomically write `payload` to `path` (tmp file + fsync + rename + directory fsync), with the
-    checksum of each tensor (computed on the CPU copy that torch.save would make anyway)."""
+    """Atomically write `payload` to `path` with each tensor's checksum, computed on the CPU copy torch.save makes."""
     payload = _on_cpu(payload)
     payload = {"format": FORMAT, "version": VERSION, **payload, "checksums": tensor_checksums(payload)}
     atomic.atomic_write(path, lambda f: torch.save(payload, f))
