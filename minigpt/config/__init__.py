@@ -26,8 +26,7 @@ def is_device_name(name: str) -> bool:
 
 
 def shipped_configs() -> dict[str, Path]:
-    """The example configs that come with minigpt, by name (`cpu_4min`): minigpt/configs/ in the
-    wheel, configs/ in a checkout."""
+    """The example configs that come with minigpt by name (`cpu_4min`): minigpt/configs/, or a checkout's configs/."""
     package = Path(__file__).resolve().parent.parent
     for folder in (package / "configs", package.parent / "configs"):
         if folder.is_dir():

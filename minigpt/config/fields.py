@@ -1,5 +1,4 @@
-"""Config fields with their rules in the metadata: help text, allowed values, bounds, durations
-and path lists. `field_error` checks a value against them, so each rule is written once."""
+"""Config fields with their rules in the metadata (help, choices, bounds, durations, path lists), and `field_error`."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ def config_field(
     on_resume: bool = False,
     auto: bool = False,
 ) -> Any:
-    """A dataclass field with its help text, allowed values and bounds in the metadata. `on_resume`:
-    the key may change on resume (it changes neither the model nor what it learns from); `auto`:
-    --auto sets it (unless the user does)."""
+    """A dataclass field with its help, allowed values and bounds in the metadata; `on_resume`: the key may change
+    on resume (it changes neither the model nor what it learns from); `auto`: --auto sets it unless the user does."""
     bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le)) if v is not None}
     meta = {"help": help, "choices": choices, "duration": duration, "paths": paths, **bounds}
     meta |= {"on_resume": on_resume, "auto": auto}

@@ -427,8 +427,7 @@ def set_dotted(raw: dict[str, dict[str, Any]], key: str, value: Any, source: str
 
 
 def check_value(key: str, value: Any, source: str) -> None:
-    """One key's value on its own (the key known, its type, bounds and choices), before the rest
-    of the config is known."""
+    """One key's value on its own (the key known, its type, bounds and choices), before the rest of the config."""
     set_dotted({}, key, value, source)
     section, name = key.split(".")
     problem = field_error(
@@ -481,8 +480,7 @@ def batch_split_error(
 
 
 def validate(cfg: Config, source: str) -> None:
-    """Reject impossible values and combinations, naming the key: the bounds and choices in the
-    fields' metadata, then the rules that involve two keys."""
+    """Reject impossible values and combinations, naming the key: fields' bounds and choices, then two-key rules."""
 
     def fail(msg: str) -> None:
         raise UserError(f"{source}: {msg}")
