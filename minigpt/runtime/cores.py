@@ -40,8 +40,7 @@ def cores_left(cores: int, busy: float) -> int:
 
 
 class CoreLoad:
-    """How many of this process's cores other processes keep busy, from the command's start to
-    `others()`, less this process's own CPU time."""
+    """How many of this process's cores other processes keep busy since the command started (less its own CPU)."""
 
     def __init__(self) -> None:
         self.cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
@@ -63,8 +62,7 @@ def _monotonic() -> float:
 
 
 class CoreShare:
-    """A CPU training's thread count, one per core other processes leave it, measured every `every`
-    seconds (why: docs/runs.md#running-several-things-at-once)."""
+    """A CPU training's thread count, one per core other processes leave it, measured every `every` seconds."""
 
     def __init__(self, threads: int, cores: int, every: float = 5.0) -> None:
         self.threads, self.cores, self.every = threads, cores, every
@@ -72,8 +70,7 @@ class CoreShare:
         self.busy: float | None = None  # what the last window measured (None before the first)
 
     def check(self) -> tuple[int, float] | None:
-        """(the new thread count, the other processes' busy cores) when the count should change;
-        None otherwise, and between measurements."""
+        """(new thread count, others' busy cores) when the count should change, else None."""
         if _monotonic() - self.window.t0 < self.every:
             return None
         busy = self.window.others()

@@ -46,8 +46,7 @@ def log_sink(sink: Callable[[str], None]):
 
 
 def resolve_device(name: str, dist: distributed.Dist | None = None) -> torch.device:
-    """'auto' -> cuda > mps > cpu; an explicit device must exist. Under torchrun (`dist` enabled)
-    a CUDA run puts each process on cuda:LOCAL_RANK."""
+    """'auto' -> cuda > mps > cpu; an explicit device must exist; under torchrun CUDA is cuda:LOCAL_RANK."""
     if not is_device_name(name):
         raise UserError(f"unknown device '{name}': use {DEVICE_NAMES}")
     if name.startswith("cuda"):
@@ -96,8 +95,7 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
 
 
 def core_share(threads: int, device: torch.device, distributed: bool) -> CoreShare | None:
-    """A CoreShare (minigpt/runtime/cores.py) for a CPU training on one process whose thread count is
-    automatic (train.threads 0, no OMP_NUM_THREADS); None otherwise."""
+    """A CoreShare for a one-process CPU training with automatic threads (train.threads 0, no OMP_NUM_THREADS)."""
     from minigpt.runtime.cores import CoreShare, allowed_cores
 
     auto = threads == 0 and not os.environ.get("OMP_NUM_THREADS")
@@ -123,16 +121,14 @@ def cpu_has_native_bf16() -> bool:
 
 
 def cuda_has_native_bf16(device: torch.device) -> bool:
-    """bf16 in hardware (Ampere and later, or ROCm); torch.cuda.is_bf16_supported() also says yes
-    where bf16 is only emulated (T4, V100), which is slower than fp16 there."""
+    """bf16 in hardware (Ampere and later, or ROCm), unlike torch's check, which counts emulated bf16 (T4, V100)."""
     if torch.version.hip:
         return torch.cuda.is_bf16_supported()
     return torch.cuda.get_device_capability(device)[0] >= 8
 
 
 def cpu_bf16_choice(shape: tuple[int, int] | None = None) -> Choice | None:
-    """On a CPU with bf16 hardware, the measured choice for products of `shape` (rows, width), cached
-    per machine (`runtime/precision.py`); None without bf16 hardware (emulated bf16: slow)."""
+    """The cached, measured bf16 choice for `shape` (rows, width) on a CPU with bf16 hardware; None without."""
     if not cpu_has_native_bf16():
         return None
     from minigpt.runtime.precision import cpu_precision
@@ -141,8 +137,7 @@ def cpu_bf16_choice(shape: tuple[int, int] | None = None) -> Choice | None:
 
 
 def multiplies_bf16(device: torch.device, shape: tuple[int, int] | None = None) -> bool:
-    """Whether bf16 products are faster than float32 ones on `device` (a GPU's capability; a CPU's
-    measurement)."""
+    """Whether bf16 products beat float32 ones on `device` (a GPU's capability; a CPU's measurement)."""
     if device.type == "cuda":
         return cuda_has_native_bf16(device)
     choice = cpu_bf16_choice(shape) if device.type == "cpu" else None
@@ -215,8 +210,7 @@ def enable_fast_matmul(device: torch.device) -> None:
 
 
 def synchronize(device: torch.device) -> None:
-    """Wait for the work queued on `device` (CUDA: that GPU, not the current one; MPS), so a timer
-    measures the work, not its launch. Nothing to wait for on the CPU."""
+    """Wait for the work queued on `device` (CUDA: that GPU; MPS), so a timer measures the work; none on CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -253,8 +247,7 @@ def without_cuda_home_notice():
 
 
 def forget_compiled() -> None:
-    """Drop every graph torch.compile made in this process, before the next run in it (a sweep), whose
-    shapes would count towards dynamo's recompile limit."""
+    """Drop every graph torch.compile made in this process, before a sweep's next run (dynamo's recompile limit)."""
     dynamo = sys.modules.get("torch._dynamo")  # never imported: nothing was compiled
     if dynamo is not None:
         dynamo.reset()

@@ -74,8 +74,7 @@ def all_gather(obj: Any, dist: Dist) -> list[Any]:
 
 
 def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """DistributedDataParallel for training, without broadcast_buffers: the model's buffers are
-    constant position tables, identical on every rank."""
+    """DistributedDataParallel for training, without broadcasting the buffers (constant, equal on every rank)."""
     from torch.nn.parallel import DistributedDataParallel
 
     device_ids = [device.index] if device.type == "cuda" else None

@@ -1,6 +1,5 @@
-"""What memory the machine has for a process (RAM, a cgroup's limit, a GPU's free memory), what
-this process holds now, giving back the pages a memory-mapped corpus has mapped, and keeping the
-memory a CPU training frees for its next step."""
+"""What memory a process has (RAM, a cgroup's limit, free GPU memory) and holds; giving back mapped pages,
+and keeping the memory a CPU training frees for its next step."""
 
 from __future__ import annotations
 

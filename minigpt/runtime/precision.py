@@ -45,8 +45,7 @@ class Choice:
 
 
 def machine_key(shape: str) -> str:
-    """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, minigpt
-    (whose attention forms a release may change), threads, shape."""
+    """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, minigpt, threads, shape."""
     from importlib.metadata import PackageNotFoundError, version
 
     import torch
@@ -83,8 +82,7 @@ def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) 
 
 
 def _median_times(rows: int, width: int) -> list[float]:
-    """Median seconds of float32 and of bf16 for one forward and backward through a block's MLP
-    products under autocast."""
+    """Median seconds of float32 and of bf16 for a forward and backward through a block's MLP products."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -121,17 +119,15 @@ def machine_busy() -> bool:
 
 
 def cpu_precision(rows: int, width: int, cache_dir: Path | None = None) -> Choice:
-    """Whether bf16 pays for products of `rows` x `width` on this CPU: from the cache, else measured
-    and cached. A cache that cannot be written only costs the probe again next time."""
+    """Whether bf16 pays for `rows` x `width` products on this CPU: from the cache, else measured and cached."""
     return cached_choice(f"{rows}x{width}", lambda: measure(rows, width), cache_dir)
 
 
 def cached_choice(
     shape: str, measure_ratio: Callable[[], float], cache_dir: Path | None = None, kind: str = ""
 ) -> Choice:
-    """The cached answer for `shape` (and `kind`: "" for products, "attention" for the attention's
-    form) on this machine, else `measure_ratio()` (the faster form's speed over the slower's), kept
-    unless the machine was busy while it ran."""
+    """The cached answer for `shape` and `kind` ("" products, "attention" its form) on this machine, else
+    `measure_ratio()` (the faster form's speed over the slower's), cached unless the machine was busy."""
     import torch
 
     path = (cache_dir or default_cache_dir()) / CACHE_NAME

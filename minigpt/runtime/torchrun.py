@@ -14,8 +14,7 @@ PLANNED = frozenset({2, 74, *(128 + s for s in (signal.SIGINT, signal.SIGTERM, g
 
 
 def _settings() -> None:
-    """torchrun's --signals-to-handle through its environment variable (PET_SIGNALS_TO_HANDLE; older
-    torch reads TORCHELASTIC_SIGNALS_TO_HANDLE), unless the user chose them."""
+    """torchrun's handled signals plus SIGUSR1, through its environment, and a 120 s shutdown timeout unless set."""
     for name in ("PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE"):
         handled = os.environ.get(name, "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
         if hasattr(signal, "SIGUSR1") and "SIGUSR1" not in handled:
