@@ -1,5 +1,4 @@
-"""The exact validation number: a model's mean next-character loss over every position of a text,
-shared by `minigpt eval` and the trainer's final evaluation."""
+"""The exact validation number: mean next-character loss over every position (`minigpt eval`, the final eval)."""
 
 from __future__ import annotations
 
@@ -133,8 +132,7 @@ def eval_ids_for(loaded: LoadedModel, data: str | None) -> tuple[np.ndarray, np.
 
 
 def evaluate(loaded: LoadedModel, data: str | Path | None, max_tokens: int = 0) -> tuple[EvalResult, str]:
-    """`minigpt eval`: every position of the validation split (or of `data`), or with `max_tokens`
-    a spread sample of whole windows when there are more predictions than that."""
+    """`minigpt eval`: every position of the validation split (or of `data`), or past `max_tokens` a spread sample."""
     ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
     result = evaluate_ids(loaded.model, ids, table, max_tokens)
     result.unit = loaded.tokenizer.unit

@@ -196,7 +196,6 @@ def sample_records(
     opts: SampleOptions,
     stops: Sequence[str] = (),
 ) -> list[Sample]:
-    """`opts.num_samples` samples for each prompt: plan_samples, then run_plan. An empty prompt
-    starts from a newline."""
+    """`opts.num_samples` samples a prompt (plan_samples, then run_plan); an empty prompt starts from a newline."""
     prompts = [prompts] if isinstance(prompts, str) else prompts
     return samples_of(run_plan(loaded, plan_samples(loaded.tokenizer, prompts, opts, stops)))

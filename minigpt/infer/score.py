@@ -1,5 +1,4 @@
-"""The model's surprise at each character of a text (`minigpt score`, the surprise page), and the
-windows a text longer than the context is read in (shared with the attention explorer)."""
+"""The model's surprise at each character of a text (`minigpt score`, the surprise page) and its windows."""
 
 from __future__ import annotations
 

@@ -14,8 +14,7 @@ from minigpt.runtime.memory import release_pages
 
 
 def token_losses(model: GPT, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The next-token loss in nats at every position of x (B, T) against targets y (B, T), as
-    (B, T) float32, and the logits (B, T, V) it came from."""
+    """The next-token loss in nats at each position of x (B, T) against y (B, T), float32, and the logits (B, T, V)."""
     logits, _ = model(x)
     return losses_of(logits, y), logits
 
