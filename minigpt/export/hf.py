@@ -1,5 +1,4 @@
-"""The Hugging Face folder (config.json, model.safetensors, tokenizers, generation_config.json, a model
-card), which `transformers` loads with no `trust_remote_code`."""
+"""The Hugging Face folder (weights, config, tokenizer, generation config, card), loaded without remote code."""
 
 from __future__ import annotations
 
