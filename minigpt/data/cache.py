@@ -76,8 +76,7 @@ def load_or_encode(
     key: str,
     check_vocab: Callable[[int], None] | None = None,
 ) -> Encoded:
-    """The encoded corpus from the cache, else encoded into it (a damaged entry is re-encoded with
-    a warning). Without a usable cache folder the ids go to a temporary file."""
+    """The corpus from the cache, else encoded into it (a damaged entry re-encoded); no cache: a temporary file."""
     if cache_dir is None:
         return _encode_to_temp(layout, progress, desc, key, check_vocab)
     name = f"{layout.identity()}.{layout.kind}"

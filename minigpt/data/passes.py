@@ -30,8 +30,7 @@ def storage_dtype(vocab_size: int) -> np.dtype:
 
 
 def chunks(path: str | Path, size: int = CHUNK, expect: int | None = None) -> Iterator[bytes]:
-    """A file's bytes in chunks; given the size it should have (`expect`), a small file is one read of
-    that size and one byte more."""
+    """A file's bytes in chunks; given its size (`expect`), a small file is one read of that size plus one byte."""
     try:
         with open(path, "rb", buffering=0) as f:  # unbuffered: no copy through a buffer
             if expect is not None and expect < size:
@@ -68,8 +67,7 @@ FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII id
 
 
 def _read_whole(f: SourceFile) -> bytes:
-    """A small file's bytes: one open, one read of its size and a byte more, one close (os calls,
-    not a file object: less time per file)."""
+    """A small file's bytes: one open, one read of its size and a byte more, one close (os calls)."""
     try:
         fd = os.open(f.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
@@ -152,8 +150,7 @@ class _Vocabulary:
         self.points[np.frombuffer(text.encode("utf-32-le"), np.uint32)] = True
 
     def add_whole(self, blob: bytes | bytearray, members: list[tuple[int, int, int]]) -> None:
-        """Complete files joined: only their non-ASCII characters (a few in a source tree) go
-        through numpy."""
+        """Complete files joined: only their non-ASCII characters go through numpy."""
         if blob.isascii():
             self._ascii(blob)
         elif (part := non_ascii(blob, [s for _, s, _ in members])) is not None:
@@ -265,8 +262,7 @@ def hashes_and_vocabulary(
     files: Sequence[SourceFile],
     tick: Callable[[int], None],
 ) -> tuple[list[str], set[str], dict[int, str], set[int]]:
-    """Each file's SHA-256, `vocabulary`'s result and the files that look binary (`looks_binary`), from
-    one read of every file."""
+    """Each file's SHA-256, `vocabulary`'s result and the files that look binary, from one read of every file."""
     vocab, hashes, binary = _Vocabulary(), [""] * len(files), set()
     for blob, members, large in _batches(files, tick):
         if large is None:

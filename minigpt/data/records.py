@@ -390,8 +390,7 @@ def extract(
     val_share: float | None,
     progress: ProgressFactory | None = None,
 ) -> Extract:
-    """The file's extract from `folder`, written there first if it is not (atomically: a failed
-    read leaves nothing behind)."""
+    """The file's extract from `folder`, written there first (atomically) if it is not."""
     settings = [EXTRACT_VERSION, sha256, fmt, rules.key(), doc_separator, val_share]
     key = hashlib.sha256(json.dumps(settings).encode("utf-8")).hexdigest()[:40]
     train, val, meta_path = folder / f"{key}.txt", folder / f"{key}.val.txt", folder / f"{key}.json"

@@ -71,8 +71,7 @@ CACHE_FOLDERS = frozenset({"__pycache__"})  # besides any folder that holds a CA
 
 @dataclass
 class Skipped:
-    """What a folder walk passed over, by reason (relative names, in walk order), for the one
-    line that says so (`summary`)."""
+    """What a folder walk passed over, by reason (relative names, walk order), for its one line (`summary`)."""
 
     hidden: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # by a .gitignore
@@ -158,8 +157,7 @@ def _read_gitignore(path: str) -> GitIgnore:
 
 
 def saved_dataset(folder: str, key: str) -> list[tuple[str, str, os.stat_result]] | None:
-    """The Arrow files of a folder written by the `datasets` library's save_to_disk, in its order
-    (state.json lists them); None for any other folder."""
+    """The Arrow files of a `datasets` save_to_disk folder in state.json's order; None for any other folder."""
     if os.path.isfile(os.path.join(folder, "dataset_dict.json")):
         splits = sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
         first = os.path.join(folder, splits[0]) if splits else folder
