@@ -1,6 +1,5 @@
-"""What the command line tells about itself: the values its options take (--help, Tab completion, click's
-"invalid value"), path completion, each command's examples, the --version line. Standard library only:
-`minigpt --help` and every Tab press import it."""
+"""What the command line tells about itself: option values (--help, Tab, click's "invalid value"), path
+completion, examples, --version. Standard library only: `minigpt --help` and every Tab press import it."""
 
 from __future__ import annotations
 
@@ -96,8 +95,7 @@ def shipped_line() -> str:
 
 
 def version_line() -> str:
-    """minigpt's, torch's and Python's versions, then the bf16-or-float32 answers measured on this
-    machine (`runtime/precision.py`'s cache), without importing torch (which takes seconds)."""
+    """minigpt's, torch's and Python's versions and this machine's measured bf16 answers, without importing torch."""
     from importlib.metadata import PackageNotFoundError, version
 
     from minigpt import __version__

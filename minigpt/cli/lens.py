@@ -1,5 +1,4 @@
-"""`minigpt lens`: the command's options and its terminal view; the lens itself is computed in
-inspect/lens.py (docs/lens.md)."""
+"""`minigpt lens`: the command's options and terminal view (the lens itself: inspect/lens.py, docs/lens.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The minigpt process's start and end, around the command line: what must be in the environment
-before typer builds the command, and an exit that skips the interpreter's slow teardown. Standard
-library only."""
+"""The process around the command line: the environment typer needs, and a fast exit. Standard library only."""
 
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ def exit_fast(code: int) -> NoReturn:
 
 
 def nanobind_loaded() -> bool:
-    """Whether an extension built with nanobind is loaded (triton's is, once torch.compile has run).
-    nanobind gives its types metaclasses of its own, direct subclasses of `type`: a quick look."""
+    """Whether a nanobind extension (triton's, after torch.compile) is loaded, from `type`'s subclasses."""
     return any(meta.__module__ == "nanobind" for meta in type.__subclasses__(type))
 
 

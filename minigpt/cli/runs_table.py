@@ -130,8 +130,7 @@ def run_cells(r: RunInfo) -> tuple[str, str, str, str]:
 
 @dataclass
 class SweepRow:
-    """One point of a sweep: its run (None before it starts), the values of the keys that vary
-    (from its config) and a note."""
+    """One point of a sweep: its run (None before it starts), its values of the keys that vary, and a note."""
 
     run: str
     info: RunInfo | None

@@ -1,5 +1,4 @@
-"""`minigpt sweep`, from its flags to `training.sweep`: CONFIG and KEY=V1,V2, every point's config checked
-before torch is imported, then the runs and the table sorted by loss."""
+"""`minigpt sweep`: CONFIG and KEY=V1,V2, every point's config checked before torch, the runs, the sorted table."""
 
 from __future__ import annotations
 
