@@ -339,8 +339,7 @@ def closest_key(key: str) -> str | None:
 
 
 def keys_with(rule: str) -> tuple[str, ...]:
-    """The keys whose fields carry `rule` ("on_resume", "auto"): config_field's flags. Every log.*
-    key may change on resume: what a run shows and records is not what it learns."""
+    """The keys whose fields carry `rule` ("on_resume", "auto"); every log.* key may change on resume."""
     every_log_key = rule == "on_resume"
     return tuple(k for k, f in all_keys().items() if f.metadata.get(rule) or every_log_key and k.startswith("log."))
 
@@ -515,8 +514,7 @@ def validate(cfg: Config, source: str) -> None:
 
 @dataclass(frozen=True)
 class SampleOptions:
-    """How to sample, built once from `minigpt sample`'s flags (or the Python API's arguments) and
-    checked by its constructor; each field's error names its flag."""
+    """How to sample, from `minigpt sample`'s flags or the Python API, checked when built (errors name the flag)."""
 
     num_samples: int = config_field(1, "how many samples", ge=1)
     max_new_tokens: int = config_field(500, "characters to generate", ge=0)
