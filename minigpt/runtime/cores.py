@@ -34,8 +34,7 @@ def allowed_cores() -> int:
 
 
 def cores_left(cores: int, busy: float) -> int:
-    """Threads to run when other processes keep `busy` of our `cores` busy: one per core they
-    leave (a core counts as taken from half of it on), and never none."""
+    """Threads to run when others keep `busy` of our `cores` busy: one a core left (taken from half on), never none."""
     return max(1, cores - int(busy + 0.5))
 
 

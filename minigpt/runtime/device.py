@@ -235,8 +235,7 @@ class _DropRecord(logging.Filter):
 
 @contextlib.contextmanager
 def without_cuda_home_notice():
-    """Drop torch's "No CUDA runtime is found, using CUDA_HOME=..." log record (expected when compiling
-    for a CPU beside a CUDA toolkit); every other record and warning still shows."""
+    """Drop torch's "No CUDA runtime is found, using CUDA_HOME=..." log record; every other record still shows."""
     logger = logging.getLogger("torch.utils.cpp_extension")
     drop = _DropRecord("No CUDA runtime is found")
     logger.addFilter(drop)

@@ -69,8 +69,7 @@ def machine_key(shape: str) -> str:
 
 
 def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) -> list[float]:
-    """Median seconds of each of `runs`, after a warm-up of each (kernel selection), interleaved so
-    that a load from another process weighs on all of them alike."""
+    """Median seconds of each of `runs` after a warm-up each, interleaved so another process's load weighs alike."""
     times: list[list[float]] = [[] for _ in runs]
     for i in range(repeats + 1):
         for run, kept in zip(runs, times):
