@@ -56,8 +56,7 @@ def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
 
 @dataclass
 class SamplePlan:
-    """One sampling call with its inputs checked: `opts.num_samples` requests per prompt, seeds
-    opts.seed, opts.seed + 1, ... in order, and the stop strings."""
+    """One sampling call, checked: `opts.num_samples` requests a prompt, seeds opts.seed, opts.seed + 1, ..., stops."""
 
     requests: list[Request]
     opts: SampleOptions
