@@ -57,8 +57,7 @@ def max_id(path: Path, dtype: np.dtype) -> int:
 
 @contextlib.contextmanager
 def _entry_lock(path: Path) -> Iterator[None]:
-    """One process encodes a new entry while the others wait, then read it; where the lock file cannot be
-    made (a read-only cache) the entry goes unlocked: its writes are atomic."""
+    """One process encodes a new entry while others wait and read it; unlocked where the lock cannot be made."""
     lock = FileLock(path)
     with contextlib.suppress(OSError):
         lock.acquire()

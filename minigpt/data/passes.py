@@ -109,8 +109,7 @@ def _batches(
 
 
 class _BackgroundJobs:
-    """Jobs run in order on a second thread while the caller goes on, at most `depth` of them waiting;
-    a job's error is raised in the caller. For work that lets go of Python's lock (writes, large hashes)."""
+    """Jobs run in order on a second thread, at most `depth` waiting; a job's error is raised in the caller."""
 
     def __init__(self, depth: int) -> None:
         self.depth, self.pending = depth, deque[Future]()

@@ -48,8 +48,7 @@ def file_format(path: str, setting: str) -> str | None:
 
 @dataclass(frozen=True)
 class RecordRules:
-    """How a record becomes a document: its fields, joined by `field_separator`; a record whose
-    field is missing or not a string is an error, or skipped and counted with `skip_bad`."""
+    """A record's fields joined by `field_separator` make a document; a bad one is an error, or skipped (`skip_bad`)."""
 
     fields: tuple[str, ...]
     field_separator: str
@@ -307,8 +306,7 @@ def _is_string_view(pa: Any, typ: Any) -> bool:
 
 
 def _checked(column: Any) -> list[Any]:
-    """A column's values, once its offsets and UTF-8 are checked: converting damaged offsets crashes
-    pyarrow (a negative length) where a full validation raises ArrowInvalid."""
+    """A column's values once its offsets and UTF-8 are checked (damaged offsets would crash pyarrow)."""
     column.validate(full=True)
     return column.to_pylist()
 
@@ -370,8 +368,7 @@ def joined_text(path: str, fmt: str, rules: RecordRules, separator: str) -> str:
 
 @dataclass(frozen=True)
 class Extract:
-    """A record file's documents as plain text: the training part, and with a split the
-    validation part (the records from `val_share` of the file's end onward)."""
+    """A record file's documents as plain text: training, and with a split the records of its last `val_share`."""
 
     train: Path
     val: Path | None
@@ -508,8 +505,7 @@ SNIFFED = ("jsonl", "json", "csv", "tsv")  # the text formats a file found in a 
 
 
 def holds_records(path: str, fmt: str, rules: RecordRules) -> bool:
-    """Whether a file found in a folder (not named) is really a record file with the fields: its
-    first record is an object that has them. A bad record further on is still an error."""
+    """Whether a file found in a folder is a record file with the fields: its first record is an object with them."""
     try:
         if fmt == "jsonl":  # its first line alone: the reader parses many at once, and a later bad one is an error
             with open(path, "rb") as f:
