@@ -82,8 +82,7 @@ def list_runs(root: Path) -> list[RunInfo]:
 
 
 def format_runs(runs: list[RunInfo]) -> str:
-    """The table of runs, with a data column when they were trained on different texts (a loss
-    compares only on the same one), and a line saying what a ~ marks when one shows."""
+    """The table of runs (a data column when their texts differ: losses compare only on one) and what a ~ marks."""
     data = {r.run: data_name(r.config["data.path"]) for r in runs if r.config}
     with_data = len(set(data.values())) > 1
     rows = [

@@ -166,8 +166,7 @@ def _interactive(loaded, opts, stops: list[str]) -> int:
 
 
 def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
-    """The prompts of `minigpt sample`: --prompt, the whole --prompt-file, or one per line of
-    --prompts-file (at most one of the three); and the flag, for messages."""
+    """The prompts of --prompt, the whole --prompt-file or each line of --prompts-file (one of them), and the flag."""
     given = [
         f
         for f, v in (("--prompt", prompt), ("--prompt-file", prompt_file), ("--prompts-file", prompts_file))

@@ -88,8 +88,7 @@ def sweep_cmd(
 
 
 def sweep_items(pairs: list[tuple[str, object]], given: list[str]) -> list[str]:
-    """The shared flags as fixed sweep items: KEY=VALUE, a value with a comma quoted so that it
-    stays one value (a sweep splits values at commas). A key the `given` items set too is refused."""
+    """The shared flags as sweep items KEY=VALUE (a comma quoted: one value); a key `given` sets too is refused."""
     items = []
     for key, value in pairs:
         if any(item.partition("=")[0].strip() == key for item in given):
