@@ -96,8 +96,7 @@ class Checkpoint:
         verify_tensors(self.to_dict(), path, RESUME_SECTIONS)
 
     def save(self, path: Path) -> None:
-        """Write atomically; a full disk, a quota, a read-only filesystem or an I/O error (torch's
-        zip writer included) is one `WriteError` line, and the previous file stays as it was."""
+        """Write atomically; any failed write is one `WriteError` line, and the previous file stays as it was."""
         payload = self.to_dict()
         kept = f"the previous {path.name} is unchanged" if path.is_file() else f"no {path.name} was written"
         after = f"{kept}; then resume: {resume_command(path.parent, auto=True)}"
@@ -254,8 +253,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def _unreadable(path: Path, error: Exception) -> UserError:
-    """One short line for a zip file that torch.load refused: code it would not run, a zip archive
-    that is not a PyTorch checkpoint, or a damaged file (cut short, overwritten), with its reason."""
+    """One short line for a zip file torch.load refused: code it would not run, not a checkpoint, or damaged."""
     text = str(error)
     code = re.search(r"GLOBAL (\S+)", text)  # torch's unpickler names the function it will not call
     if code:
@@ -350,8 +348,7 @@ def _snapshot_advice(run_dir: Path) -> str:
 
 
 def val_loss_text(val_loss: object) -> str:
-    """', in-training val loss 2.7069' for a header (the fixed-batch estimate, not the whole split's
-    loss that `minigpt eval` prints), or '' without one."""
+    """', in-training val loss 2.7069' (the fixed-batch estimate) for a header, or '' without one."""
     return f", in-training val loss {val_loss:.4f}" if isinstance(val_loss, float) else ""
 
 
@@ -384,8 +381,7 @@ def snapshot_name(step: int) -> str:
 
 
 def list_snapshots(run_dir: Path) -> list[Path]:
-    """The run directory's snapshots, in step order (temporary files of a write in progress are not
-    snapshots: they start with a dot)."""
+    """The run directory's snapshots in step order (not the dot-named files of a write in progress)."""
     if not run_dir.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := SNAPSHOT.match(p.name)) and p.is_file()]
