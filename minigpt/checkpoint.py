@@ -1,23 +1,6 @@
-"""Self-describing checkpoints: what one holds (`Checkpoint`), how it is written (atomically) and
-read (without running code), and which checkpoints a run directory holds: `last.pt`, `best.pt` and
-the weights-only snapshots `step_NNNNNNN.pt`. Training writes them and inference reads them, so the
-format lives here, below both.
-
-On disk a checkpoint is a dict of tensors and plain data only (weights, optimizer, step, resolved
-config, tokenizer vocabulary, RNG states), so `torch.load(weights_only=True)` reads it and
-`minigpt sample RUN` needs nothing else. Writes go to a temporary file in the same directory,
-are flushed and fsynced, then renamed over the old file: a crash at any moment leaves either the
-old checkpoint or the new one, never a partial file.
-
-Each tensor's bytes carry a checksum (xxh3-64, `checksums`): loading verifies the weights, a resume
-the rest, so a bit flipped on a disk or in a copy is one `Damaged` line naming the tensor, never a
-model silently changed. Files from earlier releases have none and load as before. The hashing runs
-on the command's threads.
-
-A snapshot (`train.keep_every: N`) is a checkpoint without the optimizer, the random streams or
-the scaler (model, config, tokenizer, data, step, val loss), kept every N steps: every command that
-takes a checkpoint file takes one, and none resumes from it.
-"""
+"""Self-describing checkpoints (docs/design.md): what one holds (`Checkpoint`: tensors and plain data, read
+with `weights_only`), written atomically with a checksum per tensor, and which ones a run directory holds:
+`last.pt`, `best.pt` and the weights-only snapshots `step_NNNNNNN.pt`, which no resume starts from."""
 
 from __future__ import annotations
 
@@ -50,9 +33,8 @@ PARALLEL_BYTES = 4 << 20  # tensors smaller than this in all are hashed on the c
 
 
 class Damaged(UserError):
-    """A checkpoint whose bytes are not those written: cut short, garbled, or a tensor whose
-    checksum does not match. A resume falls back to another checkpoint of the run on it. `fact`
-    is the line without its advice."""
+    """A checkpoint whose bytes are not those written (cut short, garbled, a checksum that does not
+    match); a resume falls back to another of the run's. `fact` is the line without its advice."""
 
     def __init__(self, fact: str, advice: str = ""):
         super().__init__(f"{fact}; {advice}" if advice else fact)
@@ -114,8 +96,7 @@ class Checkpoint:
         verify_tensors(self.to_dict(), path, RESUME_SECTIONS)
 
     def save(self, path: Path) -> None:
-        """Write atomically; a full disk, a quota, a read-only filesystem or an I/O error (torch's
-        zip writer included) is one `WriteError` line, and the previous file stays as it was."""
+        """Write atomically; any failed write is one `WriteError` line, and the previous file stays as it was."""
         payload = self.to_dict()
         kept = f"the previous {path.name} is unchanged" if path.is_file() else f"no {path.name} was written"
         after = f"{kept}; then resume: {resume_command(path.parent, auto=True)}"
@@ -150,12 +131,9 @@ def _digest(tensor: torch.Tensor) -> str:
 
 
 def _digests(tensors: list[torch.Tensor]) -> list[str]:
-    """`_digest` of each tensor, in order, hashed on as many threads as torch computes on (the
-    command's thread count; at most HASH_THREADS), each thread given one share of about equal
-    bytes: xxhash releases the GIL on large buffers.
-    Speed trick: the hash runs near one core's memory speed, so cores divide its time (one share
-    a thread, not a task a tensor, whose handovers cost as much); benchmark
-    scripts/checksum_bench.py --hash-threads 1 against the default."""
+    """`_digest` of each tensor, in order, on torch's thread count (at most HASH_THREADS), one share of
+    about equal bytes a thread. Speed trick: cores divide the hash's time (xxhash releases the GIL);
+    benchmark scripts/checksum_bench.py --hash-threads 1 against the default."""
     threads = min(HASH_THREADS, torch.get_num_threads(), len(tensors))
     if threads < 2 or sum(t.nbytes for t in tensors) < PARALLEL_BYTES:
         return [_digest(t) for t in tensors]
@@ -183,8 +161,8 @@ def tensor_checksums(payload: dict[str, Any]) -> dict[str, str]:
 
 
 def verify_tensors(raw: dict[str, Any], path: Path, sections: tuple[str, ...]) -> None:
-    """Raise `Damaged` naming the first tensor of `sections` whose bytes do not match their
-    checksum. A file without checksums (an earlier release's) has nothing to check against."""
+    """Raise `Damaged` naming the first tensor of `sections` not matching its checksum
+    (a file without checksums passes)."""
     sums = raw.get("checksums")
     if not isinstance(sums, dict):
         return
@@ -231,8 +209,7 @@ def resume_command(run: Path, *overrides: str, auto: bool = False) -> str:
 
 
 def payload_bytes(obj: Any) -> int:
-    """About what `torch.save(obj)` writes: the tensors' bytes, plus a little for each entry and
-    the archive's own records."""
+    """About what `torch.save(obj)` writes: the tensors' bytes plus a little for each entry and the archive."""
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size() + 256  # a record of its own, aligned to 64 bytes
     if isinstance(obj, dict):
@@ -243,8 +220,7 @@ def payload_bytes(obj: Any) -> int:
 
 
 def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
-    """Atomically write `payload` to `path` (tmp file + fsync + rename + directory fsync), with the
-    checksum of each tensor (computed on the CPU copy that torch.save would make anyway)."""
+    """Atomically write `payload` to `path` with each tensor's checksum, computed on the CPU copy torch.save makes."""
     payload = _on_cpu(payload)
     payload = {"format": FORMAT, "version": VERSION, **payload, "checksums": tensor_checksums(payload)}
     atomic.atomic_write(path, lambda f: torch.save(payload, f))
@@ -277,8 +253,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def _unreadable(path: Path, error: Exception) -> UserError:
-    """One short line for a zip file that torch.load refused: code it would not run, a zip archive
-    that is not a PyTorch checkpoint, or a damaged file (cut short, overwritten), with its reason."""
+    """One short line for a zip file torch.load refused: code it would not run, not a checkpoint, or damaged."""
     text = str(error)
     code = re.search(r"GLOBAL (\S+)", text)  # torch's unpickler names the function it will not call
     if code:
@@ -299,10 +274,7 @@ def _unreadable(path: Path, error: Exception) -> UserError:
 
 
 def find_checkpoint(run_dir: Path, prefer: str) -> Path | None:
-    """A run directory's `prefer` checkpoint (LAST or BEST), else the other one, else None.
-
-    Resuming and "the last good checkpoint" prefer LAST (the newest state); sampling and
-    evaluating prefer BEST (the lowest validation loss)."""
+    """A run directory's `prefer` checkpoint (LAST: resuming; BEST: sampling), else the other, else None."""
     other = LAST if prefer == BEST else BEST
     for name in (prefer, other):
         if (run_dir / name).is_file():
@@ -335,9 +307,8 @@ def resolve_checkpoint(target: Path, prefer: str) -> Path:
 
 
 def resumable_checkpoint(path: Path, say: Callable[[str], None]) -> tuple[Path, Checkpoint]:
-    """The run's checkpoint `path` checked whole for a resume. When it is damaged: the run's
-    best.pt if that is intact (said in one line), else the damage, naming the newest intact
-    snapshot to start again from (a snapshot holds weights only: it cannot be resumed)."""
+    """The run's checkpoint `path` checked whole for a resume; if damaged, the run's intact best.pt (said
+    in one line), else the damage, naming the newest intact snapshot to start again from."""
     try:
         return path, _load_resumable(path)
     except Damaged as damage:
@@ -355,10 +326,8 @@ def resumable_checkpoint(path: Path, say: Callable[[str], None]) -> tuple[Path, 
 
 
 def _load_resumable(path: Path) -> Checkpoint:
-    """`path` checked whole, its optimizer state copied out of the file's mapping: the optimizer
-    writes it in place, and each first write to a mapped page copies that page alone.
-    Speed trick: a resume's first step without a fault a page; benchmark scripts/checksum_bench.py
-    (resume_step)."""
+    """`path` checked whole, its optimizer state copied out of the file's mapping, which the optimizer writes.
+    Speed trick: a resume's first step without a fault a page; benchmark scripts/checksum_bench.py (resume_step)."""
     ckpt = Checkpoint.load(path)
     ckpt.check_resumable(path)
     return dataclasses.replace(ckpt, optimizer=_map_tensors(ckpt.optimizer, torch.clone))
@@ -379,9 +348,7 @@ def _snapshot_advice(run_dir: Path) -> str:
 
 
 def val_loss_text(val_loss: object) -> str:
-    """', in-training val loss 2.7069' for a header, or '' without one: a checkpoint holds the
-    estimate on train.eval_steps fixed batches, not the whole split's loss that `minigpt eval` and
-    `minigpt runs` print, so a header says which it is."""
+    """', in-training val loss 2.7069' (the fixed-batch estimate) for a header, or '' without one."""
     return f", in-training val loss {val_loss:.4f}" if isinstance(val_loss, float) else ""
 
 
@@ -414,8 +381,7 @@ def snapshot_name(step: int) -> str:
 
 
 def list_snapshots(run_dir: Path) -> list[Path]:
-    """The run directory's snapshots, in step order (temporary files of a write in progress are not
-    snapshots: they start with a dot)."""
+    """The run directory's snapshots in step order (not the dot-named files of a write in progress)."""
     if not run_dir.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := SNAPSHOT.match(p.name)) and p.is_file()]

@@ -1,9 +1,5 @@
-"""The one exception type for user mistakes.
-
-Anything a user can fix (a bad config, a missing file, a wrong flag value) raises
-`UserError`; the CLI turns it into a one-line `error: ...` and exit code 2.
-Everything else is a bug and keeps its traceback.
-"""
+"""The one exception type for user mistakes: anything a user can fix raises `UserError`, which the CLI
+prints as one `error: ...` line with exit code 2; everything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
@@ -13,9 +9,8 @@ class UserError(Exception):
 
 
 class WriteError(UserError):
-    """A file of a run could not be written (a full disk, a quota, a read-only filesystem, an I/O
-    error): one line naming the file, the bytes it needed and the bytes free; exit code 74
-    (EX_IOERR). Earlier checkpoints are left as they were."""
+    """A file of a run could not be written (full disk, quota, read-only filesystem, I/O error): one
+    line naming the file, the bytes needed and free; exit code 74. Earlier checkpoints stay."""
 
     exit_code = 74
 

@@ -1,11 +1,5 @@
-"""What the command line tells about itself: the values its options take (shown in --help, offered
-by Tab completion, refused with click's own "invalid value" line), what its path arguments
-complete to, each command's examples, and the --version line.
-
-Standard library only, because `minigpt --help` and every Tab press import it. The choices come
-from the config package's own module (config/__init__.py), which the config schema reads too: one
-list, and none of the schema's import cost.
-"""
+"""What the command line tells about itself: option values (--help, Tab, click's "invalid value"), path
+completion, examples, --version. Standard library only: `minigpt --help` and every Tab press import it."""
 
 from __future__ import annotations
 
@@ -101,8 +95,7 @@ def shipped_line() -> str:
 
 
 def version_line() -> str:
-    """minigpt's, torch's and Python's versions, then the bf16-or-float32 answers measured on this
-    machine (`runtime/precision.py`'s cache), without importing torch (which takes seconds)."""
+    """minigpt's, torch's and Python's versions and this machine's measured bf16 answers, without importing torch."""
     from importlib.metadata import PackageNotFoundError, version
 
     from minigpt import __version__

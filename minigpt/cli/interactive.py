@@ -1,10 +1,5 @@
-"""`minigpt sample RUN --interactive`: a read-eval-print loop that keeps the model loaded.
-
-Type a prompt, get a continuation (streamed), repeat. Lines starting with ':' change settings
-(`:temp 0.5`, `:top-k 10`, `:seed 3`, ...; `:help` lists them). Ctrl-C stops one generation and
-keeps the loop; Ctrl-D (or `:quit`) leaves it with exit code 0. Each generation uses the current
-seed, which then moves on by one, so a session replays exactly from the same settings.
-"""
+"""`minigpt sample RUN --interactive`: a read-eval-print loop that keeps the model loaded (docs/sampling.md);
+':' lines change settings, Ctrl-C stops one generation, and each generation moves the seed on by one."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`minigpt lens`: the command's options and its terminal view; the lens itself is computed in
-inspect/lens.py (docs/lens.md)."""
+"""`minigpt lens`: the command's options and terminal view (the lens itself: inspect/lens.py, docs/lens.md)."""
 
 from __future__ import annotations
 
@@ -98,8 +97,7 @@ def lens_cmd(
 
 
 def detail_positions(n: int, at: list[int] | None) -> list[int]:
-    """The positions whose top 5 the terminal shows: `--at` (negative counts from the end), else
-    every one of a short text, else the last few."""
+    """Positions whose top 5 are shown: `--at` (negative: from the end), else all of a short text, else the last few."""
     if not at:
         return list(range(n)) if n <= MAX_DETAIL else list(range(n - LONG_DETAIL, n))
     for p in at:

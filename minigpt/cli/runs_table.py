@@ -1,7 +1,5 @@
-"""`minigpt runs`: what the run directories under a folder hold, one row each, read from their
-checkpoints (memory-mapped: no weights are read) and results.json; a sweep's folder (`minigpt
-sweep`) as its points sorted by loss, the keys it varies as columns; and `--html`'s data: each
-run's config, results and val-loss curve."""
+"""`minigpt runs`: the run directories under a folder, one row each from their checkpoints (no weights
+read) and results.json, a sweep's sorted by loss; and `--html`'s data: configs, results, val-loss curves."""
 
 from __future__ import annotations
 
@@ -84,8 +82,7 @@ def list_runs(root: Path) -> list[RunInfo]:
 
 
 def format_runs(runs: list[RunInfo]) -> str:
-    """The table of runs, with a data column when they were trained on different texts (a loss
-    compares only on the same one), and a line saying what a ~ marks when one shows."""
+    """The table of runs (a data column when their texts differ: losses compare only on one) and what a ~ marks."""
     data = {r.run: data_name(r.config["data.path"]) for r in runs if r.config}
     with_data = len(set(data.values())) > 1
     rows = [
@@ -132,8 +129,7 @@ def run_cells(r: RunInfo) -> tuple[str, str, str, str]:
 
 @dataclass
 class SweepRow:
-    """One point of a sweep: its run (None before it starts), the values of the keys that vary
-    (from its config) and a note."""
+    """One point of a sweep: its run (None before it starts), its values of the keys that vary, and a note."""
 
     run: str
     info: RunInfo | None

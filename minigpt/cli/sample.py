@@ -1,7 +1,5 @@
-"""`minigpt sample`, from its flags to the text on stdout: the prompts the flags name (--prompt,
---prompt-file, --prompts-file), which flags go together, the line naming the model, and the three
-modes: the interactive loop, JSON records, or the samples as text. Registered in app.py; every
-input is checked once, by infer/sample.py's `plan_samples`, before anything is generated."""
+"""`minigpt sample`, from its flags to the text on stdout: the prompts, which flags go together, and the
+three modes (interactive, JSON records, text); every input is checked once, by `plan_samples`."""
 
 from __future__ import annotations
 
@@ -168,8 +166,7 @@ def _interactive(loaded, opts, stops: list[str]) -> int:
 
 
 def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
-    """The prompts of `minigpt sample`: --prompt, the whole --prompt-file, or one per line of
-    --prompts-file (at most one of the three); and the flag, for messages."""
+    """The prompts of --prompt, the whole --prompt-file or each line of --prompts-file (one of them), and the flag."""
     given = [
         f
         for f, v in (("--prompt", prompt), ("--prompt-file", prompt_file), ("--prompts-file", prompts_file))

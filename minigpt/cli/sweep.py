@@ -1,6 +1,4 @@
-"""`minigpt sweep`, from its flags to `train.sweep`: the CONFIG and KEY=V1,V2 arguments, every
-point's config checked before torch is imported, the runs, and the table sorted by loss at the end.
-Registered in app.py."""
+"""`minigpt sweep`: CONFIG and KEY=V1,V2, every point's config checked before torch, the runs, the sorted table."""
 
 from __future__ import annotations
 
@@ -90,8 +88,7 @@ def sweep_cmd(
 
 
 def sweep_items(pairs: list[tuple[str, object]], given: list[str]) -> list[str]:
-    """The shared flags as fixed sweep items: KEY=VALUE, a value with a comma quoted so that it
-    stays one value (a sweep splits values at commas). A key the `given` items set too is refused."""
+    """The shared flags as sweep items KEY=VALUE (a comma quoted: one value); a key `given` sets too is refused."""
     items = []
     for key, value in pairs:
         if any(item.partition("=")[0].strip() == key for item in given):

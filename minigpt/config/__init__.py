@@ -1,11 +1,6 @@
-"""The run's configuration: typed sections with each field's rules in its metadata (schema, fields)
-and YAML files with KEY=VALUE overrides (files). Standard library and PyYAML only.
-
-Here: the closed sets of values that both the config and the command line name (devices, the
-sampling flags' choices), in the package's own module because `minigpt --help` and every Tab press
-import it, and nothing else of the config (the schema costs more to import; benchmark
-`scripts/bench.py startup`).
-"""
+"""The run's configuration: typed sections (schema, fields) and YAML with KEY=VALUE overrides (files).
+Here, imported alone by `--help` and every Tab press: the closed sets the config and the command line
+share, and the shipped configs. Standard library and PyYAML only; benchmark `scripts/bench.py startup`."""
 
 from __future__ import annotations
 
@@ -31,9 +26,7 @@ def is_device_name(name: str) -> bool:
 
 
 def shipped_configs() -> dict[str, Path]:
-    """The example configs that come with minigpt, by name (`cpu_4min`): the wheel puts the
-    checkout's configs/ into the package as minigpt/configs/ (pyproject.toml); run from a checkout,
-    they are read from configs/ itself."""
+    """The example configs that come with minigpt by name (`cpu_4min`): minigpt/configs/, or a checkout's configs/."""
     package = Path(__file__).resolve().parent.parent
     for folder in (package / "configs", package.parent / "configs"):
         if folder.is_dir():
@@ -42,9 +35,8 @@ def shipped_configs() -> dict[str, Path]:
 
 
 def config_file(given: str) -> Path:
-    """The CONFIG a command line names: the file at that path when there is one, else the shipped
-    config of that name, written `cpu_4min`, `cpu_4min.yaml` or `configs/cpu_4min.yaml` (as the
-    docs do), so the examples work from any folder."""
+    """The CONFIG a command line names: the file at that path, else the shipped config of that name
+    (`cpu_4min`, `cpu_4min.yaml` or `configs/cpu_4min.yaml`), so the examples work from any folder."""
     path = Path(given)
     if path.exists() or path.parent not in (Path("."), Path("configs")):
         return path

@@ -1,5 +1,4 @@
-"""Config fields with their rules in the metadata: help text, allowed values, bounds, durations
-and path lists. `field_error` checks a value against them, so each rule is written once."""
+"""Config fields with their rules in the metadata (help, choices, bounds, durations, path lists), and `field_error`."""
 
 from __future__ import annotations
 
@@ -26,10 +25,8 @@ def config_field(
     on_resume: bool = False,
     auto: bool = False,
 ) -> Any:
-    """A dataclass field with its help text, allowed values and bounds in the metadata; `validate`
-    checks every bound (and that floats are finite), so each rule is written once, here.
-    `on_resume`: the key may change when a run is resumed (it changes neither what the model is nor
-    what it learns from); `auto`: --auto sets it (unless the user does)."""
+    """A dataclass field with its help, allowed values and bounds in the metadata; `on_resume`: the key may change
+    on resume (it changes neither the model nor what it learns from); `auto`: --auto sets it unless the user does."""
     bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le)) if v is not None}
     meta = {"help": help, "choices": choices, "duration": duration, "paths": paths, **bounds}
     meta |= {"on_resume": on_resume, "auto": auto}
@@ -85,11 +82,8 @@ def _number(x: float) -> str:
 
 
 def field_error(name: str, value: Any, meta: Any, flag: bool = False) -> str | None:
-    """What is wrong with `value` for a field with these metadata (choices, bounds), or None.
-
-    `flag` words it for a command-line option (`--dtype must be auto, float32 or bfloat16`)
-    rather than a config key (`train.dtype must be one of ...`, with a "did you mean").
-    """
+    """What is wrong with `value` for a field with these metadata (choices, bounds), or None; `flag`
+    words it for a command-line option (`--dtype must be ...`) rather than a config key."""
     choices = meta.get("choices")
     if choices and value not in choices:
         if flag:

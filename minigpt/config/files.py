@@ -1,6 +1,5 @@
-"""Config from files and the command line: YAML read safely (errors name the file, line and
-column), `KEY=VALUE` overrides parsed as YAML scalars (text keys taken as written), the
-precedence defaults < file < overrides, and the resolved config written back as YAML."""
+"""Config from files and the command line: safe YAML (errors name the file, line and column), `KEY=VALUE`
+overrides as YAML scalars, defaults < file < overrides, and the resolved config written back as YAML."""
 
 from __future__ import annotations
 
@@ -83,10 +82,8 @@ def read_yaml(path: Path) -> Any:
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str | tuple[str, Any]] = ()) -> Config:
-    """defaults < YAML file (if given) < overrides, validated once.
-
-    An override is a 'KEY=VALUE' string (VALUE parsed as a YAML scalar) or a (key, value) pair.
-    """
+    """defaults < YAML file (if given) < overrides, validated once; an override is a 'KEY=VALUE'
+    string (VALUE a YAML scalar) or a (key, value) pair."""
     return with_overrides(file_config(path), overrides, path)
 
 
@@ -102,8 +99,7 @@ def file_config(path: str | Path | None) -> Config:
 def with_overrides(
     filed: Config, overrides: Sequence[str | tuple[str, Any]], path: str | Path | None, origin: str = "command line"
 ) -> Config:
-    """`file_config(path)` with the overrides on top, validated; errors name the overrides by their
-    `origin` (minigpt.train() names itself)."""
+    """`file_config(path)` with the overrides on top, validated; errors name the overrides by their `origin`."""
     source = str(path) if path is not None else "default config"
     if not overrides:
         validate(filed, source)
@@ -136,8 +132,7 @@ def _text_value(key: str, text: str) -> str | None:
 
 
 class _ReadableDumper(yaml.SafeDumper):
-    """Strings with line breaks or tabs double-quoted, `"\n\n"`: YAML's default folds them over
-    several lines, which reads as a broken file."""
+    """Strings with line breaks or tabs double-quoted: YAML's default folds them over lines, which reads as broken."""
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
@@ -190,7 +185,6 @@ def value_text(value: Any) -> str:
 
 
 def check_overrides(overrides: Sequence[str | tuple[str, Any]], source: str = "command line") -> None:
-    """Each override's key and value on its own (unknown keys, types, bounds, choices), before the
-    rest of the config is known: a resumed run checks them against its saved config later."""
+    """Each override's key and value on its own (unknown keys, types, bounds, choices), before the rest is known."""
     for item in overrides:
         check_value(*parse_override(item, source), source)

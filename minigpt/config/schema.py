@@ -1,13 +1,6 @@
-"""Typed, validated run configuration.
-
-One frozen dataclass per YAML section. Precedence: dataclass defaults < YAML file <
-command-line `KEY=VALUE` overrides. Every field carries a one-line help text (used by
-docs/configuration.md's key table and `minigpt train --help`), and every mistake raises
-`UserError` naming the source and the key.
-
-The defaults here ARE the built-in default run (`configs/default.yaml` spells them
-out with comments; a test keeps the two equal).
-"""
+"""Typed, validated run configuration: one frozen dataclass per YAML section, each field with a
+one-line help text, each mistake a `UserError` naming the source and the key. The defaults are the
+built-in default run (`configs/default.yaml` spells them out; a test keeps the two equal)."""
 
 from __future__ import annotations
 
@@ -346,8 +339,7 @@ def closest_key(key: str) -> str | None:
 
 
 def keys_with(rule: str) -> tuple[str, ...]:
-    """The keys whose fields carry `rule` ("on_resume", "auto"): config_field's flags. Every log.*
-    key may change on resume: what a run shows and records is not what it learns."""
+    """The keys whose fields carry `rule` ("on_resume", "auto"); every log.* key may change on resume."""
     every_log_key = rule == "on_resume"
     return tuple(k for k, f in all_keys().items() if f.metadata.get(rule) or every_log_key and k.startswith("log."))
 
@@ -434,8 +426,7 @@ def set_dotted(raw: dict[str, dict[str, Any]], key: str, value: Any, source: str
 
 
 def check_value(key: str, value: Any, source: str) -> None:
-    """One key's value on its own (the key known, its type, bounds and choices), before the rest
-    of the config is known."""
+    """One key's value on its own (the key known, its type, bounds and choices), before the rest of the config."""
     set_dotted({}, key, value, source)
     section, name = key.split(".")
     problem = field_error(
@@ -488,8 +479,7 @@ def batch_split_error(
 
 
 def validate(cfg: Config, source: str) -> None:
-    """Reject impossible values and combinations, naming the key: the bounds and choices in the
-    fields' metadata, then the rules that involve two keys."""
+    """Reject impossible values and combinations, naming the key: fields' bounds and choices, then two-key rules."""
 
     def fail(msg: str) -> None:
         raise UserError(f"{source}: {msg}")
@@ -524,8 +514,7 @@ def validate(cfg: Config, source: str) -> None:
 
 @dataclass(frozen=True)
 class SampleOptions:
-    """How to sample, built once from `minigpt sample`'s flags (or the Python API's arguments) and
-    checked by its constructor; each field's error names its flag."""
+    """How to sample, from `minigpt sample`'s flags or the Python API, checked when built (errors name the flag)."""
 
     num_samples: int = config_field(1, "how many samples", ge=1)
     max_new_tokens: int = config_field(500, "characters to generate", ge=0)

@@ -1,2 +1,1 @@
-"""Text in, ids out: tokenizers, which files a text is (sources), encoding once in bounded memory
-(encoding), the cache of encoded corpora (cache), and the corpus, its splits and batches (corpus)."""
+"""Text in, ids out: tokenizers, sources, encoding in bounded memory, the cache, the corpus and its batches."""

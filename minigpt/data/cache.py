@@ -1,7 +1,5 @@
-"""The encoding cache: one entry per corpus content and tokenizer (`<key>.<kind>.bin`, the ids,
-and `<key>.<kind>.json`, what they are), written once under a temporary name, locked while it is
-made (two trainings starting on the same new corpus encode it once), and checked at memory speed
-on every load: length, integer type, no id past the vocabulary. A damaged entry is re-encoded."""
+"""The encoding cache: one entry per corpus content and tokenizer (`<key>.<kind>.bin` ids, `.json` what they
+are), written once, locked while made, checked on every load and re-encoded when damaged (docs/data.md)."""
 
 from __future__ import annotations
 
@@ -59,9 +57,7 @@ def max_id(path: Path, dtype: np.dtype) -> int:
 
 @contextlib.contextmanager
 def _entry_lock(path: Path) -> Iterator[None]:
-    """Two processes that start on the same new corpus: one encodes, the other waits and reads.
-    Where the lock file cannot be made (a read-only cache) the entry goes unlocked: its writes are
-    atomic, so two encoders at worst do the same work twice."""
+    """One process encodes a new entry while others wait and read it; unlocked where the lock cannot be made."""
     lock = FileLock(path)
     with contextlib.suppress(OSError):
         lock.acquire()
@@ -79,8 +75,7 @@ def load_or_encode(
     key: str,
     check_vocab: Callable[[int], None] | None = None,
 ) -> Encoded:
-    """The encoded corpus from the cache, else encoded into it (a damaged entry is re-encoded with
-    a warning). Without a usable cache folder the ids go to a temporary file."""
+    """The corpus from the cache, else encoded into it (a damaged entry re-encoded); no cache: a temporary file."""
     if cache_dir is None:
         return _encode_to_temp(layout, progress, desc, key, check_vocab)
     name = f"{layout.identity()}.{layout.kind}"

@@ -1,11 +1,5 @@
-"""Encoding a corpus once, in bounded memory: stream its files in chunks, write the ids to a flat
-binary file of the smallest fitting integer type, and hand back a read-only memory map of it.
-
-A cache entry is named by the corpus's content (for one file its SHA-256; for several, a hash of
-their relative names and content hashes, in order, with the separator and the validation choice)
-and the tokenizer. Content hashes are kept in a stat index (size and mtime per file, as version
-control tools do), so an unchanged corpus is not re-read in full at every start. Every entry is
-checked on load at memory speed (length, integer type, no id past the vocabulary)."""
+"""Encoding a corpus once, in bounded memory, into a flat binary file of the smallest integer type, read back
+as a memory map; the cache key is the content and the tokenizer (docs/data.md#the-cache)."""
 
 from __future__ import annotations
 
@@ -114,8 +108,7 @@ class Layout:
     _identity: str | None = field(default=None, repr=False)
 
     def identity(self) -> str:
-        """The corpus's content key: a single file's own SHA-256 (as checkpoints have always
-        recorded it), else a hash of everything that decides the ids."""
+        """The corpus's content key: a single file's SHA-256, else a hash of everything that decides the ids."""
         if self._identity is None:
             self._identity = self._key()
         return self._identity
@@ -144,8 +137,7 @@ class Encoded:
 
 
 def _check_utf8(files: Sequence[SourceFile], bad: dict[int, str], key: str) -> list[str]:
-    """Non-UTF-8 files in char mode: an error, unless they are a few in a folder of many (then
-    they are skipped, and said so)."""
+    """Non-UTF-8 files in char mode: an error, unless a few in a folder of many (skipped, and said so)."""
     if not bad:
         return []
     first = files[min(bad)]

@@ -1,8 +1,5 @@
-"""The passes over a corpus's bytes that encoding makes: reading files (small ones whole and in
-batches, large ones in chunks), finding the vocabulary and the files that are not UTF-8 text, and
-writing the ids. A real source tree is tens of thousands of files of a few KB: the work per file
-(opening, reading, a decoder, numpy calls) is kept to a few system calls, and the bytes go through
-numpy and bytes.translate many files at a time."""
+"""The passes over a corpus's bytes that encoding makes: reading files (small ones whole, many at a time;
+large ones in chunks), finding the vocabulary and the files that are not UTF-8 text, and writing the ids."""
 
 from __future__ import annotations
 
@@ -33,9 +30,7 @@ def storage_dtype(vocab_size: int) -> np.dtype:
 
 
 def chunks(path: str | Path, size: int = CHUNK, expect: int | None = None) -> Iterator[bytes]:
-    """A file's bytes in chunks. Given the size it should have (`expect`), a small file is one read
-    of that size and one byte more: a source tree is tens of thousands of them, and each extra read
-    (or a buffer of CHUNK bytes allocated for a few KB) costs more than the bytes."""
+    """A file's bytes in chunks; given its size (`expect`), a small file is one read of that size plus one byte."""
     try:
         with open(path, "rb", buffering=0) as f:  # unbuffered: no copy through a buffer
             if expect is not None and expect < size:
@@ -72,8 +67,7 @@ FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII id
 
 
 def _read_whole(f: SourceFile) -> bytes:
-    """A small file's bytes: one open, one read of its size and a byte more, one close (os calls,
-    not a file object: less time per file)."""
+    """A small file's bytes: one open, one read of its size and a byte more, one close (os calls)."""
     try:
         fd = os.open(f.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
@@ -115,11 +109,7 @@ def _batches(
 
 
 class _BackgroundJobs:
-    """Jobs run in order on a second thread while the caller goes on, at most `depth` of them
-    waiting; a job's error is raised in the caller. The write system call and hashing a large
-    chunk let go of Python's lock, so on two cores they run beside the encoder's own work (a large
-    share of the ids pass). Reading and hashing a tree's small files there gains
-    nothing: each file's system calls wait for the lock again."""
+    """Jobs run in order on a second thread, at most `depth` waiting; a job's error is raised in the caller."""
 
     def __init__(self, depth: int) -> None:
         self.depth, self.pending = depth, deque[Future]()
@@ -159,8 +149,7 @@ class _Vocabulary:
         self.points[np.frombuffer(text.encode("utf-32-le"), np.uint32)] = True
 
     def add_whole(self, blob: bytes | bytearray, members: list[tuple[int, int, int]]) -> None:
-        """Complete files joined: only their non-ASCII characters (a few in a source tree) go
-        through numpy."""
+        """Complete files joined: only their non-ASCII characters go through numpy."""
         if blob.isascii():
             self._ascii(blob)
         elif (part := non_ascii(blob, [s for _, s, _ in members])) is not None:
@@ -218,10 +207,9 @@ class _NonAscii:
 
 
 def non_ascii(blob: bytes | bytearray, starts: Sequence[int] = (0,)) -> _NonAscii | None:
-    """The non-ASCII part of joined files (each starting at one of `starts`), or None if one of them
-    is not UTF-8 text. UTF-8 has no ASCII byte inside a character: the text is valid when its
-    non-ASCII bytes alone decode, each continuation byte directly follows the byte before it, and
-    no file starts on one. In a source tree non-ASCII is rare, so the work is on few bytes."""
+    """The non-ASCII part of joined files (each starting at one of `starts`), or None if one is not UTF-8:
+    valid when the non-ASCII bytes alone decode, each continuation byte directly follows the byte
+    before it, and no file starts on one."""
     arr = np.frombuffer(blob, np.uint8)
     at = np.flatnonzero(arr >= 0x80)
     continues = (arr[at] & 0xC0) == 0x80
@@ -273,9 +261,7 @@ def hashes_and_vocabulary(
     files: Sequence[SourceFile],
     tick: Callable[[int], None],
 ) -> tuple[list[str], set[str], dict[int, str], set[int]]:
-    """Each file's SHA-256, `vocabulary`'s result and the files that look binary (`looks_binary`)
-    from one read of every file: a first run over a corpus reads it twice (hashes and characters,
-    then ids) instead of three times."""
+    """Each file's SHA-256, `vocabulary`'s result and the files that look binary, from one read of every file."""
     vocab, hashes, binary = _Vocabulary(), [""] * len(files), set()
     for blob, members, large in _batches(files, tick):
         if large is None:

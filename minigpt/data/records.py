@@ -1,8 +1,6 @@
-"""Text kept in records: JSON Lines, a JSON array, CSV and TSV, Parquet, and Arrow (the files of a
-`datasets` save_to_disk folder). Each record's field (or fields, joined) is one document. A record
-file is read once, streaming (a line, a row or a batch at a time), into a plain-text extract in the
-cache: its documents joined by data.doc_separator. From there the corpus is encoded like any text
-file, so a record file gives exactly the ids of the text file that holds the same documents."""
+"""Text kept in records (JSON Lines, JSON, CSV/TSV, Parquet, Arrow): each record's field(s) one document,
+read once, streaming, into a plain-text extract in the cache joined by data.doc_separator, so a record
+file gives exactly the ids of the text file that holds the same documents."""
 
 from __future__ import annotations
 
@@ -50,8 +48,7 @@ def file_format(path: str, setting: str) -> str | None:
 
 @dataclass(frozen=True)
 class RecordRules:
-    """How a record becomes a document: its fields, joined by `field_separator`; a record whose
-    field is missing or not a string is an error, or skipped and counted with `skip_bad`."""
+    """A record's fields joined by `field_separator` make a document; a bad one is an error, or skipped (`skip_bad`)."""
 
     fields: tuple[str, ...]
     field_separator: str
@@ -309,8 +306,7 @@ def _is_string_view(pa: Any, typ: Any) -> bool:
 
 
 def _checked(column: Any) -> list[Any]:
-    """A column's values, once its offsets and UTF-8 are checked: converting damaged offsets crashes
-    pyarrow (a negative length) where a full validation raises ArrowInvalid."""
+    """A column's values once its offsets and UTF-8 are checked (damaged offsets would crash pyarrow)."""
     column.validate(full=True)
     return column.to_pylist()
 
@@ -372,8 +368,7 @@ def joined_text(path: str, fmt: str, rules: RecordRules, separator: str) -> str:
 
 @dataclass(frozen=True)
 class Extract:
-    """A record file's documents as plain text: the training part, and with a split the
-    validation part (the records from `val_share` of the file's end onward)."""
+    """A record file's documents as plain text: training, and with a split the records of its last `val_share`."""
 
     train: Path
     val: Path | None
@@ -392,8 +387,7 @@ def extract(
     val_share: float | None,
     progress: ProgressFactory | None = None,
 ) -> Extract:
-    """The file's extract from `folder`, written there first if it is not (atomically: a failed
-    read leaves nothing behind)."""
+    """The file's extract from `folder`, written there first (atomically) if it is not."""
     settings = [EXTRACT_VERSION, sha256, fmt, rules.key(), doc_separator, val_share]
     key = hashlib.sha256(json.dumps(settings).encode("utf-8")).hexdigest()[:40]
     train, val, meta_path = folder / f"{key}.txt", folder / f"{key}.val.txt", folder / f"{key}.json"
@@ -511,8 +505,7 @@ SNIFFED = ("jsonl", "json", "csv", "tsv")  # the text formats a file found in a 
 
 
 def holds_records(path: str, fmt: str, rules: RecordRules) -> bool:
-    """Whether a file found in a folder (not named) is really a record file with the fields: its
-    first record is an object that has them. A bad record further on is still an error."""
+    """Whether a file found in a folder is a record file with the fields: its first record is an object with them."""
     try:
         if fmt == "jsonl":  # its first line alone: the reader parses many at once, and a later bad one is an error
             with open(path, "rb") as f:

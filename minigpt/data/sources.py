@@ -1,7 +1,5 @@
-"""Which files a training text is made of: `data.path` (and `data.val_path`) as a file, a folder
-(every file under it, recursively, in sorted path order, passing over what git and ripgrep pass
-over: hidden names, what .gitignore files ignore, cache folders), a glob pattern, or a list of
-these; and which whole files are held out for validation."""
+"""Which files a training text is made of: `data.path` (and `data.val_path`) as a file, a folder (walked
+as git and ripgrep would: docs/data.md#folders), a glob or a list of these; and which are validation."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ GLOB_CHARS = frozenset("*?[")
 class SourceFile:
     """One document of the corpus."""
 
-    path: str  # absolute, as found (symlinks not resolved: the name a user recognises); a str, not a
-    # Path: building a Path for each of tens of thousands of files slows a cached start (`bench.py data`)
+    path: str  # absolute, as found (symlinks not resolved); a str: a Path each slows a cached start
     name: str  # relative name, stable when the folder moves: the manifest's key and the val choice's input
     size: int
     mtime_ns: int
@@ -74,8 +71,7 @@ CACHE_FOLDERS = frozenset({"__pycache__"})  # besides any folder that holds a CA
 
 @dataclass
 class Skipped:
-    """What a folder walk passed over, by reason (relative names, in walk order), for the one
-    line that says so (`summary`)."""
+    """What a folder walk passed over, by reason (relative names, walk order), for its one line (`summary`)."""
 
     hidden: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # by a .gitignore
@@ -106,10 +102,8 @@ def _shown(names: list[str]) -> str:
 
 
 def _walk(root: str, key: str, skipped: Skipped) -> list[tuple[str, str, os.stat_result]]:
-    """Every regular file under `root` (symlinks followed), sorted by relative path, passing over
-    what git and ripgrep pass over: hidden names, what the .gitignore files ignore, and cache
-    folders (binary files are found later, by content). A folder symlink that leads back to one of
-    its own parents is a loop: an error."""
+    """Every regular file under `root` (symlinks followed), sorted by relative path, passing over hidden
+    names, what .gitignore files ignore and cache folders; a folder symlink back to a parent is an error."""
     found: list[tuple[str, str, os.stat_result]] = []
 
     def visit(folder: str, rel: str, parents: tuple[tuple[int, int], ...], rules: list) -> None:
@@ -163,8 +157,7 @@ def _read_gitignore(path: str) -> GitIgnore:
 
 
 def saved_dataset(folder: str, key: str) -> list[tuple[str, str, os.stat_result]] | None:
-    """The Arrow files of a folder written by the `datasets` library's save_to_disk, in its order
-    (state.json lists them); None for any other folder."""
+    """The Arrow files of a `datasets` save_to_disk folder in state.json's order; None for any other folder."""
     if os.path.isfile(os.path.join(folder, "dataset_dict.json")):
         splits = sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
         first = os.path.join(folder, splits[0]) if splits else folder
@@ -273,10 +266,9 @@ def resolve_sources(
 
 
 def choose_val_files(files: Sequence[SourceFile], val_fraction: float) -> list[bool] | None:
-    """Which whole files are validation: taken in an order set by a hash of each file's relative
-    name (deterministic, and unrelated to how the files are sorted or named), each one that still
-    fits under val_fraction of the bytes. None when whole files cannot come near the target (a
-    single file, or a few large ones): the caller then holds out the tail of the joined text."""
+    """Which whole files are validation: in an order set by a hash of each relative name, each that still
+    fits under val_fraction of the bytes; None when whole files cannot come near it (the caller then holds
+    out the tail of the joined text)."""
     target = val_fraction * sum(f.size for f in files)
     chosen = [False] * len(files)
     total = 0

@@ -1,5 +1,4 @@
-"""Tokenizers: `char` (one id per distinct character, ids in sorted character order) and `byte`
-(the 256 byte values of the UTF-8 text: any file at all, and a vocabulary that never grows)."""
+"""Tokenizers: `char` (one id per distinct character, in sorted order) and `byte` (the 256 UTF-8 byte values)."""
 
 from __future__ import annotations
 
@@ -174,8 +173,7 @@ def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
 
 
 def checked_text(tok: Tokenizer, text: str, label: str, unknown: str = "error") -> str:
-    """`text` when the model can read it: not empty, and every character one it saw in training;
-    with unknown='skip' the others are dropped (the tokenizer's rule, as for `minigpt sample`)."""
+    """`text` when the model can read it: not empty, each character one it saw (unknown='skip': others dropped)."""
     if not text:
         raise UserError(f"{label} is empty; give some text to look at")
     kept = tok.decode(tok.encode_checked(text, label, unknown))

@@ -1,22 +1,6 @@
-"""Which `transformers` architecture computes exactly what a minigpt model computes, its
-config.json, and minigpt's weights renamed (and reshaped) onto it. Plain dicts and tensors: no
-transformers import, so the mapping is checked by tests that load the result with the real library.
-
-    model.pos_emb  model.norm  architecture
-    rope           pre         GPT-NeoX (rotary on all channels, sequential residual)
-    learned        pre         GPT-2
-    sinusoidal     pre         GPT-2, the fixed table written as its position table
-    learned        post        OPT (do_layer_norm_before: false)
-    sinusoidal     post        OPT, the fixed table written as its position table
-    rope           post        none: refused (no post-LayerNorm rotary decoder in transformers)
-
-Every architecture gets exact GELU (`gelu`, not GPT-2's default tanh approximation) or
-`relu2` (model.mlp_act), LayerNorm eps 1e-5, biases of zero where `model.bias` is false, and the
-head tied to the token embedding. model.zero_init_proj is only a starting point and exports as any
-model. model.attn_only (every block has an MLP there), model.qk_norm, model.value_embeds and
-model.logit_softcap have no counterpart in these three architectures: refused, one line each
-(--format onnx exports them).
-"""
+"""Which `transformers` architecture (GPT-NeoX, GPT-2, OPT) computes exactly what a minigpt model computes,
+its config.json, and minigpt's weights renamed onto it; options none computes are refused, one line each.
+Plain dicts and tensors, no transformers import; the mapping's table is in docs/export.md."""
 
 from __future__ import annotations
 

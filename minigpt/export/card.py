@@ -1,6 +1,5 @@
-"""The facts an export states about its model (training data, steps, validation loss, size) and the
-README.md model card of a Hugging Face folder, with YAML front matter. Only what travels: counts
-and sizes of the training files, never their paths."""
+"""The facts an export states about its model (data, steps, validation loss, size) and the Hugging Face model
+card; only what travels: counts and sizes of the training files, never their paths."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from minigpt.model import parameter_count
 
 
 def training_data(loaded: LoadedModel) -> dict[str, Any]:
-    """How many files and bytes the model was trained on (training and validation text), counted
-    from the files where they are now; None when they have moved."""
+    """Files and bytes the model was trained on (training and validation), counted where they are now, else None."""
     data = loaded.config.data
     count = total = 0
     try:

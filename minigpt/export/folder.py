@@ -1,6 +1,5 @@
-"""`minigpt export` / `Model.export`: check everything, then write the files into a staging folder
-beside OUT and rename it into place, so a failure at any point (a refused option, a missing
-library, a full disk, Ctrl-C) leaves OUT as it was and no staging folder behind."""
+"""`minigpt export` / `Model.export`: check everything, write into a staging folder beside OUT, rename it into
+place: a failure at any point leaves OUT as it was and no staging folder behind."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ def check_not_inside(out: Path, loaded: LoadedModel) -> None:
 
 @contextlib.contextmanager
 def staging_folder(out: Path) -> Iterator[Path]:
-    """A fresh folder beside `out` to write into; renamed to `out` when the block ends (replacing
-    what `out` held), removed with everything in it on any exception."""
+    """A fresh folder beside `out`: renamed over `out` when the block ends, removed on any exception."""
     created = [p for p in reversed([out.parent, *out.parent.parents]) if not p.exists()]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,4 @@
-"""The Hugging Face folder: config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
-generation_config.json and a README.md model card, which `transformers` loads with no
-`trust_remote_code` (the architectures are its own: see `architectures.py`)."""
+"""The Hugging Face folder (weights, config, tokenizer, generation config, card), loaded without remote code."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The ONNX export: model.onnx (token ids (batch, sequence) -> logits (batch, sequence, vocab),
-batch and sequence dynamic, sequence at most block_size), exported with `torch.onnx` from minigpt's
-own model, so every model option exports; tokenizer.json; and minigpt.json, which says what a
-program needs to sample with nothing but onnxruntime and numpy (examples/onnx_sample.py)."""
+"""The ONNX export: model.onnx (ids (batch, sequence) -> logits (batch, sequence, vocab), both dynamic,
+sequence at most block_size; every model option), tokenizer.json, and minigpt.json for onnxruntime."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""minigpt's tokenizers as `tokenizers` library tokenizers (tokenizer.json), with the same ids.
-
-- char: one token per character, ids in the model's order, decoded by joining. A character the
-  model never saw is dropped by the normalizer (what `minigpt sample --unknown skip` does): the
-  tokenizers library cannot raise an error, and an `<unk>` id would be one the model has no
-  embedding for. So `decode(encode(text)) == text` for text in the vocabulary, and for any other
-  text it is the text without its unseen characters.
-- byte: one token per UTF-8 byte, id = byte value, through GPT-2's byte-to-character alphabet
-  (ByteLevel, no regex split, no merges); decoding bytes that are not UTF-8 gives U+FFFD.
-"""
+"""minigpt's tokenizers as `tokenizers` library tokenizers (tokenizer.json), with the same ids: a char
+model's unseen characters are dropped, a byte model's ids are the bytes (docs/export.md#the-tokenizer)."""
 
 from __future__ import annotations
 

@@ -1,3 +1,2 @@
-"""Using a trained model: loading one for use (loading), the token-level sampler and KV-cached
-decoding (decode), samples for prompts (sample), evaluation (evaluate) and per-character scores
-(score). The checkpoint format it reads is minigpt/checkpoint.py. Nothing of training is imported here."""
+"""Using a trained model: loading (loading), the sampler and KV-cached decoding (decode), samples for
+prompts (sample), evaluation (evaluate), per-character scores (score). Nothing of training is imported."""

@@ -1,5 +1,4 @@
-"""The exact validation number: a model's mean next-character loss over every position of a text,
-shared by `minigpt eval` and the trainer's final evaluation."""
+"""The exact validation number: mean next-character loss over every position (`minigpt eval`, the final eval)."""
 
 from __future__ import annotations
 
@@ -58,10 +57,8 @@ def evaluate_ids(
     max_tokens: int = 0,
     batch_windows: int = 64,
 ) -> EvalResult:
-    """Mean next-token loss over all of `ids`, every one of its len(ids) - 1 predictions scored
-    (`text_windows`), or, when `max_tokens` is set and the text has more predictions than that,
-    over an evenly spread, deterministic sample of whole windows (`spread_starts`), which
-    estimates the same number without a random seed."""
+    """Mean next-token loss over all of `ids` (each of its len(ids) - 1 predictions), or past `max_tokens`
+    predictions over an evenly spread, deterministic sample of whole windows (`spread_starts`)."""
     block, n_pred = model.cfg.block_size, len(ids) - 1
     if n_pred < 1:
         raise UserError("the text to evaluate needs at least 2 characters")
@@ -100,19 +97,16 @@ def loss_by_position(
 
 
 def icl_score(by_position: np.ndarray) -> tuple[float, int, int]:
-    """The in-context-learning score of Olsson et al. (2022): the loss at a late position minus the
-    loss at an early one, the paper's 500th minus 50th token, scaled to the context as the
-    positions nearest 500/512 and 50/512 of block_size when it is shorter than 512. Negative when
-    later positions are predicted better. Returns the score and the two (0-based) positions."""
+    """The in-context-learning score of Olsson et al. (2022), docs/heads.md: the loss at the 500th token
+    minus the 50th's (in a shorter context, at 500/512 and 50/512 of it); returns it and the two positions."""
     block = len(by_position)
     late, early = (499, 49) if block >= 512 else (round(block * 500 / 512) - 1, max(0, round(block * 50 / 512) - 1))
     return float(by_position[late] - by_position[early]), late, early
 
 
 def eval_ids_for(loaded: LoadedModel, data: str | None) -> tuple[np.ndarray, np.ndarray | None, str]:
-    """The ids to evaluate (a memory map), the table into the model's vocabulary, and what they
-    are: the run's validation split, or all of `data` (a file, folder or glob, joined as in
-    training)."""
+    """The ids to evaluate (a memory map), the table into the model's vocabulary, and what they are: the
+    run's validation split, or all of `data` (a file, folder or glob, joined as in training)."""
     tok = loaded.tokenizer
     dcfg = loaded.config.data
     if data is not None:
@@ -138,8 +132,7 @@ def eval_ids_for(loaded: LoadedModel, data: str | None) -> tuple[np.ndarray, np.
 
 
 def evaluate(loaded: LoadedModel, data: str | Path | None, max_tokens: int = 0) -> tuple[EvalResult, str]:
-    """`minigpt eval`: every position of the validation split (or of `data`), or with `max_tokens`
-    a spread sample of whole windows when there are more predictions than that."""
+    """`minigpt eval`: every position of the validation split (or of `data`), or past `max_tokens` a spread sample."""
     ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
     result = evaluate_ids(loaded.model, ids, table, max_tokens)
     result.unit = loaded.tokenizer.unit

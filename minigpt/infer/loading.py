@@ -59,13 +59,8 @@ def cast_for_sampling(loaded: LoadedModel, dtype: str, device_name: str) -> None
 
 
 def column_major_for_decoding(model: GPT) -> None:
-    """Store a float32 CPU model's Linear weights column-major (the same values, transposed storage).
-
-    Decoding one character multiplies one row by every weight matrix, and that matrix-vector product
-    is bound by reading the weights. From column-major storage the CPU BLAS streams them faster,
-    while a whole window's matrix products take the same time. Only float32 on the CPU, where it was
-    measured; the results differ from row-major storage in the last bits of each sum. Speed trick:
-    faster decoding; benchmark `scripts/bench.py tricks`."""
+    """Store a float32 CPU model's Linear weights column-major (same values; sums differ in the last bits).
+    Speed trick: decoding's matrix-vector products read the weights faster; benchmark `scripts/bench.py tricks`."""
     for module in model.blocks.modules():  # not the head: it is the token embedding, read by rows
         w = getattr(module, "weight", None)
         if isinstance(module, torch.nn.Linear) and w.device.type == "cpu" and w.dtype == torch.float32:

@@ -1,14 +1,6 @@
-"""Sampling for real use: many samples in one batch, many prompts, stop strings, and records for
-scripts. Shared by `minigpt sample`, its interactive loop and the Python API.
-
-Seeds: sample k of a run (counting every prompt's samples in order) draws from its own generator
-seeded `seed + k`, so `--num-samples 1 --seed S` with S = seed + k reproduces it alone.
-
-Prompts of different lengths are batched by length (one batch per length), so no row is padded
-and each row computes exactly what it would alone, up to the last bits of batched matrix products.
-
-A stop string ends its sample and is not part of it (as in the OpenAI API, llama.cpp and vLLM).
-"""
+"""Sampling for `minigpt sample`, its interactive loop and the Python API (docs/sampling.md): many samples
+in one batch, prompts batched by length (none padded), stop strings (not part of the sample), records.
+Sample k of a call, counting every prompt's in order, draws from a generator seeded `seed + k`."""
 
 from __future__ import annotations
 
@@ -64,8 +56,7 @@ def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
 
 @dataclass
 class SamplePlan:
-    """One sampling call with its inputs checked: `opts.num_samples` requests per prompt, seeds
-    opts.seed, opts.seed + 1, ... in order, and the stop strings."""
+    """One sampling call, checked: `opts.num_samples` requests a prompt, seeds opts.seed, opts.seed + 1, ..., stops."""
 
     requests: list[Request]
     opts: SampleOptions
@@ -204,7 +195,6 @@ def sample_records(
     opts: SampleOptions,
     stops: Sequence[str] = (),
 ) -> list[Sample]:
-    """`opts.num_samples` samples for each prompt: plan_samples, then run_plan. An empty prompt
-    starts from a newline."""
+    """`opts.num_samples` samples a prompt (plan_samples, then run_plan); an empty prompt starts from a newline."""
     prompts = [prompts] if isinstance(prompts, str) else prompts
     return samples_of(run_plan(loaded, plan_samples(loaded.tokenizer, prompts, opts, stops)))

@@ -1,5 +1,4 @@
-"""The model's surprise at each character of a text (`minigpt score`, the surprise page), and the
-windows a text longer than the context is read in (shared with the attention explorer)."""
+"""The model's surprise at each character of a text (`minigpt score`, the surprise page) and its windows."""
 
 from __future__ import annotations
 
@@ -55,10 +54,8 @@ class Scores:
 
 @torch.no_grad()
 def score_text(loaded: LoadedModel, text: str, top: int = 0) -> Scores:
-    """Surprise per character. Text longer than the context is scored in windows of block_size that
-    advance by half a window, each character scored once, with at least half a window of context
-    (all of it before the first window is full). `top` > 0 also keeps the model's `top` likeliest
-    tokens at each position."""
+    """Surprise per character, a long text read in windows of block_size advancing by half a window (each
+    character scored once); `top` > 0 also keeps the model's `top` likeliest tokens at each position."""
     tok = loaded.tokenizer
     ids = torch.from_numpy(tok.encode_checked(text, "the text", skip_hint=False))
     if len(ids) < 2:

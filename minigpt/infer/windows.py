@@ -14,8 +14,7 @@ from minigpt.runtime.memory import release_pages
 
 
 def token_losses(model: GPT, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The next-token loss in nats at every position of x (B, T) against targets y (B, T), as
-    (B, T) float32, and the logits (B, T, V) it came from."""
+    """The next-token loss in nats at each position of x (B, T) against y (B, T), float32, and the logits (B, T, V)."""
     logits, _ = model(x)
     return losses_of(logits, y), logits
 
@@ -44,13 +43,10 @@ def text_windows(
     batch_windows: int = 64,
     device: torch.device | str = "cpu",
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Batches (x, y) of windows of `ids`, y being x shifted by one, on `device`.
-
-    Without `starts`: non-overlapping windows of `block` from the first id, and a last shorter
-    one (its own batch), so every one of the len(ids) - 1 predictions is made exactly once. With
-    `starts`: the whole windows beginning there. `ids` may be a memory map of any integer type: it
-    is read `batch_windows` windows at a time (mapped into the model's vocabulary through `table`
-    when given) and its pages given back, so memory stays flat."""
+    """Batches (x, y = x shifted by one) of windows of `ids` on `device`: without `starts`, windows of
+    `block` and a shorter last one, each of the len(ids) - 1 predictions made once; with `starts`, the
+    whole windows beginning there. `ids` (any integer memmap; through `table` if given) is read
+    `batch_windows` windows at a time, its pages given back."""
     data = ids.numpy() if isinstance(ids, torch.Tensor) else ids
     n_pred = len(data) - 1
 

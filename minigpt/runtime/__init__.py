@@ -1,2 +1,1 @@
-"""Where and how computation runs: device and precision (device), torchrun and DDP (distributed),
-the cores a process may use (cores), memory figures (memory) and FLOPs and peaks (mfu)."""
+"""Where and how computation runs: device and precision, torchrun and DDP, cores, memory, FLOPs and peaks."""

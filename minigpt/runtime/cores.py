@@ -1,5 +1,4 @@
-"""The cores this process may use and how busy other processes keep them: the thread count a
-command starts with, and the one a CPU training follows while it runs. Standard library only.
+"""The cores this process may use, how busy other processes keep them, and the thread count that follows.
 Speed trick: trainings sharing a machine do not collapse; benchmark `scripts/bench.py share`."""
 
 from __future__ import annotations
@@ -35,15 +34,12 @@ def allowed_cores() -> int:
 
 
 def cores_left(cores: int, busy: float) -> int:
-    """Threads to run when other processes keep `busy` of our `cores` busy: one per core they
-    leave (a core counts as taken from half of it on), and never none."""
+    """Threads to run when others keep `busy` of our `cores` busy: one a core left (taken from half on), never none."""
     return max(1, cores - int(busy + 0.5))
 
 
 class CoreLoad:
-    """How many of this process's cores other processes keep busy, measured over the time between
-    the start of the command (before torch loads: seconds on a small CPU) and `others()`, less this
-    process's own CPU time. Zero added latency: the interval is time the command spends anyway."""
+    """How many of this process's cores other processes keep busy since the command started (less its own CPU)."""
 
     def __init__(self) -> None:
         self.cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
@@ -65,9 +61,7 @@ def _monotonic() -> float:
 
 
 class CoreShare:
-    """A CPU training's thread count, kept to the cores other processes leave it, measured every
-    `every` seconds: libgomp's idle threads spin, and two spinning thread teams on the same cores
-    both collapse, while one thread per core left waits on no core someone else holds."""
+    """A CPU training's thread count, one per core other processes leave it, measured every `every` seconds."""
 
     def __init__(self, threads: int, cores: int, every: float = 5.0) -> None:
         self.threads, self.cores, self.every = threads, cores, every
@@ -75,8 +69,7 @@ class CoreShare:
         self.busy: float | None = None  # what the last window measured (None before the first)
 
     def check(self) -> tuple[int, float] | None:
-        """(the new thread count, the other processes' busy cores) when the count should change;
-        None otherwise, and between measurements."""
+        """(new thread count, others' busy cores) when the count should change, else None."""
         if _monotonic() - self.window.t0 < self.every:
             return None
         busy = self.window.others()

@@ -1,6 +1,5 @@
-"""Where and how computation runs, shared by training and inference: rank-0 status lines, the
-device, the precision policy (bf16 / fp16 / fp32 on CPUs and GPUs), autocast, and torch.compile
-with a fallback to eager. Nothing here imports the trainer, tqdm or TensorBoard."""
+"""Where and how computation runs, for training and inference: rank-0 status lines, the device, the
+precision policy (bf16 / fp16 / fp32), autocast, and torch.compile with a fallback to eager."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ def log_sink(sink: Callable[[str], None]):
 
 
 def resolve_device(name: str, dist: distributed.Dist | None = None) -> torch.device:
-    """'auto' -> cuda > mps > cpu; an explicit device must exist. Under torchrun (`dist` enabled)
-    a CUDA run puts each process on cuda:LOCAL_RANK."""
+    """'auto' -> cuda > mps > cpu; an explicit device must exist; under torchrun CUDA is cuda:LOCAL_RANK."""
     if not is_device_name(name):
         raise UserError(f"unknown device '{name}': use {DEVICE_NAMES}")
     if name.startswith("cuda"):
@@ -81,11 +79,8 @@ def resolve_device(name: str, dist: distributed.Dist | None = None) -> torch.dev
 
 
 def configure_threads(requested: int = 0, busy: float | None = None) -> int:
-    """Set torch's intra-op thread count: `requested`; or (0, auto) OMP_NUM_THREADS when it is set
-    (torchrun sets 1 per process), else the cores this process may run on (os.sched_getaffinity,
-    so `taskset` and container CPU sets are honoured), less the cores other processes keep
-    `busy` (measured by the caller; inference only: decoding's threads spin-wait for each other,
-    so beside a training fewer decode faster; benchmark `scripts/bench.py share`). Returns the count."""
+    """Set and return torch's intra-op thread count: `requested`; else (0) OMP_NUM_THREADS, else the
+    cores this process may run on less those other processes keep `busy` (inference: docs/runs.md)."""
     if requested > 0:
         count = requested
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
@@ -100,8 +95,7 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
 
 
 def core_share(threads: int, device: torch.device, distributed: bool) -> CoreShare | None:
-    """A CoreShare (minigpt/runtime/cores.py) for a CPU training on one process whose thread count is
-    automatic (train.threads 0, no OMP_NUM_THREADS); None otherwise."""
+    """A CoreShare for a one-process CPU training with automatic threads (train.threads 0, no OMP_NUM_THREADS)."""
     from minigpt.runtime.cores import CoreShare, allowed_cores
 
     auto = threads == 0 and not os.environ.get("OMP_NUM_THREADS")
@@ -120,25 +114,21 @@ def follow_core_load(share: CoreShare | None) -> None:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). There, bf16
-    matrix multiplies can run faster than float32 ones (`scripts/bench.py peak` measures both);
-    without it bf16 is emulated and slower than float32."""
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX); elsewhere bf16 is emulated."""
     cpu = getattr(torch, "cpu", None)
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
 
 
 def cuda_has_native_bf16(device: torch.device) -> bool:
-    """bf16 in hardware (Ampere and later, or ROCm); torch.cuda.is_bf16_supported() also says yes
-    where bf16 is only emulated (T4, V100), which is slower than fp16 there."""
+    """bf16 in hardware (Ampere and later, or ROCm), unlike torch's check, which counts emulated bf16 (T4, V100)."""
     if torch.version.hip:
         return torch.cuda.is_bf16_supported()
     return torch.cuda.get_device_capability(device)[0] >= 8
 
 
 def cpu_bf16_choice(shape: tuple[int, int] | None = None) -> Choice | None:
-    """On a CPU with bf16 hardware, the measured choice for products of `shape` (rows, width), cached
-    per machine (`runtime/precision.py`); None without bf16 hardware (emulated bf16: slow)."""
+    """The cached, measured bf16 choice for `shape` (rows, width) on a CPU with bf16 hardware; None without."""
     if not cpu_has_native_bf16():
         return None
     from minigpt.runtime.precision import cpu_precision
@@ -147,8 +137,7 @@ def cpu_bf16_choice(shape: tuple[int, int] | None = None) -> Choice | None:
 
 
 def multiplies_bf16(device: torch.device, shape: tuple[int, int] | None = None) -> bool:
-    """Whether bf16 products are faster than float32 ones on `device` (a GPU's capability; a CPU's
-    measurement)."""
+    """Whether bf16 products beat float32 ones on `device` (a GPU's capability; a CPU's measurement)."""
     if device.type == "cuda":
         return cuda_has_native_bf16(device)
     choice = cpu_bf16_choice(shape) if device.type == "cpu" else None
@@ -162,10 +151,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def resolve_dtype(
     name: str, device: torch.device, shape: tuple[int, int] | None = None, trained: dict | None = None
 ) -> torch.dtype:
-    """The training autocast dtype; float32 means no autocast. `auto` is bf16 on GPUs with bf16 (fp16
-    on older ones), and on a CPU where bf16 products of `shape` (rows, width) measure faster. A resume
-    passes the precision its run `trained` in ({"device", "dtype"}, the checkpoint's): on the same kind
-    of device, `auto` keeps it, so a re-measurement on a busier machine cannot change the run."""
+    """The training autocast dtype (float32: no autocast). `auto` is bf16 on GPUs with bf16 (else fp16), and
+    on a CPU where bf16 products of `shape` (rows, width) measure faster; on the device kind a resumed run
+    `trained` on ({"device", "dtype"}, the checkpoint's), `auto` keeps that run's dtype."""
     if name == "auto":
         if kept_precision(name, device, trained):
             return DTYPES[trained["dtype"]]
@@ -195,8 +183,7 @@ def precision_lines(name: str, device: torch.device, shape: tuple[int, int], tra
 
 def sampling_dtype(name: str, device: torch.device, width: int | None = None) -> torch.dtype:
     """The weights' dtype for generation: `auto` is bfloat16 on a GPU with bf16 and on a CPU where bf16
-    measures faster for one row of `width` (generation at batch 1 is bound by reading the weights,
-    which bf16 halves); float32 elsewhere. Attention and the KV cache stay float32 on the CPU."""
+    measures faster for one row of `width`, float32 elsewhere (the CPU's KV cache stays float32)."""
     if name != "auto":
         return DTYPES[name]
     if device.type == "cuda":  # fp16 (an older GPU) samples in float32
@@ -223,8 +210,7 @@ def enable_fast_matmul(device: torch.device) -> None:
 
 
 def synchronize(device: torch.device) -> None:
-    """Wait for the work queued on `device` (CUDA: that GPU, not the current one; MPS), so a timer
-    measures the work, not its launch. Nothing to wait for on the CPU."""
+    """Wait for the work queued on `device` (CUDA: that GPU; MPS), so a timer measures the work; none on CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -249,10 +235,7 @@ class _DropRecord(logging.Filter):
 
 @contextlib.contextmanager
 def without_cuda_home_notice():
-    """Drop one log record: "No CUDA runtime is found, using CUDA_HOME=...". torch.utils.cpp_extension
-    logs it (a logging warning, not a `warnings` one) when the inductor first imports it on a machine
-    with a CUDA toolkit and no usable GPU: expected when compiling for the CPU, and alarming there.
-    Every other record of that logger, and every other warning, still shows."""
+    """Drop torch's "No CUDA runtime is found, using CUDA_HOME=..." log record; every other record still shows."""
     logger = logging.getLogger("torch.utils.cpp_extension")
     drop = _DropRecord("No CUDA runtime is found")
     logger.addFilter(drop)
@@ -263,9 +246,7 @@ def without_cuda_home_notice():
 
 
 def forget_compiled() -> None:
-    """Drop every graph torch.compile made in this process: before the next of several runs in one
-    process (a sweep), whose other shapes would count towards dynamo's recompile limit (8), past
-    which it trains eagerly."""
+    """Drop every graph torch.compile made in this process, before a sweep's next run (dynamo's recompile limit)."""
     dynamo = sys.modules.get("torch._dynamo")  # never imported: nothing was compiled
     if dynamo is not None:
         dynamo.reset()
@@ -278,14 +259,9 @@ def maybe_compile(
     trial: Callable[[torch.nn.Module], Any],
     device: torch.device,
 ) -> torch.nn.Module:
-    """`wrap(torch.compile(model))` (wrap: DDP or nothing), with a fallback to `wrap(model)`, eager,
-    when no working compiler is available.
-
-    Compilation is lazy, so `trial(wrapped)` triggers it here: a forward and backward on batches of
-    the training shape, layout and autocast, through the same wrapper training uses, so the first
-    real step finds the graph it needs and compiles nothing more. The random-number state is
-    forked, so the trial does not change the run.
-    """
+    """`wrap(torch.compile(model))` (wrap: DDP or nothing), else `wrap(model)` eager when no compiler works.
+    `trial(wrapped)`, a step of the training's shapes under forked random state, compiles it here, so
+    the first real step compiles nothing and the run is unchanged."""
     if not enabled:
         return wrap(model)
     t0 = time.perf_counter()

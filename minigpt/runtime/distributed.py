@@ -1,14 +1,6 @@
-"""Multi-process training through torchrun (DistributedDataParallel).
-
-`torchrun --nproc_per_node=N -m minigpt train ...` sets RANK / WORLD_SIZE / LOCAL_RANK; `launched`
-reads them, `runtime.device.resolve_device` picks this rank's device and `init` starts the process group
-(nccl on CUDA, gloo on CPU).
-Without them everything here is a no-op and training runs in one process.
-
-The global batch keeps its single-process meaning: `train.batch_size` sequences per optimizer
-step in total, as `train.grad_accum_steps` micro-steps on every rank, so each rank's micro-batch
-is batch_size / (grad_accum_steps x world_size).
-"""
+"""Multi-process training through torchrun (DDP): `launched` reads RANK / WORLD_SIZE / LOCAL_RANK, `init`
+starts the process group (nccl on CUDA, gloo on CPU); without torchrun all of it is a no-op. Each rank's
+micro-batch is batch_size / (grad_accum_steps x world_size) (docs/distributed.md#how-it-works)."""
 
 from __future__ import annotations
 
@@ -82,9 +74,7 @@ def all_gather(obj: Any, dist: Dist) -> list[Any]:
 
 
 def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """DistributedDataParallel for training. broadcast_buffers is off: the model's buffers are the
-    constant position tables, rebuilt identically on every rank, so broadcasting them at every
-    synced forward would only cost time."""
+    """DistributedDataParallel for training, without broadcasting the buffers (constant, equal on every rank)."""
     from torch.nn.parallel import DistributedDataParallel
 
     device_ids = [device.index] if device.type == "cuda" else None

@@ -1,6 +1,5 @@
-"""What memory the machine has for a process (RAM, a cgroup's limit, a GPU's free memory), what
-this process holds now, giving back the pages a memory-mapped corpus has mapped, and keeping the
-memory a CPU training frees for its next step."""
+"""What memory a process has (RAM, a cgroup's limit, free GPU memory) and holds; giving back mapped pages,
+and keeping the memory a CPU training frees for its next step."""
 
 from __future__ import annotations
 
@@ -66,20 +65,16 @@ def process_rss() -> int:
 
 
 def release_pages(ids: Any) -> None:
-    """Unmap the pages of a memory-mapped array (a cache entry's numpy memmap) that reading has
-    mapped into this process; the page cache keeps them, so the next read is a cheap fault. Without
-    it resident memory grows towards the corpus's size (benchmark `scripts/bench.py data`)."""
+    """Unmap the pages of a memory-mapped array that reading has mapped into this process (the page cache
+    keeps them), so resident memory stays below the corpus's size; benchmark `scripts/bench.py data`."""
     mapping = getattr(ids, "_mmap", None)
     if mapping is not None and hasattr(mapping, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
         mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def keep_freed_memory() -> bool:
-    """Have glibc keep the memory a CPU training frees for its next step. By default it hands blocks
-    over 128 KiB back to the kernel, so every step's activations come back as fresh pages that fault
-    in and are zeroed: tens of thousands of page faults a step. Speed trick: blocks up to 32 MiB (the
-    most glibc allows) come from the heap, which is never trimmed; the peak memory is the same.
-    Benchmark scripts/step_levers.py. Linux with glibc only: False (nothing done) elsewhere."""
+    """Have glibc keep the memory a CPU training frees for its next step (False, nothing done, without glibc).
+    Speed trick: no page faults on each step's fresh activations; benchmark scripts/step_levers.py."""
     try:
         libc = ctypes.CDLL("libc.so.6")
         mallopt = libc.mallopt

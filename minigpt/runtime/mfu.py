@@ -1,14 +1,5 @@
-"""Model FLOPs utilisation (MFU): the model's training FLOPs per token, and the device's peak.
-
-MFU = tokens/s x training FLOPs per token / peak FLOP/s of the devices. FLOPs are counted in the
-convention of the PaLM paper's appendix B (the one nanoGPT's MFU uses), so figures compare with
-published ones: 6 FLOPs per weight of every matrix multiply per token (2 forward, 4 backward), plus
-12 x n_layer x n_embd x block_size for the attention scores and their weighted sum. The causal mask
-is not discounted, and recomputation is not counted.
-
-Peaks are the dense (no sparsity) bf16/fp16 tensor-core figures of the vendors' data sheets. A run
-in fp32 is still measured against them: MFU says how much of the hardware's best was used.
-"""
+"""Model FLOPs utilisation (MFU): the model's training FLOPs per token (the PaLM convention), and the
+device's dense 16-bit peak (docs/gpu.md says how both are counted)."""
 
 from __future__ import annotations
 
@@ -18,9 +9,8 @@ import torch
 
 from minigpt.config.schema import ModelConfig
 
-# dense (no sparsity) tensor-core TFLOPS per device and the 16-bit type that figure is for (T4 and
-# V100 have no bf16); names match whole words of the device name (so "A10" is not "A100" or "A10G",
-# "L4" is not "L40S"), and the more specific names (NVL, PCIe variants) come first
+# dense tensor-core TFLOPS per device and its 16-bit type; names match whole words of the device
+# name ("A10" is not "A100"), the more specific names (NVL, PCIe) first
 PEAK_TFLOPS: tuple[tuple[str, float, str], ...] = (
     ("B200", 2250.0, "bf16"),
     ("H200 NVL", 835.0, "bf16"),
@@ -54,8 +44,7 @@ def flops_per_token(cfg: ModelConfig, vocab_size: int) -> int:
 
 
 def peak_entry(device_name: str) -> tuple[str, float, str] | None:
-    """The table's (name, TFLOPS, kind) for a device name such as 'NVIDIA H100 80GB HBM3' (whole
-    words), or None if not listed."""
+    """The table's (name, TFLOPS, kind) for a device name such as 'NVIDIA H100 80GB HBM3', or None."""
     for entry in PEAK_TFLOPS:
         if re.search(rf"\b{re.escape(entry[0])}\b", device_name):
             return entry

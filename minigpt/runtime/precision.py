@@ -1,13 +1,5 @@
-"""Whether bf16 pays on this CPU, measured rather than read from its flags.
-
-A CPU flag says bf16 instructions exist, not that they are fast (docs/benchmarks.md has hosts of
-each kind). So `train.dtype: auto` and `sample --dtype auto` time the run's own matrix products
-(a block's two MLP products, forward and backward, under autocast) in float32 and in bf16 on the
-threads the run uses, and take bf16 only where it is faster by a margin. The answer is cached per
-machine (CPU model and flags, torch version, oneDNN's ISA limit, threads, shape) in the user's
-cache folder, so the probe runs once; a ratio measured while other processes kept the cores busy
-serves its own run but is not cached.
-"""
+"""Whether bf16 pays on this CPU, measured rather than read from its flags: the run's own MLP products
+timed in float32 and bf16, the answer cached per machine (why: docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -53,8 +45,7 @@ class Choice:
 
 
 def machine_key(shape: str) -> str:
-    """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, minigpt
-    (whose attention forms a release may change), threads, shape."""
+    """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, minigpt, threads, shape."""
     from importlib.metadata import PackageNotFoundError, version
 
     import torch
@@ -78,8 +69,7 @@ def machine_key(shape: str) -> str:
 
 
 def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) -> list[float]:
-    """Median seconds of each of `runs`, after a warm-up of each (kernel selection), interleaved so
-    that a load from another process weighs on all of them alike."""
+    """Median seconds of each of `runs` after a warm-up each, interleaved so another process's load weighs alike."""
     times: list[list[float]] = [[] for _ in runs]
     for i in range(repeats + 1):
         for run, kept in zip(runs, times):
@@ -91,8 +81,7 @@ def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) 
 
 
 def _median_times(rows: int, width: int) -> list[float]:
-    """Median seconds of float32 and of bf16 for one forward and backward through a block's MLP
-    products under autocast."""
+    """Median seconds of float32 and of bf16 for a forward and backward through a block's MLP products."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -108,9 +97,8 @@ def _median_times(rows: int, width: int) -> list[float]:
 
 
 def measure(rows: int, width: int) -> float:
-    """bf16's speed over float32's for these products. The rows grow 32, 256, 2048 (a matrix engine
-    needs rows to pay) up to the run's own, and stop early when bf16 is clearly slower or the next
-    size would take seconds: an emulated bf16 costs a fraction of a second to find out, not minutes."""
+    """bf16's speed over float32's for these products, on rows growing 32, 256, 2048 up to the run's own;
+    it stops early when bf16 is clearly slower or the next size would take seconds."""
     ratio = 1.0
     for level in (32, 256, 2048):
         n = min(rows, level)
@@ -130,17 +118,15 @@ def machine_busy() -> bool:
 
 
 def cpu_precision(rows: int, width: int, cache_dir: Path | None = None) -> Choice:
-    """Whether bf16 pays for products of `rows` x `width` on this CPU: from the cache, else measured
-    and cached. A cache that cannot be written only costs the probe again next time."""
+    """Whether bf16 pays for `rows` x `width` products on this CPU: from the cache, else measured and cached."""
     return cached_choice(f"{rows}x{width}", lambda: measure(rows, width), cache_dir)
 
 
 def cached_choice(
     shape: str, measure_ratio: Callable[[], float], cache_dir: Path | None = None, kind: str = ""
 ) -> Choice:
-    """The cached answer for `shape` (and `kind`: "" for products, "attention" for the attention's
-    form) on this machine, else `measure_ratio()` (the faster form's speed over the slower's), kept
-    unless the machine was busy while it ran."""
+    """The cached answer for `shape` and `kind` ("" products, "attention" its form) on this machine, else
+    `measure_ratio()` (the faster form's speed over the slower's), cached unless the machine was busy."""
     import torch
 
     path = (cache_dir or default_cache_dir()) / CACHE_NAME

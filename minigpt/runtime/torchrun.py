@@ -1,16 +1,6 @@
-"""torchrun for `minigpt train --nproc N`: torch's own launcher, run so that a cluster's signals
-and a worker's exit code come through.
-
-- SIGUSR1 (SLURM's advance warning, `--signal=USR1@120`) is passed to every worker like SIGTERM
-  (torch's launcher would die of it, leaving the workers on their own);
-- the workers get 120 s (`TORCH_ELASTIC_SHUTDOWN_TIMEOUT`, unless set) to finish their step and
-  save before the launcher kills them;
-- the launcher exits with the workers' code when they stopped as minigpt means them to (a saved
-  stop on a signal: 130, 138, 143; a user mistake: 2; a failed write: 74), without torch's
-  failure report; any other failure keeps it (a traceback is a bug).
-
-`python -m minigpt.runtime.torchrun [--remove=FILE] TORCHRUN-ARGS` is what `launch_local` runs;
-FILE (the workers' request) is removed when they end."""
+"""`python -m minigpt.runtime.torchrun [--remove=FILE] TORCHRUN-ARGS`: torch's launcher for `--nproc N`, which
+passes SIGUSR1 to the workers, gives them 120 s to save, exits with their planned code (PLANNED) and
+removes FILE (their request) when they end (docs/cluster.md#signals)."""
 
 from __future__ import annotations
 
@@ -24,8 +14,7 @@ PLANNED = frozenset({2, 74, *(128 + s for s in (signal.SIGINT, signal.SIGTERM, g
 
 
 def _settings() -> None:
-    """torchrun's --signals-to-handle through its environment variable (PET_SIGNALS_TO_HANDLE; older
-    torch reads TORCHELASTIC_SIGNALS_TO_HANDLE), unless the user chose them."""
+    """torchrun's handled signals plus SIGUSR1, through its environment, and a 120 s shutdown timeout unless set."""
     for name in ("PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE"):
         handled = os.environ.get(name, "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
         if hasattr(signal, "SIGUSR1") and "SIGUSR1" not in handled:
