@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -248,8 +247,7 @@ def run(a: argparse.Namespace) -> int:
                       generation loop, 6x384 ctx 256
     Each part's targets are in scripts/benchmarks/targets.yaml. Prints a table (metric | minigpt |
     reference | ratio | target | met?) and one JSON line."""
-    if problem := missing_file(("reference script", a.reference), ("data file", a.data)):
-        print(f"error: {problem}", file=sys.stderr)
+    if missing_file(("reference script", a.reference), ("data file", a.data)):
         return 2
     plan = QUICK_PLAN if a.quick else FULL_PLAN
     t0 = time.perf_counter()
