@@ -13,10 +13,8 @@ as current comes from one of them, so each can be measured again:
     uv run python scripts/bench.py playground   # the playground page's speed in headless Chromium
     uv run python scripts/bench.py startup      # whole-process start-up: this tree against a git ref
     uv run python scripts/bench.py tricks       # the kept speed tricks, each on and off
-
-and one experiment whose conclusions are recorded (docs/auto.md), in scripts/benchmarks/experiments/:
-
-    uv run python scripts/bench.py auto --data DIR --budget 2m  # --auto against hand-picked shapes
+    uv run python scripts/bench.py loop         # the training loop's speed: this tree against a git ref
+    uv run python scripts/bench.py quality-check --compare bf16  # does an option change the loss?
 
 Each subcommand prints its table or lines and then one JSON line with every number and the
 machine. Run it with nothing else on the machine: two processes on two cores distort every figure.
@@ -32,13 +30,14 @@ from pathlib import Path
 from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks package beside this file
-BENCHMARKS = ("speed", "peak", "data", "memory", "share", "playground", "startup", "tricks", "auto")
-EXPERIMENTS = {"auto"}  # in scripts/benchmarks/experiments/
+from benchmarks.harness import BenchError  # noqa: E402
+
+BENCHMARKS = ("speed", "peak", "data", "memory", "share", "playground", "startup", "tricks", "loop", "quality-check")
 
 
 def benchmark(name: str) -> ModuleType:
-    """scripts/benchmarks/NAME.py (or experiments/NAME.py): its add_args(parser) and run(args) -> exit status."""
-    return importlib.import_module(f"benchmarks.experiments.{name}" if name in EXPERIMENTS else f"benchmarks.{name}")
+    """scripts/benchmarks/NAME.py (- as _): its add_args(parser) and run(args) -> exit status."""
+    return importlib.import_module(f"benchmarks.{name.replace('-', '_')}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -60,7 +59,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    return a.func(a)
+    try:
+        return a.func(a)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -19,16 +19,15 @@ tests/test_fuzz.py runs the same readers for a few seconds, derandomized.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from hypothesis import HealthCheck, Phase, given, settings
 
@@ -78,26 +77,13 @@ def train_run(folder: Path) -> Path:
     return out
 
 
-@contextlib.contextmanager
-def environment(folder: Path) -> Iterator[None]:
-    """A cache of the fuzzer's own, and torch's warnings off the terminal."""
-    old = os.environ.get("MINIGPT_CACHE_DIR")
-    os.environ["MINIGPT_CACHE_DIR"] = str(folder / "cache")
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("MINIGPT_CACHE_DIR", None)
-        else:
-            os.environ["MINIGPT_CACHE_DIR"] = old
-
-
 def long_profile(minutes: float, only: list[str], batch: int) -> dict[str, Reader]:
     found = readers()
     chosen = [found[n] for n in only] if only else list(found.values())
     deadline = time.monotonic() + minutes * 60
-    with tempfile.TemporaryDirectory(prefix="minigpt-fuzz-") as tmp, environment(Path(tmp)):
+    with tempfile.TemporaryDirectory(prefix="minigpt-fuzz-") as tmp, mock.patch.dict(os.environ):
         root = Path(tmp)
+        os.environ["MINIGPT_CACHE_DIR"] = str(root / "cache")  # the fuzzer's own; the environment is restored after
         run = train_run(root)
         scratch = root / "scratch"
         scratch.mkdir()

@@ -1,21 +1,20 @@
-"""What every benchmark shares: child processes (timed from the outside, with their own encoding
-cache), the reference script, TensorBoard scalars, medians, the machine's description, and the
-targets kept as data beside the benchmarks (targets.yaml).
+"""What every benchmark shares: child processes timed from the outside, the reference script,
+TensorBoard scalars, medians, the machine's description, and the targets (targets.yaml).
 
-Every measurement is a child process, run one after another (never in parallel) with this Python;
-children get PYTHONPATH=<repo root> and a temporary MINIGPT_CACHE_DIR, and every run directory is
-temporary. Each benchmark prints its table or lines and then one JSON line with every number and
-the machine."""
+Every measurement is a child process of this Python, run one after another, never in parallel,
+with PYTHONPATH=<repo root>; run directories and encoding caches are temporary."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -27,12 +26,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-BENCH = REPO / "scripts" / "bench.py"  # the command line every benchmark runs under
-CHILDREN = HERE / "children"  # the programs a benchmark runs in a fresh interpreter
+BENCH = REPO / "scripts" / "bench.py"
 DEFAULT_REFERENCE = REPO.parent / "shared" / "bench" / "reference_gpt.py"
 DEFAULT_DATA = REPO / "data" / "tinyshakespeare.txt"
-# overrides for a run measured for itself: no final whole-split evaluation, no sample after
-# training, no attention probe, no TensorBoard events
+# a run measured for itself: no final whole-split evaluation, sample, attention probe or TensorBoard
 BARE_RUN = ["train.final_eval=false", "log.sample_length=0", "log.attention_probe=", "log.tensorboard=false"]
 STEADY_SKIP = 3  # tokens_per_sec logs dropped as warm-up (each covers log.interval steps)
 
@@ -46,15 +43,12 @@ def targets() -> dict[str, Any]:
 
 
 def child(name: str) -> str:
-    """The path of a child program in children/, as an argument of run_timed."""
-    return str(CHILDREN / name)
-
-
-# ======================================================================================== shared
+    """The path of a program in children/, run in a fresh interpreter."""
+    return str(HERE / "children" / name)
 
 
 class BenchError(Exception):
-    """A child process failed or printed something unexpected."""
+    """A child process failed or printed something unexpected; bench.py prints it and exits 1."""
 
 
 @dataclass
@@ -64,7 +58,6 @@ class Proc:
     stdout: str
     stderr: str
     wall_s: float
-    returncode: int = 0
 
 
 def progress(msg: str) -> None:
@@ -72,29 +65,38 @@ def progress(msg: str) -> None:
 
 
 def child_env(cache_dir: Path | None = None, *, drop: Iterable[str] = (), **extra: str) -> dict[str, str]:
-    """The environment of a child: this one less the names in `drop`, the repo first on PYTHONPATH,
-    its own encoding cache where `cache_dir` is given (made here), then `extra` on top."""
-    dropped = set(drop)
-    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    """This environment less `drop`, the repo first on PYTHONPATH, its own encoding cache where
+    `cache_dir` is given, then `extra` on top."""
+    env = {k: v for k, v in os.environ.items() if k not in set(drop)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     if cache_dir is not None:
         cache_dir.mkdir(parents=True, exist_ok=True)
         env["MINIGPT_CACHE_DIR"] = str(cache_dir)
-    env.update(extra)
-    return env
+    return env | extra
 
 
-def run_timed(args: list[str], env: dict[str, str], *, cwd: Path = REPO, check: bool = True) -> Proc:
-    """Run `python ARGS` in `cwd` (the repo root); unless check is off, raise BenchError (with its
-    stderr tail) if it fails."""
+def two_trees(before: str, tmp: Path, **extra: str) -> dict[str, dict[str, str]]:
+    """The environments of two trees of minigpt, each alone on PYTHONPATH: "before", the package at
+    git ref `before` unpacked under `tmp`, and "after", this working tree. Run their children with
+    cwd=tmp: the current directory comes first on sys.path, and the repo's would win."""
+    archive = subprocess.run(["git", "archive", before, "minigpt"], cwd=REPO, capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tmp / "before", filter="data")
+    drop = [k for k in os.environ if k.startswith("_MINIGPT")]
+    code = {"before": tmp / "before", "after": REPO}
+    return {name: child_env(tmp / "cache", drop=drop, PYTHONPATH=str(path), **extra) for name, path in code.items()}
+
+
+def run_timed(args: list[str], env: dict[str, str], *, cwd: Path = REPO) -> Proc:
+    """`python ARGS` in `cwd`, timed; a BenchError with its stderr's tail if it fails."""
     cmd = [sys.executable, *args]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, encoding="utf-8", errors="replace")
     wall = time.perf_counter() - t0
-    if check and done.returncode != 0:
+    if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise BenchError(f"{' '.join(cmd)} exited with {done.returncode}:\n{tail}")
-    return Proc(done.stdout, done.stderr, wall, done.returncode)
+    return Proc(done.stdout, done.stderr, wall)
 
 
 def last_json(proc: Proc, what: str) -> dict[str, Any]:
@@ -117,16 +119,8 @@ def minigpt_train(
     data: Path, out: Path, *overrides: str, config: Path | None = None, device: str | None = "cpu"
 ) -> list[str]:
     """`minigpt train [CONFIG] --data DATA --out OUT [--device DEVICE] OVERRIDES...` (device None: minigpt's own)."""
-    return minigpt(
-        "train",
-        *([str(config)] if config else []),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        *(["--device", device] if device else []),
-        *overrides,
-    )
+    config_arg, device_arg = [str(config)] if config else [], ["--device", device] if device else []
+    return minigpt("train", *config_arg, "--data", str(data), "--out", str(out), *device_arg, *overrides)
 
 
 def run_reference(
@@ -137,24 +131,20 @@ def run_reference(
     return proc, last_json(proc, what)
 
 
-def missing_file(*checks: tuple[str, Path]) -> str | None:
-    """A one-line problem for the first (what, path) that is not a file, or None."""
+def missing_file(*checks: tuple[str, Path]) -> bool:
+    """Whether a (what, path) is not a file; the first such is printed as an error."""
     for what, path in checks:
         if not path.is_file():
-            return f"{what} not found: {path}"
-    return None
+            print(f"error: {what} not found: {path}", file=sys.stderr)
+            return True
+    return False
 
 
 @contextmanager
 def scratch(prefix: str) -> Iterator[Path]:
-    """A temporary folder for the children's runs and caches. A BenchError inside ends the script:
-    its message on stderr and exit status 1."""
-    try:
-        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-            yield Path(tmp)
-    except BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+    """A temporary folder for the children's runs and caches."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
 
 
 def read_scalars(run_dir: Path, tag: str) -> list[Any]:
@@ -184,23 +174,17 @@ def yes_no(ok: bool) -> str:
     return "yes" if ok else "NO"
 
 
-def cpu_model() -> str:
-    """The CPU's name as /proc/cpuinfo gives it (elsewhere: what platform knows)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_info() -> dict[str, Any]:
     """What the figures were measured on, for every JSON line."""
     import torch
 
+    cpu, info = platform.processor() or platform.machine(), Path("/proc/cpuinfo")
+    for line in info.read_text().splitlines() if info.is_file() else []:
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
     return {
-        "cpu": cpu_model(),
+        "cpu": cpu,
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
@@ -215,6 +199,3 @@ def add_data_arg(ap: argparse.ArgumentParser) -> None:
 
 def add_repeats_arg(ap: argparse.ArgumentParser, default: int = 1) -> None:
     ap.add_argument("--repeats", type=int, default=default, help="repeat each measurement N times; report medians")
-
-
-# ======================================================================================== peak

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -248,8 +247,7 @@ def run(a: argparse.Namespace) -> int:
                       generation loop, 6x384 ctx 256
     Each part's targets are in scripts/benchmarks/targets.yaml. Prints a table (metric | minigpt |
     reference | ratio | target | met?) and one JSON line."""
-    if problem := missing_file(("reference script", a.reference), ("data file", a.data)):
-        print(f"error: {problem}", file=sys.stderr)
+    if missing_file(("reference script", a.reference), ("data file", a.data)):
         return 2
     plan = QUICK_PLAN if a.quick else FULL_PLAN
     t0 = time.perf_counter()
@@ -263,12 +261,11 @@ def run(a: argparse.Namespace) -> int:
         "plan": asdict(plan),
     }
     report = {"machine": machine_info(), "settings": settings, **results, "bench_wall_s": time.perf_counter() - t0}
-    if not a.json_only:
-        if a.quick:
-            print("quick mode: tiny step counts, a smoke test of this script; the numbers mean nothing")
-        print(format_table(table_rows(results)))
-        if "budget" in results:
-            print(budget_table(results["budget"]))
+    if a.quick:
+        print("quick mode: tiny step counts, a smoke test of this script; the numbers mean nothing")
+    print(format_table(table_rows(results)))
+    if "budget" in results:
+        print(budget_table(results["budget"]))
     print(json.dumps(report))
     return 0
 
@@ -288,4 +285,3 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--quick", action="store_true", help="tiny step counts: a smoke test of this script")
     ap.add_argument("--eager", action="store_true", help="big: train the 6x384 model without torch.compile")
     ap.add_argument("--plot", type=Path, default=None, help="where to write the budget part's curves as a PNG")
-    ap.add_argument("--json-only", action="store_true", help="print only the JSON line on stdout")

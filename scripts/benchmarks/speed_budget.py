@@ -78,17 +78,7 @@ def budget_once(
 
 def summarize_budget(runs: list[dict[str, Any]], budget: float = BUDGET_S) -> dict[str, Any]:
     """Medians over the repeats, and each curve read at 30, 60, 120 and 240 s."""
-    med = medians(
-        runs,
-        (
-            "minigpt_wall_s",
-            "minigpt_val_loss",
-            "minigpt_steps",
-            "reference_wall_s",
-            "reference_val_loss",
-            "reference_steps",
-        ),
-    )
+    med = medians(runs, [f"{who}_{k}" for who in ("minigpt", "reference") for k in ("wall_s", "val_loss", "steps")])
     at: dict[str, dict[str, float | None]] = {}
     for s in [c for c in CHECKPOINTS_S if c < budget] + [int(budget)]:
         row = {}
@@ -99,13 +89,8 @@ def summarize_budget(runs: list[dict[str, Any]], budget: float = BUDGET_S) -> di
         at[str(s)] = row
     return {
         "repeats": len(runs),
-        "minigpt_wall_s": med["minigpt_wall_s"],
-        "minigpt_val_loss": med["minigpt_val_loss"],
+        **med,
         "minigpt_val_losses": [r["minigpt_val_loss"] for r in runs],
-        "minigpt_steps": med["minigpt_steps"],
-        "reference_wall_s": med["reference_wall_s"],
-        "reference_val_loss": med["reference_val_loss"],
-        "reference_steps": med["reference_steps"],
         "gap": med["reference_val_loss"] - med["minigpt_val_loss"],
         "at_seconds": at,
         "runs": runs,

@@ -9,11 +9,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
-from benchmarks.harness import add_repeats_arg, child, machine_info
+from benchmarks.harness import add_repeats_arg, child, child_env, machine_info, run_timed
 
 
 def decoding(repeats: int) -> dict[str, float]:
@@ -79,9 +77,8 @@ def in_fresh_processes(program: str, variants: dict[str, str], repeats: int, tim
     res: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
         for name, arg in variants.items():
-            t = time.perf_counter()
-            out = subprocess.run([sys.executable, child(program), arg], capture_output=True, text=True, check=True)
-            res[name].append(time.perf_counter() - t if timed else float(out.stdout.split()[-1]))
+            proc = run_timed([child(program), arg], child_env())
+            res[name].append(proc.wall_s if timed else float(proc.stdout.split()[-1]))
     return {k: statistics.median(v) for k, v in res.items()}
 
 

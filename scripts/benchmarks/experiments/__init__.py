@@ -1,2 +1,0 @@
-"""Experiments whose conclusions are recorded in the docs (docs/auto.md, docs/benchmarks.md): kept
-so that they can be repeated, apart from the benchmarks that hold a target."""
