@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import types
 from dataclasses import dataclass, replace
 
 import torch
@@ -21,6 +22,7 @@ from minigpt.model import GPT, parameter_count
 from minigpt.runtime.attention import set_attention
 from minigpt.runtime.device import autocast, enable_fast_matmul, log, synchronize
 from minigpt.runtime.mfu import flops_per_token
+from minigpt.training.loop import Loop
 from minigpt.training.optim import build_optimizer
 
 # (n_layer, n_embd, n_head, block_size, batch_size), smallest first. The anchor is
@@ -107,17 +109,15 @@ def time_steps(
     enable_fast_matmul(device)  # TF32 on, as the trainer will train
     model = GPT(m, vocab).to(device)
     set_attention(model)  # as the trainer attends
-    opt = build_optimizer(model, recipe, device)
-    x = torch.randint(vocab, (batch, m.block_size + 1), device=device)
+    cfg = replace(recipe, model=m, train=replace(recipe.train, batch_size=batch, grad_accum_steps=1))
+    window = torch.randint(vocab, (batch, m.block_size + 1), device=device)
+    batches = types.SimpleNamespace(next=lambda: (window[:, :-1], window[:, 1:]))
+    loop = Loop(cfg, model, build_optimizer(model, cfg, device), batches, autocast(device, dtype))
     times: list[float] = []
     end, warm_up = 0.0, 2
     while warm_up or len(times) < 3 or time.perf_counter() < end:
         start = time.perf_counter()
-        with autocast(device, dtype):
-            _, loss = model(x[:, :-1], x[:, 1:])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loop.train_step()  # the trainer's own step
         synchronize(device)
         if warm_up:
             warm_up -= 1
