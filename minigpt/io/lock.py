@@ -29,9 +29,13 @@ class FileLock:
         import filelock  # here: its import (0.1 s) is paid only by those who lock
 
         lock = filelock.FileLock(
-            self.path, blocking=self.blocking, on_acquired=_write_owner, thread_local=False,  # one hold per object
-            fallback_to_soft=False, preserve_lock_file=True,  # Windows would delete it on release
-        )  # fmt: skip
+            self.path,
+            blocking=self.blocking,
+            thread_local=False,  # one hold per object, whichever thread releases it
+            fallback_to_soft=False,
+            preserve_lock_file=True,  # Windows would delete it on release
+            on_acquired=_write_owner,
+        )
         try:
             lock.acquire()
         except filelock.Timeout:
