@@ -68,6 +68,10 @@ def test_pages_escape_text_that_looks_like_markup(tmp_path: Path) -> None:
 
     html = render("score", "a </title><b>", {"pieces": ["<", "/", "s", "c", "r", "i", "p", "t", ">"], "x": "</script>"})
     assert html.count("</script>") == 2 and "<\\/script>" in html and "&lt;/title&gt;" in html
+    # the shell is filled in once: a title or a text that holds a placeholder stays as written
+    html = render("score", "{{STYLE}}", {"x": "{{SCRIPT}} {{DATA}}"})
+    assert "<title>minigpt {{STYLE}}</title>" in html and '{"x":"{{SCRIPT}} {{DATA}}"}' in html
+    assert html.count("<style>") == 1 and html.count("const DATA") == 1
 
 
 def test_api_matches_the_library_and_the_cli_numbers(model, trained_run: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from minigpt.config.schema import DataConfig
 from minigpt.data.corpus import load_corpus
-from minigpt.data.ignore import GitIgnore, ignored
+from minigpt.data.sources import gitignore, ignored
 from minigpt.errors import UserError
 
 from .helpers import TINY, make_text
@@ -163,7 +163,7 @@ def test_a_fifo_or_a_tagged_cache_in_a_folder_is_passed_over_and_said(
 
 
 def test_the_gitignore_subset() -> None:
-    rules = GitIgnore(
+    rules = gitignore(
         "# comment\n\n*.log\n!keep.log\n/build/\ndocs/*.md\n**/tmp\nout/\nlogs/**\nname\\ with\\ space \n[ab].txt\n"
     )
     cases = {
@@ -183,7 +183,8 @@ def test_the_gitignore_subset() -> None:
         ("c.txt", False): None,
     }
     for (rel, is_folder), expected in cases.items():
-        assert rules.decide(rel, is_folder) is expected, rel
-    nested = [("", GitIgnore("*.tmp\n")), ("sub/", GitIgnore("!x.tmp\n"))]
+        assert rules.check_file(rel + "/" * is_folder).include is expected, rel
+    nested = [("", gitignore("*.tmp\n")), ("sub/", gitignore("!x.tmp\n"))]
     assert ignored(nested, "sub/x.tmp", False) is False and ignored(nested, "y.tmp", False) is True
     assert ignored(nested, "sub/y.tmp", False) is True
+    assert gitignore("!\n\\\n*.log\n").check_file("x.log").include is True  # malformed lines are passed over

@@ -70,7 +70,7 @@ def test_heads_page_grid_detail_and_ablation_bars(page, report: HeadsReport, tmp
 
     big = page.locator("#big").bounding_box()  # hover the large map: a weight of the report's pattern
     T = len(report.tokens)
-    cell = (428 - 20 - 4) / T
+    cell = (big["width"] - 20 - 4) / T
     q, k = 12, 5
     page.mouse.move(big["x"] + 20 + (k + 0.5) * cell, big["y"] + 20 + (q + 0.5) * cell)
     tip = page.inner_text("#tip")
@@ -125,3 +125,34 @@ def test_long_sequences_are_max_pooled(page, report: HeadsReport, tmp_path: Path
 def test_labels_must_match_the_sequence(report: HeadsReport) -> None:
     with pytest.raises(ValueError, match="labels has 3 entries"):
         hp.heads_page(report, ["a", "b", "c"])
+
+
+# every head cell, with its role badge, scores and map, inside the grid's panel and the window
+CUT_OFF = """() => {
+  const inside = (a, b) =>
+    a.left >= b.left - 0.5 && a.right <= b.right + 0.5 && a.top >= b.top - 0.5 && a.bottom <= b.bottom + 0.5;
+  const width = document.documentElement.clientWidth;
+  const grid = document.getElementById("grid").closest(".panel").getBoundingClientRect();
+  const cut = [...document.querySelectorAll("#grid .cell")].filter((c) => {
+    const box = c.getBoundingClientRect();
+    const parts = [...c.querySelectorAll(".role, .s, canvas")].map((e) => e.getBoundingClientRect());
+    return !inside(box, grid) || box.right > width || !parts.every((p) => inside(p, box));
+  }).map((c) => `L${c.dataset.layer} H${c.dataset.head}`);
+  const right = (s) => document.querySelector(s).getBoundingClientRect().right;
+  const wide = ["#big", "#bars", "#detail-body table"].filter((s) => right(s) > width);
+  return { cut, wide, scroll: document.documentElement.scrollWidth - width };
+}"""
+
+
+@pytest.mark.parametrize("width", [1366, 390])
+def test_no_head_column_is_cut_off_on_a_laptop_or_a_phone(page, tmp_path: Path, width: int) -> None:
+    """Eight heads a layer at 1,366 px and on a phone: every cell whole, none past the window's edge
+    (they wrap onto more lines instead), and the page does not scroll sideways."""
+    model = tiny_model(VOCAB, 0, n_head=8)
+    ids = np.random.default_rng(0).integers(0, VOCAB, size=200).astype(np.int64)
+    report = analyze_heads(model, ids=ids, ablation="none", meta={"source": "a tiny random model"})
+    page.set_viewport_size({"width": width, "height": 900})
+    console = open_page(page, hp.heads_page(report).save(tmp_path / "heads.html"))
+    assert page.locator("#grid .cell").count() == 2 * 8
+    assert page.evaluate(CUT_OFF) == {"cut": [], "wide": [], "scroll": 0}
+    assert console == [] and page.errors == []

@@ -202,6 +202,7 @@ def test_a_filesystem_without_locks_goes_unlocked_rather_than_leaving_a_marker(t
 
     monkeypatch.setattr(filelock._unix, "lock_fd_nonblocking", no_flock)
     path = tmp_path / ".lock"
-    with FileLock(path) as lock:
-        assert lock._lock is None  # not held, and no soft lock (its marker would outlive a kill -9)
+    lock = FileLock(path)
+    assert lock.acquire() is False and lock._lock is None  # no soft lock: its marker would outlive a kill -9
+    lock.release()
     assert FileLock(path, blocking=False).acquire() is False

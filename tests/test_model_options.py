@@ -197,6 +197,28 @@ def test_visible_whitespace_labels() -> None:
     assert [visible(c) for c in "a \n\t"] == ["a", "\u2423", "\u21b5", "\u2192"]
 
 
+@pytest.mark.parametrize("T", [31, 64, 256])
+def test_the_attention_picture_is_legible_at_its_natural_size(T: int) -> None:
+    """A 3 x 4 grid of maps fits about a screen's width, and its labels, 8 pt or more at the figure's
+    dpi, do not overlap: past what fits, every few characters are labelled (and the axis says so)."""
+    from minigpt.inspect.attention import AttentionFigure
+
+    figure = AttentionFigure(list(itertools.islice(itertools.cycle("First Citizen:\n"), T)), [0, 1, 2], [0, 1, 2, 3])
+    try:
+        width, height = figure.fig.get_size_inches() * figure.fig.dpi
+        assert width <= 2600 and height <= 2000, (width, height)
+        figure.fig.canvas.draw()
+        for ax in figure.fig.axes[:-1]:  # the maps, not the colour bar
+            assert all(t.get_fontsize() >= 8 for t in ax.get_yticklabels() + ax.get_xticklabels())
+            ys = [t.get_window_extent() for t in ax.get_yticklabels()]  # top to bottom
+            xs = [t.get_window_extent() for t in ax.get_xticklabels()]  # left to right
+            assert all(below.y1 <= above.y0 + 1 for above, below in itertools.pairwise(ys))
+            assert all(left.x1 <= right.x0 + 1 for left, right in itertools.pairwise(xs))
+        assert ("a label every" in figure.fig.axes[8].get_xlabel()) == (T > 31)  # the bottom row's first map
+    finally:
+        figure.close()
+
+
 def test_attention_images_in_tensorboard(trained_run: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minigpt.data.ignore import GitIgnore, ignored
+from pathspec import GitIgnoreSpec
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
 from minigpt.errors import UserError
 from minigpt.io.textfiles import not_a_file
 
@@ -148,12 +150,35 @@ def _walk(root: str, key: str, skipped: Skipped) -> list[tuple[str, str, os.stat
     return found
 
 
-def _read_gitignore(path: str) -> GitIgnore:
+def gitignore(text: str) -> GitIgnoreSpec:
+    """One .gitignore file's rules, for paths relative to its folder (a folder's with a trailing
+    `/`). Not read: `.git/info/exclude`, the global excludes file, .gitignore files above the walk."""
+    return GitIgnoreSpec.from_lines(text.splitlines(), pattern_factory=_pattern)
+
+
+def _pattern(line: str) -> GitIgnoreSpecPattern:
+    try:
+        return GitIgnoreSpecPattern(line)
+    except ValueError:
+        return GitIgnoreSpecPattern("")  # a malformed line: git passes over it too
+
+
+def _read_gitignore(path: str) -> GitIgnoreSpec:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return GitIgnore(f.read())
+            return gitignore(f.read())
     except OSError:
-        return GitIgnore("")  # unreadable: as git does, nothing ignored by it
+        return gitignore("")  # unreadable: as git does, nothing ignored by it
+
+
+def ignored(rules: list[tuple[str, GitIgnoreSpec]], rel: str, is_folder: bool) -> bool:
+    """Whether `rel` (relative to the walked folder) is ignored by the .gitignore files on its way,
+    outermost first, each with its folder's relative path: a deeper file's last match decides."""
+    verdict, path = False, rel + "/" * is_folder
+    for base, rules_of in rules:
+        include = rules_of.check_file(path[len(base) :]).include
+        verdict = verdict if include is None else include
+    return verdict
 
 
 def saved_dataset(folder: str, key: str) -> list[tuple[str, str, os.stat_result]] | None:

@@ -4,6 +4,7 @@ interactive explorer page (pages.py) over texts of any length, read window by wi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,13 @@ class AttentionFigure:
         import matplotlib.pyplot as plt
 
         T = len(chars)
-        # inches per character: long texts shrink, short ones stay readable; TensorBoard's is smaller
-        cell = min(0.12 if light else 0.22, 9.0 / max(T, 1))
-        side = max(2.6, T * cell + 0.9)
-        font = max(4.0, min(9.0, cell * (50 if light else 40)))
+        if light:  # inches per character: long texts shrink, short ones stay readable
+            cell = min(0.12, 9.0 / max(T, 1))
+            side, font, step = max(2.6, T * cell + 0.9), max(4.0, min(9.0, cell * 50)), 1
+        else:  # read at its natural size: about 2,400 px wide at 100 dpi, 8 pt labels 0.12 in apart
+            side = min(max(1.8, 0.12 * T), max(3.0, min(8.0, 24.0 / len(heads) - 0.7)))
+            font, step = 8.0, math.ceil(0.12 * T / side)  # a label every `step` characters
+            side += 0.7
         self.layers, self.heads = layers, heads
         self.fig, axes = plt.subplots(
             len(layers),
@@ -58,14 +62,15 @@ class AttentionFigure:
                 image = ax.imshow(blank, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
                 self.images[layer, head] = image
                 bottom, left = r == len(layers) - 1, c == 0
-                ax.set_xticks(range(T), labels, fontsize=font) if bottom or not light else ax.set_xticks([])
-                ax.set_yticks(range(T), labels, fontsize=font) if left or not light else ax.set_yticks([])
+                for ticks, shown in ((ax.set_xticks, bottom), (ax.set_yticks, left)):
+                    ticks(range(0, T, step), labels[::step], fontsize=font) if shown or not light else ticks([])
                 ax.tick_params(length=0, pad=1)
-                ax.set_title(f"layer {layer} head {head}", fontsize=9)
+                ax.set_title(f"layer {layer} head {head}", fontsize=9 if light else 11)
                 if left:
-                    ax.set_ylabel("query (predicting after)", fontsize=8)
+                    ax.set_ylabel("query (predicting after)", fontsize=8 if light else 10)
                 if bottom:
-                    ax.set_xlabel("key (attended to)", fontsize=8)
+                    every = f"; a label every {step} characters" if step > 1 else ""
+                    ax.set_xlabel(f"key (attended to{every})", fontsize=8 if light else 10)
         self.fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
 
     def update(self, maps: torch.Tensor, title: str = "") -> Any:
@@ -111,7 +116,7 @@ def write_attention_png(model: GPT, tok: Tokenizer, text: str, out: Path, layer:
     maps, chars = attention_maps_for(model, tok, text)
     figure = AttentionFigure(chars, layers, heads)
     try:
-        figure.update(maps).savefig(out, dpi=150, bbox_inches="tight")
+        figure.update(maps).savefig(out, bbox_inches="tight")
     except (OSError, ValueError) as e:
         raise UserError(f"cannot write {out}: {e}") from None
     finally:

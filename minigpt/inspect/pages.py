@@ -1,17 +1,14 @@
-"""Self-contained HTML pages for looking inside a model: the attention explorer and the surprise view.
-
-Each page is one file: its CSS and JavaScript (minigpt/inspect/web/) are inlined and its data embedded as
-JSON, so it opens from disk with no network (nothing is fetched from a CDN). In a Jupyter notebook
-the same page is shown in an iframe (`HtmlPage._repr_html_`), which keeps its styles and script
-apart from the notebook's own. A leaf: no torch and no model here, the pages are built from plain
-numbers that inspect/attention.py and inspect/surprise.py compute.
-"""
+"""Self-contained HTML pages from plain numbers (no torch, no model here): the one page shell every
+page is rendered in, and the attention explorer and the surprise view. A page is one file, its CSS
+and JavaScript (web/) inlined and its data embedded as JSON: it opens from disk with no network.
+In Jupyter a page shows in an iframe (`HtmlPage._repr_html_`), apart from the notebook's styles."""
 
 from __future__ import annotations
 
 import base64
 import html
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,15 +24,8 @@ WEB = Path(__file__).with_name("web")
 MAX_PAGE_CHARS = 50_000  # one element per character: beyond this a browser lays the text out slowly
 MAX_PAGE_WEIGHTS = 32 * 2**20  # attention weights in one page (one byte each, ~43 MB of HTML at most)
 TOP_GUESSES = 5
-# the scripts each page runs, in order, after common.js (heads.js: head colours, viridis, surprise steps)
-SCRIPTS = {
-    "attention": ("heads.js", "attention.js"),
-    "score": ("heads.js", "score.js"),
-    "playground": ("heads.js", "gpt.js", "playground.js"),
-    "lens": ("heads.js", "lens.js"),
-    "heads_page": ("heads.js", "heads_page.js"),
-    "runs": ("heads.js", "runs.js"),
-}
+# the scripts a page runs besides common.js, heads.js (head colours, viridis, surprise steps) and its own
+MORE_SCRIPTS = {"playground": ("gpt.js",)}
 VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
 
 
@@ -44,7 +34,7 @@ class HtmlPage:
     """One page: `save(path)` writes it; in Jupyter it displays itself inline."""
 
     html: str
-    kind: str  # "attention" or "score"
+    kind: str  # what the page shows: "attention", "score", "heads", ...
     summary: str  # one line: what the page shows
     height: int = 800  # pixels of the iframe a notebook shows it in (the explorer: text, panel and heat map)
 
@@ -95,20 +85,23 @@ def token_label(tok: Tokenizer, i: int) -> str:
 
 
 def render(kind: str, title: str, data: dict) -> str:
-    """The page `web/<kind>.html` with the shared CSS and script, the page's script and `data` inlined."""
-    template = (WEB / f"{kind}.html").read_text(encoding="utf-8")
-    script = "".join((WEB / name).read_text(encoding="utf-8") for name in ("common.js", *SCRIPTS[kind]))
+    """One page: the shell web/page.html around web/<kind>.html, with the shared and the page's CSS
+    and scripts and `data` (as JSON) inlined."""
+    scripts = ("common.js", "heads.js", *MORE_SCRIPTS.get(kind, ()), f"{kind}.js")
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    payload = payload.replace("</", "<\\/")  # the text itself may hold "</script>"
     parts = {
-        "{{TITLE}}": html.escape(title),
-        "{{STYLE}}": (WEB / "page.css").read_text(encoding="utf-8"),
-        "{{SCRIPT}}": script,
-        "{{DATA}}": payload,
+        "TITLE": html.escape(title),
+        "STYLE": _read("page.css") + _read(f"{kind}.css"),
+        "BODY": _read(f"{kind}.html"),
+        "DATA": payload.replace("</", "<\\/"),  # the text itself may hold "</script>"
+        "SCRIPT": "".join(map(_read, scripts)),
     }
-    for key, value in parts.items():
-        template = template.replace(key, value, 1)
-    return template
+    # one pass over the shell: what is put in (a title, the text) is never searched for more {{...}}
+    return re.sub(r"\{\{([A-Z]+)\}\}", lambda m: parts[m[1]], _read("page.html"))
+
+
+def _read(name: str) -> str:
+    return (WEB / name).read_text(encoding="utf-8")
 
 
 def attention_html(

@@ -52,14 +52,13 @@ function tile(l, h) { // the pattern as an off-screen canvas of side x side pixe
   tiles.set(key, c);
   return c;
 }
-function sized(canvas, css) { // a canvas of css x css pixels, sharp on high-density screens
-  const r = window.devicePixelRatio || 1;
+function sized(canvas) { // a square canvas drawn at the size the page lays it out at (CSS pixels), sharp on high-density screens
+  const r = window.devicePixelRatio || 1, css = canvas.clientWidth;
   canvas.width = canvas.height = Math.round(css * r);
-  canvas.style.width = canvas.style.height = css + "px";
   const ctx = canvas.getContext("2d");
   ctx.setTransform(r, 0, 0, r, 0, 0);
   ctx.imageSmoothingEnabled = false;
-  return ctx;
+  return [ctx, css];
 }
 function halfLines(ctx, x0, y0, size, colour, width) {
   const m = (HALF / POOL) * (size / SIDE);
@@ -68,16 +67,12 @@ function halfLines(ctx, x0, y0, size, colour, width) {
   ctx.setLineDash([]);
 }
 
-// ---- the grid: rows = layers, columns = heads
-const grid = byId("grid");
-// cells fill the column when there are few heads (larger maps), and scroll sideways past 140 px each
-const CELL = Math.max(140, Math.min(220, Math.floor((grid.parentElement.clientWidth - 18 - 8 * NH) / NH))), THUMB = CELL - 14;
-grid.style.gridTemplateColumns = `18px repeat(${NH}, ${CELL}px)`;
-grid.appendChild(document.createElement("div"));
-for (let h = 0; h < NH; h++) { const d = document.createElement("div"); d.className = "colhead"; d.textContent = `head ${h}`; grid.appendChild(d); }
-const cells = [];
+// ---- the grid: a row per layer, its heads side by side; cells of 140 to ~220 px fill the width, and
+// wrap onto more lines where it is too narrow for all of a layer's heads (no cell is ever cut off)
+const grid = byId("grid"), cells = [];
 for (let l = 0; l < L; l++) {
   const r = document.createElement("div"); r.className = "rowhead"; r.textContent = `layer ${l}`; grid.appendChild(r);
+  const row = document.createElement("div"); row.className = "cells"; row.style.maxWidth = `${228 * NH}px`; grid.appendChild(row);
   for (let h = 0; h < NH; h++) {
     const x = headAt(l, h), top = strongest(x);
     const cell = document.createElement("div");
@@ -91,19 +86,24 @@ for (let l = 0; l < L; l++) {
     }).join("");
     cell.innerHTML = `<div class="top"><span class="name">L${l} H${h}</span>${roleTag(x.role)}</div><canvas></canvas>${bars}` +
       `<div class="dist">mean distance back ${x.scores.distance.toFixed(2)}</div>`;
-    cell.style.width = CELL + "px";
-    const ctx = sized(cell.querySelector("canvas"), THUMB);
-    ctx.drawImage(tile(l, h), 0, 0, THUMB, THUMB);
-    halfLines(ctx, 0, 0, THUMB, "rgba(255,255,255,.55)", 1);
     cell.addEventListener("click", () => select(l, h));
     cell.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(l, h); } });
-    grid.appendChild(cell);
+    row.appendChild(cell);
     cells.push(cell);
   }
 }
+function drawThumbs() {
+  for (const cell of cells) {
+    const [ctx, px] = sized(cell.querySelector("canvas"));
+    ctx.drawImage(tile(+cell.dataset.layer, +cell.dataset.head), 0, 0, px, px);
+    halfLines(ctx, 0, 0, px, "rgba(255,255,255,.55)", 1);
+  }
+}
+drawThumbs();
 
 // ---- one head large
-const big = byId("big"), BIG = 428, PAD = 20, MAP = BIG - PAD - 4; // the map: MAP px square, PAD px from the top left
+const big = byId("big"), PAD = 20; // the map: PAD px from the canvas's top left, to 4 px from its other sides
+let MAP = 0;
 const guides = byId("guides"), GUIDED = ["previous", "induction"]; // the two stripes to look for
 let current = null;
 byId("guides-text").innerHTML = `outline where a perfect <b style="color:${ROLE_COLOURS.previous}">previous-token</b> and ` +
@@ -111,7 +111,8 @@ byId("guides-text").innerHTML = `outline where a perfect <b style="color:${ROLE_
 if (POOL > 1) byId("guides-label").style.display = "none"; // one pixel stands for several positions
 function drawBig() {
   const { layer: l, head: h } = current;
-  const ctx = sized(big, BIG);
+  const [ctx, BIG] = sized(big);
+  MAP = BIG - PAD - 4;
   ctx.clearRect(0, 0, BIG, BIG);
   ctx.drawImage(tile(l, h), PAD, PAD, MAP, MAP);
   const cellPx = MAP / SIDE;
@@ -216,8 +217,8 @@ function svgEl(tag, attrs, parent) {
   if (parent) parent.appendChild(e);
   return e;
 }
-function ticks(lo, hi) { // about five round steps
-  const raw = (hi - lo) / 5, mag = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / mag;
+function ticks(lo, hi, n) { // about n round steps
+  const raw = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / mag;
   const step = (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag, out = [];
   for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
   return { out, step };
@@ -226,11 +227,12 @@ function drawBars() {
   const svg = byId("bars");
   svg.innerHTML = "";
   if (!measured.length) return;
-  const width = Math.max(480, svg.parentElement.clientWidth - 20), ROW = 17, GAP = order === "layer" ? 10 : 0;
-  const LEFT = order === "layer" ? 86 : 60, RIGHT = 170, TOP = 6;
+  const width = Math.max(300, svg.parentElement.clientWidth - 20), ROW = 17, GAP = order === "layer" ? 10 : 0;
+  const LEFT = order === "layer" ? 86 : 60, TOP = 6;
+  const narrow = width < 480, RIGHT = narrow ? 110 : 170; // a phone: the values without their standard error
   const lo = Math.min(0, ...measured.map((x) => x.ablation.loss_delta - (x.ablation.stderr || 0)));
   const hi = Math.max(1e-4, ...measured.map((x) => x.ablation.loss_delta + (x.ablation.stderr || 0)));
-  const tk = ticks(lo, hi), x0 = Math.min(lo, tk.out[0]), x1 = Math.max(hi, tk.out[tk.out.length - 1]);
+  const tk = ticks(lo, hi, narrow ? 2 : 5), x0 = Math.min(lo, tk.out[0]), x1 = Math.max(hi, tk.out[tk.out.length - 1]);
   const X = (v) => LEFT + ((v - x0) / (x1 - x0)) * (width - LEFT - RIGHT);
   const rows = order === "layer" ? HEADS.slice() : HEADS.slice().sort((a, b) => (b.ablation ? b.ablation.loss_delta : -Infinity) - (a.ablation ? a.ablation.loss_delta : -Infinity));
   const height = TOP + rows.length * ROW + (order === "layer" ? (L - 1) * GAP : 0) + 34;
@@ -243,8 +245,8 @@ function drawBars() {
     const t = svgEl("text", { x: X(v), y: bottom + 13, "text-anchor": "middle", class: "muted" }, svg);
     t.textContent = (v > 0 ? "+" : v < 0 ? "\u2212" : "") + Math.abs(v).toFixed(Math.max(0, -Math.floor(Math.log10(tk.step) + 1e-9)));
   }
-  const axis = svgEl("text", { x: LEFT + (width - LEFT - RIGHT) / 2, y: bottom + 27, "text-anchor": "middle", class: "muted" }, svg);
-  axis.textContent = "loss rise without the head (nats); whisker: \u00b11 standard error";
+  const axis = svgEl("text", { x: narrow ? LEFT : LEFT + (width - LEFT - RIGHT) / 2, y: bottom + 27, "text-anchor": narrow ? "start" : "middle", class: "muted" }, svg);
+  axis.textContent = narrow ? "loss rise without the head (nats)" : "loss rise without the head (nats); whisker: \u00b11 standard error";
   let y = TOP;
   rows.forEach((x, n) => {
     if (order === "layer" && n > 0 && x.head === 0) y += GAP;
@@ -267,7 +269,7 @@ function drawBars() {
     const err = a.stderr || 0, e0 = X(a.loss_delta - err), e1 = X(a.loss_delta + err), cy = top + ROW / 2;
     if (err) svgEl("path", { d: `M${e0},${cy}H${e1}M${e0},${cy - 4}V${cy + 4}M${e1},${cy - 4}V${cy + 4}`, stroke: "#1d2330", "stroke-width": 1.1, fill: "none", "pointer-events": "none" }, g);
     const v = svgEl("text", { x: width - RIGHT + 8, y: cy + 4 }, g);
-    v.textContent = `${sign(a.loss_delta)}${a.stderr == null ? "" : ` \u00b1 ${a.stderr.toFixed(4)}`}`;
+    v.textContent = `${sign(a.loss_delta)}${a.stderr == null || narrow ? "" : ` \u00b1 ${a.stderr.toFixed(4)}`}`;
     if (!a.exact) { const est = svgEl("tspan", { class: "est", dx: 5 }, v); est.textContent = "estimate"; }
     g.addEventListener("click", () => select(x.layer, x.head));
   });
@@ -286,7 +288,8 @@ if (measured.length) {
   byId("sort").parentElement.style.display = "none";
   byId("abl-note").textContent = "No ablation in this report (--ablation none): run `minigpt heads RUN` without it to measure what each head's removal costs.";
 }
-window.addEventListener("resize", () => { clearTimeout(drawBars.t); drawBars.t = setTimeout(drawBars, 100); });
+function redraw() { drawThumbs(); if (current) drawBig(); drawBars(); }
+window.addEventListener("resize", () => { clearTimeout(redraw.t); redraw.t = setTimeout(redraw, 100); });
 
 // ---- header, role counts, legend
 byId("source").textContent = DATA.source;
