@@ -96,3 +96,43 @@ def test_a_seeded_float32_run_gives_the_weights_it_gave_before_the_core_moved(tm
                 assert torch.equal(got[key], want), (name, key, (got[key] - want).abs().max())
             else:
                 torch.testing.assert_close(got[key], want, atol=1e-4, rtol=0)
+
+
+def test_the_loop_asks_each_component_at_every_step_and_runs_it_when_it_is_due(tmp_path: Path) -> None:
+    """A component decides its own timing: the loop asks `due(step, last)` after every step and
+    calls `on_due` exactly then; the loop itself tests no interval."""
+    import minigpt
+    from minigpt.training.loop import Callback
+
+    class EveryThird(Callback):
+        def __init__(self) -> None:
+            self.asked: list[tuple[int, bool]] = []
+            self.ran: list[int] = []
+
+        def due(self, step: int, last: bool) -> bool:
+            self.asked.append((step, last))
+            return step % 3 == 0
+
+        def on_due(self, trainer, stats) -> None:
+            self.ran.append(trainer.state.step)
+            assert stats.loss.ndim == 0
+
+    text = tmp_path / "text.txt"
+    text.write_text(make_text(5_000), encoding="utf-8")
+    watcher = EveryThird()
+    overrides = [*SEEDED[:9], "train.max_steps=10", "train.eval_interval=4", "log.interval=5", "log.tensorboard=false"]
+    minigpt.train(None, [*overrides, f"data.path={text}", "train.final_eval=false"], out=tmp_path / "run",
+                  callbacks=[watcher])  # fmt: skip
+    assert watcher.asked == [(s, s == 10) for s in range(1, 11)]
+    assert watcher.ran == [3, 6, 9]
+    loop = (ROOT / "minigpt" / "training" / "loop.py").read_text(encoding="utf-8")
+    assert "%" not in loop  # no `step % interval` in the loop
+    # the built-in components answer from the step and their own key alone
+    from minigpt.config.schema import Config
+    from minigpt.training.callbacks import components
+
+    cfg = Config().replace(
+        **{"log.interval": 5, "train.eval_interval": 4, "train.ckpt_interval": 6, "train.keep_every": 0}
+    )
+    timing = {type(c).__name__: [s for s in range(1, 13) if c.due(s, s == 12)] for c in components(cfg)}
+    assert timing == {"Logging": [5, 10, 12], "Evaluation": [4, 8, 12], "Checkpointing": [6, 12], "Snapshots": []}
