@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperOption
 
 from minigpt.cli import help as cli_help
+from minigpt.cli import options
 from minigpt.cli.heads import ROLE_HELP, heads_cmd
 from minigpt.cli.help import ExportDtype, ExportFormat, PlaygroundDtype, epilog
 from minigpt.cli.lens import lens_cmd
@@ -307,10 +308,10 @@ def runs(
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
-    load = CoreLoad()  # the cores others keep busy, measured from here (before torch) to the command's use
+    options.START_LOAD = CoreLoad()  # the cores others keep busy, measured from here (before torch) to their use
     honour_named_shell(args)
     try:
-        result = app(args=argv, standalone_mode=False, prog_name="minigpt", obj=load)
+        result = app(args=argv, standalone_mode=False, prog_name="minigpt")
         return result if isinstance(result, int) else 0
     except UserError as e:
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank hits the same mistake: say it once

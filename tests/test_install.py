@@ -1,0 +1,75 @@
+"""What an installed minigpt needs beyond the checkout: every third-party import declared, the
+default corpus shipped inside the package. (scripts/wheel_check.sh installs the built wheel in a
+clean virtual environment and runs every command from an empty folder, offline.)"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections import defaultdict
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+from .helpers import ROOT
+
+
+def _name(requirement: str) -> str:
+    """A requirement's distribution name, normalised (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9._-]+", requirement).group()).lower()
+
+
+def third_party_imports() -> dict[str, list[tuple[Path, bool]]]:
+    """Each third-party top-level module minigpt/ imports: (file, whether the import is not at module level:
+    inside a function, a try or an `if TYPE_CHECKING`) for each import."""
+    found: dict[str, list[tuple[Path, bool]]] = defaultdict(list)
+    for path in sorted((ROOT / "minigpt").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        at_top = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for top in {name.split(".")[0] for name in names} - set(sys.stdlib_module_names) - {"minigpt"}:
+                found[top].append((path, id(node) not in at_top))
+    return found
+
+
+def test_every_third_party_import_is_a_declared_dependency_or_behind_its_extra() -> None:
+    import tomllib  # Python 3.11+
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    required = {_name(r) for r in project["dependencies"]}
+    extras = {extra: {_name(r) for r in reqs} for extra, reqs in project["optional-dependencies"].items()}
+    owners = packages_distributions()
+    imports = third_party_imports()
+    assert {"torch", "typer", "yaml", "numpy", "pyarrow", "safetensors"} <= set(imports)  # the walk finds them
+    for module, places in imports.items():
+        dists = {_name(d) for d in owners.get(module, [])}
+        assert dists, f"{module} (imported by {places[0][0]}) is not installed here: which package provides it?"
+        if dists & required:
+            continue
+        guarding = [extra for extra, names in extras.items() if dists & names]
+        assert guarding, f"{module} ({', '.join(sorted(dists))}) is imported by {places[0][0]} but not declared"
+        for path, in_function in places:  # without the extra, importing minigpt still works ...
+            assert in_function, f"{path} imports {module} (extra {guarding[0]}) at module level"
+            folder = path.parent  # ... and its subpackage says how to install the extra
+            hint = any(f"minigpt[{guarding[0]}]" in p.read_text(encoding="utf-8") for p in folder.glob("*.py"))
+            assert hint, f"nothing in {folder} tells the user to install minigpt[{guarding[0]}] for {module}"
+
+
+def test_a_command_measures_the_core_load_from_mains_start(tmp_path: Path, cli, monkeypatch) -> None:
+    """main() takes the CoreLoad before torch loads and the command uses that one, through no
+    import of click (typer 0.29 carries its own: click's context was never the command's)."""
+    from minigpt.cli import options
+    from minigpt.runtime.cores import CoreLoad
+
+    seen = []
+    monkeypatch.setattr("minigpt.training.launch.start_run", lambda *a, **k: seen.append(k["load"]))
+    data = tmp_path / "t.txt"
+    data.write_text("hello " * 100, encoding="utf-8")
+    assert cli("train", "--data", data, "--dry-run").code == 0
+    assert isinstance(seen[0], CoreLoad) and seen[0] is options.START_LOAD
