@@ -73,3 +73,18 @@ def test_a_command_measures_the_core_load_from_mains_start(tmp_path: Path, cli, 
     data.write_text("hello " * 100, encoding="utf-8")
     assert cli("train", "--data", data, "--dry-run").code == 0
     assert isinstance(seen[0], CoreLoad) and seen[0] is options.START_LOAD
+
+
+def test_result_objects_show_a_short_table_in_a_notebook(trained_run: Path) -> None:
+    """Model.heads(), .lens() and .score() are a cell's value in Jupyter: a table, not a screen of lists."""
+    import minigpt
+
+    m = minigpt.load(trained_run)
+    heads = repr(m.heads(ablation="none")).splitlines()
+    assert heads[0].split()[:3] == ["layer", "head", "prev"] and len(heads) == 1 + 2 * 2  # TINY: 2 layers x 2 heads
+    assert heads[4].split()[:2] == ["1", "1"] and heads[4].split()[-1] in ("local", "mixed", "previous", "first")
+    text = "KING: Speak now"
+    lens = repr(m.lens(text)).splitlines()
+    assert len(lens) == 1 + 3 and lens[0].endswith(text) and lens[-1].startswith("after block 1")
+    assert len(lens[-1]) == len(lens[0])  # one guess under each character
+    assert repr(m.score(text)) == f"<Scores: 14 chars scored, {m.score(text).bits_per_char:.3f} bits per char>"
