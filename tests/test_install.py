@@ -88,3 +88,17 @@ def test_result_objects_show_a_short_table_in_a_notebook(trained_run: Path) -> N
     assert len(lens) == 1 + 3 and lens[0].endswith(text) and lens[-1].startswith("after block 1")
     assert len(lens[-1]) == len(lens[0])  # one guess under each character
     assert repr(m.score(text)) == f"<Scores: 14 chars scored, {m.score(text).bits_per_char:.3f} bits per char>"
+
+
+def test_lessons_copies_the_shipped_notebooks_once(tmp_path: Path, cli) -> None:
+    import tomllib
+
+    shipped = sorted((ROOT / "lessons").glob("*.ipynb"))
+    r = cli("lessons", tmp_path / "mine")
+    assert r.code == 0 and f"6 lessons in {tmp_path / 'mine'}" in r.err, r
+    assert [(tmp_path / "mine" / p.name).read_bytes() for p in shipped] == [p.read_bytes() for p in shipped]
+    again = cli("lessons", tmp_path / "mine")
+    assert again.code == 2 and again.err.startswith(f"error: {tmp_path / 'mine' / shipped[0].name} exists"), again
+    hatch = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert hatch["force-include"]["lessons"] == "minigpt/lessons"  # the wheel carries them
+    assert hatch["force-include"]["data/tinyshakespeare.txt"] == "minigpt/data/tinyshakespeare.txt"

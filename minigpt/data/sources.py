@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minigpt.config import shipped
 from minigpt.config.schema import DEFAULT_DATA_PATH
 from minigpt.data.ignore import GitIgnore, ignored
 from minigpt.errors import UserError
 from minigpt.io.textfiles import not_a_file
 
 GLOB_CHARS = frozenset("*?[")
-SHIPPED = "tinyshakespeare.txt"  # the default corpus: data/ in a checkout, minigpt/data/ in the wheel
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
 
@@ -51,11 +51,9 @@ def entries(spec: str | Sequence[str]) -> list[str]:
 
 @functools.cache
 def shipped_text() -> str:
-    """Tiny Shakespeare as minigpt ships it: inside the package (the wheel), else in the checkout's
-    data/; its SHA-256 checked once a process."""
-    package = Path(__file__).resolve().parent
-    path = next((p for p in (package / SHIPPED, package.parents[1] / "data" / SHIPPED) if p.is_file()), None)
-    if path is None:
+    """Tiny Shakespeare as minigpt ships it, its SHA-256 checked once a process."""
+    path = shipped(DEFAULT_DATA_PATH)
+    if not path.is_file():
         return DEFAULT_DATA_PATH  # not installed whole: the missing file is the error
     if (digest := hashlib.sha256(path.read_bytes()).hexdigest()) != TINY_SHAKESPEARE_SHA256:
         raise UserError(f"{path} is damaged (SHA-256 {digest}): reinstall minigpt, or give your own text with --data")
