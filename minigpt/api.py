@@ -95,7 +95,7 @@ class Model:
     def score(self, text: str, unknown: str = "error", top: int = 5) -> Scores:
         """The model's surprise at each character of `text` (`minigpt score`): `.bits[i]` is
         -log2 p of character i + 1, `.probs` the probabilities, `.bits_per_char`, and the `top`
-        likeliest guesses at each position (`.top_ids`, `.top_probs`; `tokenizer.pieces` names them)."""
+        likeliest guesses at each position (`.top_ids`, `.top_probs`; `tokenizer.pieces(ids)` names them)."""
         text = checked_text(self.tokenizer, text, "the text", unknown)
         return score_text(self.loaded, text, top=top)
 

@@ -102,3 +102,25 @@ def test_lessons_copies_the_shipped_notebooks_once(tmp_path: Path, cli) -> None:
     hatch = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
     assert hatch["force-include"]["lessons"] == "minigpt/lessons"  # the wheel carries them
     assert hatch["force-include"]["data/tinyshakespeare.txt"] == "minigpt/data/tinyshakespeare.txt"
+
+
+def test_the_names_docs_inside_md_gives_are_what_the_objects_have() -> None:
+    """Each `m.name`, `m.tokenizer.name`, `trainer.name` and `run.name` there exists, and is written
+    called (`pieces(ids)`) exactly when it is a method."""
+    import inspect
+
+    from minigpt.api import Model, Run
+    from minigpt.data.tokenizer import CharTokenizer
+    from minigpt.training.trainer import Trainer
+
+    text = (ROOT / "docs" / "inside.md").read_text(encoding="utf-8")
+    owners = {"m": Model, "m.tokenizer": CharTokenizer, "trainer": Trainer, "run": Run}
+    checked = set()
+    for owner, cls in owners.items():
+        for name, called in re.findall(rf"(?<![\w.]){re.escape(owner)}\.(\w+)(\(?)", text):
+            attr = inspect.getattr_static(cls, name, None)
+            assigned = name in getattr(cls, "__dataclass_fields__", {}) or f"self.{name} =" in inspect.getsource(cls)
+            assert attr is not None or assigned, f"docs/inside.md names {owner}.{name}: {cls.__name__} has none"
+            assert inspect.isfunction(attr) == bool(called), f"docs/inside.md: {owner}.{name} is written wrongly"
+            checked.add(f"{owner}.{name}")
+    assert {"m.heads", "m.tokenizer.pieces", "trainer.request_stop", "run.model"} <= checked
