@@ -186,6 +186,11 @@ class Run:
     result: TrainResult | None
     model: Model
 
+    def __repr__(self) -> str:
+        r = self.result
+        done = "finished already" if r is None else f"{r.step:,} steps, best val loss {r.best_val_loss:.4f}"
+        return f"<minigpt.Run {self.path}: {done}>"
+
 
 def train(
     config: str | Path | Mapping[str, Any] | None = None,

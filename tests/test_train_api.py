@@ -174,5 +174,6 @@ def test_train_takes_a_shipped_configs_name_from_any_folder(text_file: Path, tmp
     run = minigpt.train("cpu_4min", overrides=tiny, data=text_file, out="r")
     saved = (tmp_path / "r" / "config.yaml").read_text(encoding="utf-8")
     assert run.result.step == 2 and "max_time: 232s" in saved and "n_embd: 32" in saved  # the file, then overrides
+    assert repr(run) == f"<minigpt.Run r: 2 steps, best val loss {run.result.best_val_loss:.4f}>"  # a notebook's view
     with pytest.raises(minigpt.UserError, match=r"config file cpu_5min does not exist \(the shipped configs"):
         minigpt.train("cpu_5min")
