@@ -95,7 +95,7 @@ class Model:
     def score(self, text: str, unknown: str = "error", top: int = 5) -> Scores:
         """The model's surprise at each character of `text` (`minigpt score`): `.bits[i]` is
         -log2 p of character i + 1, `.probs` the probabilities, `.bits_per_char`, and the `top`
-        likeliest guesses at each position (`.top_ids`, `.top_probs`; `tokenizer.pieces` names them)."""
+        likeliest guesses at each position (`.top_ids`, `.top_probs`; `tokenizer.pieces(ids)` names them)."""
         text = checked_text(self.tokenizer, text, "the text", unknown)
         return score_text(self.loaded, text, top=top)
 
@@ -185,6 +185,11 @@ class Run:
     path: Path
     result: TrainResult | None
     model: Model
+
+    def __repr__(self) -> str:
+        r = self.result
+        done = "finished already" if r is None else f"{r.step:,} steps, best val loss {r.best_val_loss:.4f}"
+        return f"<minigpt.Run {self.path}: {done}>"
 
 
 def train(

@@ -219,7 +219,6 @@ def test_tiny_shakespeare_encodes_and_scores_exactly_as_before() -> None:
     """The single-file char path keeps its vocabulary, ids and validation loss: what the in-memory
     encoder of earlier versions gave (reimplemented here) and the memory-mapped cache agree."""
     path = ROOT / "data" / "tinyshakespeare.txt"
-    assert path.exists(), "copy ../shared/data/tinyshakespeare.txt into data/ (CI does)"
     text = path.read_text(encoding="utf-8")
     before = CharTokenizer.from_text(text)
     ids = before.encode_array(text)

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from minigpt.config.schema import DataConfig
-from minigpt.data import corpus as data_mod
-from minigpt.data import encoding
-from minigpt.data.corpus import Batcher, fetch_tiny_shakespeare, load_corpus
+from minigpt.data import encoding, sources
+from minigpt.data.corpus import Batcher, load_corpus
 from minigpt.data.tokenizer import CharTokenizer, tokenizer_from_dict
 from minigpt.errors import UserError
 
@@ -116,30 +115,17 @@ def test_bad_data_files(tmp_path: Path, content: bytes | None, message: str) -> 
         load_corpus(DataConfig(path=str(path)), block_size=16)
 
 
-def test_default_data_is_fetched_and_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The download path, against a local file URL (tests never use the network)."""
-    monkeypatch.chdir(tmp_path)
-    source = tmp_path / "source.txt"
-    source.write_text("not shakespeare")
-    with pytest.raises(UserError, match="expected 86c4e6aa"):
-        fetch_tiny_shakespeare(tmp_path / "data" / "tinyshakespeare.txt", url=source.as_uri())
-    assert not (tmp_path / "data" / "tinyshakespeare.txt").exists()  # nothing half-written or wrong left behind
-    with pytest.raises(
-        UserError, match=r"put the file at .*x\.txt yourself, or train on your own text with --data FILE"
-    ):
-        fetch_tiny_shakespeare(tmp_path / "x.txt", url=(tmp_path / "missing").as_uri())
-
-
-def test_missing_default_data_without_network_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(data_mod, "TINY_SHAKESPEARE_URL", (tmp_path / "offline").as_uri())
-    with pytest.raises(UserError, match=r"data/tinyshakespeare\.txt is missing and downloading it .* failed"):
-        load_corpus(DataConfig(), block_size=16)
-
-
-def test_shipped_dataset_hash_matches_when_present() -> None:
-    """The real file, where a checkout has it (CI copies it from ../shared)."""
-    path = Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt"
-    if not path.exists():
-        pytest.skip("data/tinyshakespeare.txt not present")
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == data_mod.TINY_SHAKESPEARE_SHA256
+def test_the_default_corpus_ships_and_trains_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """data/tinyshakespeare.txt where this folder has none is the copy minigpt ships, SHA-256 checked;
+    one the folder has is read as it is."""
+    monkeypatch.chdir(tmp_path)  # no data/ here, and no network needed
+    corpus = load_corpus(DataConfig(), block_size=16)
+    shipped = Path(sources.shipped_text())
+    assert corpus.sha256 == sources.TINY_SHAKESPEARE_SHA256 == hashlib.sha256(shipped.read_bytes()).hexdigest()
+    assert len(corpus.ids) == 1_115_394 and sources.absolute_spec(DataConfig().path) == str(shipped)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "tinyshakespeare.txt").write_text(make_text(2_000), encoding="utf-8")
+    assert load_corpus(DataConfig(), block_size=16).sha256 != sources.TINY_SHAKESPEARE_SHA256
+    monkeypatch.setattr(sources, "TINY_SHAKESPEARE_SHA256", "0" * 64)  # a damaged install
+    with pytest.raises(UserError, match=r"tinyshakespeare\.txt is damaged \(SHA-256 86c4e6aa.*reinstall minigpt"):
+        sources.shipped_text.__wrapped__()

@@ -1,4 +1,4 @@
-"""Slow checks on the real tiny Shakespeare: `uv run pytest -m slow` (needs data/tinyshakespeare.txt).
+"""Slow checks on the real tiny Shakespeare: `uv run pytest -m slow`.
 
 Deselected by default (pyproject's addopts) so the suite stays fast; they train the built-in default
 config for real, a minute or two on 2 cores.
@@ -21,8 +21,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default_run")]
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not DATA.exists():
-        pytest.fail(f"{DATA} is missing: copy tiny Shakespeare there (or run `uv run minigpt train` once)")
     from minigpt.cli.app import main
 
     out = tmp_path_factory.mktemp("default") / "run"

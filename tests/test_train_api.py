@@ -165,3 +165,15 @@ def test_one_plan_for_each_mode(trained_run: Path, text_file: Path, tmp_path: Pa
     assert r.code == 0, r
     assert r.out.startswith(f"# plan: fine-tune {trained_run / 'best.pt'} (step ") and "max_steps: 5" in r.out
     assert not (tmp_path / "t").exists()
+
+
+def test_train_takes_a_shipped_configs_name_from_any_folder(text_file: Path, tmp_path: Path, monkeypatch) -> None:
+    """minigpt.train("cpu_4min") reads the shipped file, as `minigpt train cpu_4min` does."""
+    monkeypatch.chdir(tmp_path)  # no configs/ here
+    tiny = [*TINY, "train.max_steps=2", "train.final_eval=false", "log.tensorboard=false"]
+    run = minigpt.train("cpu_4min", overrides=tiny, data=text_file, out="r")
+    saved = (tmp_path / "r" / "config.yaml").read_text(encoding="utf-8")
+    assert run.result.step == 2 and "max_time: 232s" in saved and "n_embd: 32" in saved  # the file, then overrides
+    assert repr(run) == f"<minigpt.Run r: 2 steps, best val loss {run.result.best_val_loss:.4f}>"  # a notebook's view
+    with pytest.raises(minigpt.UserError, match=r"config file cpu_5min does not exist \(the shipped configs"):
+        minigpt.train("cpu_5min")

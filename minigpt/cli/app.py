@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperOption
 
 from minigpt.cli import help as cli_help
+from minigpt.cli import options
 from minigpt.cli.heads import ROLE_HELP, heads_cmd
 from minigpt.cli.help import ExportDtype, ExportFormat, PlaygroundDtype, epilog
 from minigpt.cli.lens import lens_cmd
@@ -304,13 +305,33 @@ def runs(
         print(f"no runs under {folder}", file=sys.stderr)
 
 
+@app.command(epilog=epilog("lessons"))
+def lessons(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="Where to put them (created).")] = Path("lessons"),
+) -> None:
+    """Copy the lessons (attention step by step, on a model you train in a minute) into DIR.
+
+    Open them with Jupyter in a Python that has minigpt (docs/lessons.md)."""
+    import shutil
+
+    from minigpt.config import shipped
+
+    notebooks = sorted(shipped("lessons").glob("*.ipynb"))
+    if taken := [folder / p.name for p in notebooks if (folder / p.name).exists()]:
+        raise UserError(f"{taken[0]} exists; give another DIR (minigpt lessons DIR)")
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in notebooks:
+        shutil.copyfile(p, folder / p.name)
+    print(f"{len(notebooks)} lessons in {folder}; open them with: jupyter lab {folder}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
-    load = CoreLoad()  # the cores others keep busy, measured from here (before torch) to the command's use
+    options.START_LOAD = CoreLoad()  # the cores others keep busy, measured from here (before torch) to their use
     honour_named_shell(args)
     try:
-        result = app(args=argv, standalone_mode=False, prog_name="minigpt", obj=load)
+        result = app(args=argv, standalone_mode=False, prog_name="minigpt")
         return result if isinstance(result, int) else 0
     except UserError as e:
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank hits the same mistake: say it once

@@ -66,6 +66,8 @@ minigpt sweep configs/cpu_4min.yaml optim.lr=1e-3,3e-3 --max-total-time 30m --ou
     "runs": """minigpt runs
 minigpt runs experiments/ --json
 minigpt runs runs/lr --html runs.html     # curves, a sortable table, each run's config""",
+    "lessons": """minigpt lessons                # into ./lessons
+minigpt lessons ~/minigpt-lessons""",
 }
 
 

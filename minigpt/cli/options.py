@@ -75,14 +75,14 @@ HtmlOpt = Annotated[
 UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
 
 
+START_LOAD = None  # the `CoreLoad` main() takes as a command begins, before torch loads
+
+
 def start_load():
     """The `CoreLoad` main() took when this command began (a fresh one outside a command)."""
-    import click
-
     from minigpt.runtime.cores import CoreLoad
 
-    ctx = click.get_current_context(silent=True)
-    return ctx.obj if ctx is not None and isinstance(ctx.obj, CoreLoad) else CoreLoad()
+    return START_LOAD or CoreLoad()
 
 
 def inference_device(name: str, threads: int):

@@ -25,13 +25,16 @@ def is_device_name(name: str) -> bool:
     return name in DEVICES or (prefix == "cuda" and bool(colon) and index.isdigit())
 
 
-def shipped_configs() -> dict[str, Path]:
-    """The example configs that come with minigpt by name (`cpu_4min`): minigpt/configs/, or a checkout's configs/."""
+def shipped(name: str) -> Path:
+    """What comes with minigpt (configs, lessons, data/tinyshakespeare.txt): the wheel puts it into
+    the package (pyproject.toml's force-include); run from a checkout, it is read where it is."""
     package = Path(__file__).resolve().parent.parent
-    for folder in (package / "configs", package.parent / "configs"):
-        if folder.is_dir():
-            return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
-    return {}
+    return package / name if (package / name).exists() else package.parent / name
+
+
+def shipped_configs() -> dict[str, Path]:
+    """The example configs that come with minigpt, by name (`cpu_4min`)."""
+    return {p.stem: p for p in sorted(shipped("configs").glob("*.yaml"))}
 
 
 def config_file(given: str) -> Path:

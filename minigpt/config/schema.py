@@ -64,7 +64,7 @@ class DataConfig:
     path: str | list[str] = config_field(
         DEFAULT_DATA_PATH,
         "what to train on: a text file, a folder (every file under it; hidden ones skipped), a glob pattern, or a "
-        "list of these (tiny Shakespeare is fetched if it is the default and missing)",
+        "list of these (the default: tiny Shakespeare, which ships with minigpt)",
         paths=True,
         on_resume=True,
     )

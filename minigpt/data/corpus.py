@@ -4,10 +4,7 @@ cache entry (encoding.py), split train/val, and draw random windows from a seede
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minigpt.config.schema import DEFAULT_DATA_PATH, DataConfig
+from minigpt.config.schema import DataConfig
 from minigpt.data.cache import load_or_encode
 from minigpt.data.encoding import Encoded, HashIndex, Layout, ProgressFactory
 from minigpt.data.passes import hashes_and_vocabulary
@@ -24,31 +21,7 @@ from minigpt.data.sources import Skipped, SourceFile, absolute_spec, choose_val_
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.io import default_cache_dir
-from minigpt.io.atomic import atomic_write
 from minigpt.runtime.memory import release_pages
-
-TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-
-
-def fetch_tiny_shakespeare(dest: Path, url: str | None = None) -> None:
-    """Download tiny Shakespeare to `dest` and verify its SHA-256 (atomic: no partial file)."""
-    url = url or TINY_SHAKESPEARE_URL
-    how = f"put the file at {dest} yourself, or train on your own text with --data FILE"
-    try:
-        with urllib.request.urlopen(url, timeout=30) as response:
-            payload = response.read()
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise UserError(f"{dest} is missing and downloading it from {url} failed ({reason}): {how}") from None
-    digest = hashlib.sha256(payload).hexdigest()
-    if digest != TINY_SHAKESPEARE_SHA256:
-        raise UserError(f"the download from {url} has SHA-256 {digest}, expected {TINY_SHAKESPEARE_SHA256}: {how}")
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(dest, lambda f: f.write(payload))
-    except OSError as e:
-        raise UserError(f"cannot write {dest}: {e.strerror}: {how}") from None
 
 
 @dataclass
@@ -182,11 +155,8 @@ def encode_corpus(
     check_vocab: Callable[[int], None] | None = None,
     whole: bool = False,
 ) -> tuple[Encoded, Layout, str]:
-    """Resolve, hash and encode (through the cache) the configured sources; fetch tiny Shakespeare
-    if it is the default and missing. `whole`: all of it is wanted (evaluation), so a record file
-    is not split into training and validation records."""
-    if cfg.path == DEFAULT_DATA_PATH and not Path(DEFAULT_DATA_PATH).exists():
-        fetch_tiny_shakespeare(Path(DEFAULT_DATA_PATH))
+    """Resolve, hash and encode (through the cache) the configured sources. `whole`: all of it is
+    wanted (evaluation), so a record file is not split into training and validation records."""
     cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
     index = HashIndex(cache, [absolute_spec(cfg.path), cfg.val_path and absolute_spec(cfg.val_path)])
     layout, desc = _layout(cfg, index, progress, cache, whole)

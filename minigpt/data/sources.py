@@ -4,6 +4,7 @@ as git and ripgrep would: docs/data.md#folders), a glob or a list of these; and 
 from __future__ import annotations
 
 import errno
+import functools
 import glob
 import hashlib
 import json
@@ -16,10 +17,13 @@ from pathlib import Path
 from pathspec import GitIgnoreSpec
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
+from minigpt.config import shipped
+from minigpt.config.schema import DEFAULT_DATA_PATH
 from minigpt.errors import UserError
 from minigpt.io.textfiles import not_a_file
 
 GLOB_CHARS = frozenset("*?[")
+TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,23 @@ class SourceFile:
     # found one as records only when it is records, and a walked one is passed over when binary
 
 
-def as_list(spec: str | Sequence[str]) -> list[str]:
-    return [spec] if isinstance(spec, str) else list(spec)
+def entries(spec: str | Sequence[str]) -> list[str]:
+    """A data.path's entries; the default, where this folder has no such file, is the shipped copy."""
+    return [
+        shipped_text() if item == DEFAULT_DATA_PATH and not os.path.lexists(item) else item
+        for item in ([spec] if isinstance(spec, str) else spec)
+    ]
+
+
+@functools.cache
+def shipped_text() -> str:
+    """Tiny Shakespeare as minigpt ships it, its SHA-256 checked once a process."""
+    path = shipped(DEFAULT_DATA_PATH)
+    if not path.is_file():
+        return DEFAULT_DATA_PATH  # not installed whole: the missing file is the error
+    if (digest := hashlib.sha256(path.read_bytes()).hexdigest()) != TINY_SHAKESPEARE_SHA256:
+        raise UserError(f"{path} is damaged (SHA-256 {digest}): reinstall minigpt, or give your own text with --data")
+    return str(path)
 
 
 def is_glob(item: str) -> bool:
@@ -46,12 +65,12 @@ def is_glob(item: str) -> bool:
 
 def absolute_spec(spec: str | Sequence[str]) -> str | list[str]:
     """The same sources written from the root (a run resumes and evaluates from any directory)."""
-    items = [os.path.abspath(os.path.expanduser(item)) for item in as_list(spec)]
+    items = [os.path.abspath(os.path.expanduser(item)) for item in entries(spec)]
     return items[0] if isinstance(spec, str) else items
 
 
 def describe(spec: str | Sequence[str]) -> str:
-    items = as_list(spec)
+    items = entries(spec)
     return items[0] if len(items) == 1 else f"{items[0]} and {len(items) - 1} more"
 
 
@@ -273,7 +292,7 @@ def resolve_sources(
     """The documents `spec` names, in order: each entry's files in sorted path order. With several
     entries a file's name is prefixed with its entry's number (two folders may both hold a
     README); a file named twice is read once. What a folder walk passed over goes to `skipped`."""
-    items = as_list(spec)
+    items = entries(spec)
     if not items or any(not isinstance(i, str) or not i for i in items):
         raise UserError(f"{key} must be a path, a folder, a glob pattern or a list of them, got {spec!r}")
     skipped = skipped if skipped is not None else Skipped()

@@ -42,6 +42,10 @@ class Scores:
     def bits_per_char(self) -> float:
         return sum(self.bits) / len(self.bits)
 
+    def __repr__(self) -> str:
+        per = f", {self.bits_per_char:.3f} bits per {self.unit}" if self.bits else ""
+        return f"<Scores: {len(self.bits):,} {self.unit}s scored{per}>"
+
     def to_dict(self) -> dict:
         return {
             "chars": len(self.text),

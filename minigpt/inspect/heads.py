@@ -281,6 +281,18 @@ class HeadsReport:
     def head(self, layer: int, head: int) -> HeadResult:
         return self.heads[layer * self.meta["n_head"] + head]
 
+    def __repr__(self) -> str:
+        """One row per head, for a notebook cell (`minigpt heads` prints it with what each column means)."""
+        rows = ["layer head   prev   dup induct first  dist  role      ablation (nats)"]
+        for h in self.heads:
+            s, a = h.scores, h.ablation
+            cost = "" if a is None else f"{'' if a['exact'] else '~'}{a['loss_delta']:+.4f}"
+            rows.append(
+                f"{h.layer:>5} {h.head:>4}  {s['previous']:>5.2f} {s['duplicate']:>5.2f} {s['induction']:>6.2f} "
+                f"{s['first']:>5.2f} {s['distance']:>5.1f}  {h.role:<9} {cost}".rstrip()
+            )
+        return "\n".join(rows)
+
 
 @torch.no_grad()
 def head_patterns(

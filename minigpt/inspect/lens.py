@@ -54,6 +54,15 @@ class Lens:
         """Each layer's mean loss in bits per character (or byte)."""
         return [m / math.log(2) for m in self.mean_loss]
 
+    def __repr__(self) -> str:
+        """Each layer's bits per character and its top guess after each character (the first 60)."""
+        width = max(map(len, self.layers))
+        rows = [f"{'':{width}}  bits  {''.join(c if c.isprintable() else ' ' for c in self.chars[:60])}"]
+        for name, bits, top in zip(self.layers, self.bits_per_char, self.top_chars):
+            guesses = "".join(g[0][:1] if g[0][:1].isprintable() else " " for g in top[:60])
+            rows.append(f"{name:{width}}  {bits:4.2f}  {guesses}")
+        return "\n".join(rows)
+
     def to_dict(self) -> dict:
         last = len(self.layers) - 1
         return {

@@ -29,7 +29,6 @@ from minigpt.config.files import (
     with_overrides,
 )
 from minigpt.config.schema import (
-    DEFAULT_DATA_PATH,
     Config,
     ModelConfig,
     batch_split_error,
@@ -153,8 +152,6 @@ def taken_run_dir(out_dir: Path, existing: Path, cfg: Config) -> str:
     """Why a new run cannot go into `out_dir`, which holds the run of `existing`: the data is
     checked first (a missing file is the mistake to tell), then --resume is offered only when it
     would succeed (the same text, no key changed that a resume may not change), and a free --out."""
-    if cfg.data.path == DEFAULT_DATA_PATH and not Path(DEFAULT_DATA_PATH).exists():  # fetched when it trains
-        return f"{out_dir} already holds a run ({existing.name}); pick another --out"
     files = resolve_sources(cfg.data.path)
     if cfg.data.val_path is not None:
         resolve_sources(cfg.data.val_path, "data.val_path")

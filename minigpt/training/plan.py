@@ -65,11 +65,12 @@ def train_request(
     (the whole config is checked once the run is known: a resumed run's is its checkpoint's).
     An error names where the key came from: the command line, or (`python`, for minigpt.train())
     its `config`, its `overrides` or its keyword arguments."""
+    from minigpt.config import config_file
     from minigpt.config.files import check_overrides, read_yaml
 
     if init_from is not None and resume is Resume.YES:  # --resume auto may start a fine-tuning run
         raise UserError("--init-from starts a new run and --resume continues one; give only one of them")
-    path = None if config is None or isinstance(config, Mapping) else Path(config)
+    path = None if config is None or isinstance(config, Mapping) else config_file(str(config))  # or a shipped name
     filed = flat_items(config, "config") if isinstance(config, Mapping) else []
     given = flat_items(overrides, "overrides") if isinstance(overrides, Mapping) else list(overrides)
     flags = flag_items(data, device, init_from, auto)
