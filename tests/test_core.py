@@ -136,3 +136,57 @@ def test_the_loop_asks_each_component_at_every_step_and_runs_it_when_it_is_due(t
     )
     timing = {type(c).__name__: [s for s in range(1, 13) if c.due(s, s == 12)] for c in components(cfg)}
     assert timing == {"Logging": [5, 10, 12], "Evaluation": [4, 8, 12], "Checkpointing": [6, 12], "Snapshots": []}
+
+
+def test_one_plan_takes_each_source_in_the_order_design_md_gives(tmp_path: Path) -> None:
+    """data.path (and model.dropout) through the file, an override, a flag and a checkpoint, on a new
+    run, a resume and a fine-tune: the later source wins (docs/design.md, "Which value wins")."""
+    import minigpt
+    from minigpt.config.schema import DEFAULT_DATA_PATH
+    from minigpt.data.sources import absolute_spec
+    from minigpt.training.launch import Mode, plan_run
+    from minigpt.training.plan import Resume, train_request
+
+    texts = {}
+    for name in ("file", "override", "flag", "trained"):
+        texts[name] = tmp_path / f"{name}.txt"
+        texts[name].write_text(make_text(4_000), encoding="utf-8")  # the same text: a resume may change the path
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data:\n  path: {texts['file']}\nmodel:\n  dropout: 0.1\n", encoding="utf-8")
+
+    def plan(config_arg, overrides=(), resume=Resume.NO, out="new", **flags):
+        path, items = train_request(config_arg, overrides, resume=resume, **flags)
+        return plan_run(path, items, tmp_path / out, resume, dry_run=False)
+
+    def data(p) -> str:
+        return p.cfg.data.path
+
+    # a new run: defaults < CONFIG < overrides < flags
+    assert plan(None).cfg.data.path == absolute_spec(DEFAULT_DATA_PATH)  # the shipped text, from the root
+    assert data(plan(config)) == str(texts["file"])
+    assert data(plan(config, [f"data.path={texts['override']}"])) == str(texts["override"])
+    assert data(plan(config, [f"data.path={texts['override']}"], data=texts["flag"])) == str(texts["flag"])
+    assert plan(config, ["model.dropout=0.2"]).cfg.model.dropout == 0.2
+
+    tiny = [
+        *SEEDED[:9],
+        "train.max_steps=2",
+        "train.eval_interval=2",
+        "train.final_eval=false",
+        "log.tensorboard=false",
+    ]
+    minigpt.train(None, [*tiny, f"data.path={texts['trained']}", "model.dropout=0.05"], out=tmp_path / "run")
+    # a resume: the checkpoint's config < overrides < flags
+    more = ["train.max_steps=4"]  # the run finished at 2: a resume trains on
+    resumed = plan(None, more, resume=Resume.YES, out="run")
+    assert resumed.mode is Mode.RESUME and data(resumed) == str(texts["trained"].resolve())
+    overridden = plan(None, [*more, f"data.path={texts['override']}"], resume=Resume.YES, out="run")
+    assert data(overridden) == str(texts["override"])
+    flagged = plan(None, [*more, f"data.path={texts['override']}"], resume=Resume.YES, out="run", data=texts["flag"])
+    assert data(flagged) == str(texts["flag"])
+    # a fine-tune: defaults < the checkpoint's model.* < overrides < flags
+    tuned = plan(None, init_from=tmp_path / "run", out="tuned")
+    assert tuned.mode is Mode.FINE_TUNE and tuned.cfg.model.n_embd == 32 and tuned.cfg.model.dropout == 0.05
+    assert data(tuned) == absolute_spec(DEFAULT_DATA_PATH)  # the data is the defaults' here, not the checkpoint's
+    tuned = plan(None, ["model.dropout=0.3"], init_from=tmp_path / "run", out="tuned", data=texts["flag"])
+    assert tuned.cfg.model.dropout == 0.3 and data(tuned) == str(texts["flag"])

@@ -78,6 +78,13 @@ class Plan:
     source: Path | None = None
     earlier_seconds: float = 0.0  # a finished run trained on: the wall time it already has
 
+    def __post_init__(self) -> None:
+        # the text's paths from the root: the run resumes and evaluates from any working directory
+        paths = {"data.path": absolute_spec(self.cfg.data.path)}
+        if self.cfg.data.val_path is not None:
+            paths["data.val_path"] = absolute_spec(self.cfg.data.val_path)
+        self.cfg = self.cfg.replace(**paths)
+
     def describe(self) -> str:
         step = self.start.step if self.start is not None else None
         return "plan: " + self.mode.value.format(out=self.out_dir, source=self.source, step=step)
@@ -433,11 +440,6 @@ def run_training(
     t_start = started if started is not None else time.perf_counter()
     check_process_layout(cfg, distributed.launched().world_size, resume_from is not None)  # before reading the text
     corpus = load_corpus(cfg.data, cfg.model.block_size, ByteProgress, vocabulary_check(cfg.model))
-    # record the text's absolute paths: the run resumes and evaluates from any working directory
-    absolute = {"data.path": absolute_spec(cfg.data.path)}
-    if cfg.data.val_path is not None:
-        absolute["data.val_path"] = absolute_spec(cfg.data.val_path)
-    cfg = cfg.replace(**absolute)
     tok = model_vocabulary(cfg, corpus, resume_from, init_from)
     corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
     dist = distributed.launched()
