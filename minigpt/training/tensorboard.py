@@ -148,16 +148,14 @@ class TensorBoard(Callback):
         self.rows = embedding_metadata(tok) if cfg.log.embeddings else None
         config = out_dir / "projector_config.pbtxt"
         if self.rows is not None and config.exists():
-            # the writer rewrites the whole config at each add_embedding from what it holds: a
-            # resumed run starts from the steps already listed, or they would drop out of it
+            # add_embedding rewrites the config from what the writer holds: a resume keeps the steps listed
             from google.protobuf import text_format
             from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig
 
             self.raw._projector_config = text_format.Parse(config.read_text(encoding="utf-8"), ProjectorConfig())
         self.session_end: Any = None  # the HParams session's end (success), written once the run finishes
         if cfg.log.hparams:
-            # a resumed run writes its start again: TensorBoard keeps a run's first (the first
-            # metadata of a tag), so the dashboard shows the values the run started with
+            # a resume writes its start again; TensorBoard keeps the first, the values the run started with
             experiment, session_start, self.session_end = hparam_summaries(cfg)
             self.writer.add_summaries([experiment, session_start], start)
         probe = tok.encode_checked(cfg.log.attention_probe, "log.attention_probe", unknown="skip")
