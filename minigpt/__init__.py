@@ -1,13 +1,5 @@
-"""minigpt: character-level GPT training from the command line, and a small Python API.
-
-    import minigpt
-    m = minigpt.load("runs/default")     # a run directory or a .pt file
-    m.sample("ROMEO:", max_new_tokens=200)
-    m.show_attention("ROMEO: But, soft!")   # in Jupyter: the interactive explorer
-    run = minigpt.train("configs/default.yaml", ["train.max_steps=500"], out="runs/mine")
-
-See minigpt.api.Model for every method.
-"""
+"""minigpt: character-level GPT training from the command line, and a small Python API:
+`minigpt.load(RUN)` gives a model (minigpt.api.Model), `minigpt.train(...)` a run."""
 
 from __future__ import annotations
 
@@ -26,9 +18,7 @@ __all__ = ["Callback", "UserError", "__version__", "load", "train"]
 
 
 def load(target: str | Path = "runs/default", device: str = "auto") -> Model:
-    """Load a trained model (a run directory or a .pt file) for sampling, scoring and looking at
-    its attention: see minigpt.api.Model. torch is imported here, not by `import minigpt`, so the
-    command line starts fast."""
+    """Load a trained model (a run directory or a .pt file): see minigpt.api.Model. torch loads here, not on import."""
     from minigpt.api import load as load_model
 
     return load_model(target, device)
@@ -39,9 +29,8 @@ def train(
     overrides: Sequence[str] | Mapping[str, Any] = (),
     **options: Any,
 ) -> Run:
-    """Train a model as `minigpt train` does (out, data, device, resume, init_from, auto are its
-    options; callbacks=[...] watch the run) and return the Run: its folder, numbers and model.
-    See minigpt.api.train. A mistake raises minigpt.UserError with the command line's message."""
+    """Train a model as `minigpt train` does and return the Run (see minigpt.api.train); a mistake
+    raises minigpt.UserError with the command line's message."""
     from minigpt.api import train as train_run
 
     return train_run(config, overrides, **options)

@@ -1,20 +1,5 @@
-"""The Python API, for notebooks and scripts: `minigpt.load(RUN)` and what the loaded model does.
-
-    import minigpt
-    m = minigpt.load("runs/default")
-    m.sample("ROMEO:", max_new_tokens=200, temperature=0.8, seed=1)   # -> str
-    m.score("ROMEO: But, soft!")                # -> Scores: .bits, .probs, .bits_per_char, .top_ids
-    maps, chars = m.attention("ROMEO: But")     # -> (layer, head, T, T) tensor, the characters
-    m.module.blocks[0].attn.c_attn.weight       # the torch module and its weights
-    m.show_attention(text)                      # the explorer page, inline in Jupyter
-    m.show_score(text)                          # the surprise page, inline in Jupyter
-    m.export("exports/hf")                      # a transformers folder (format="onnx": ONNX)
-    m.playground("playground.html")             # the model in one offline web page, inline in Jupyter
-    run = minigpt.train({"model": {"n_layer": 2}}, ["train.max_steps=200"], out="runs/small")  # -> Run
-
-Every method calls the library functions the command line calls (infer/, inspect/), so the
-numbers and pages are the same as `minigpt sample / score / attention`.
-"""
+"""The Python API (docs/inside.md): `minigpt.load(RUN)` and what the loaded model does, each method through
+the functions the command line calls, so the numbers and pages are the same."""
 
 from __future__ import annotations
 
@@ -63,10 +48,8 @@ class Model:
 
     @property
     def module(self) -> torch.nn.Module:
-        """The torch module itself (minigpt.model.GPT, in eval mode), for reading its weights by name
-        (`.wte.weight`, `.blocks[0].attn.c_attn.weight`, ...) and hooking its HookPoints
-        (`.blocks[0].attn.pattern`, `.head_out`); the lessons/ notebooks recompute it from these. Changing
-        a weight here changes what this Model samples and scores."""
+        """The torch module itself (minigpt.model.GPT, in eval mode), its weights by name and its HookPoints;
+        changing a weight here changes what this Model samples and scores."""
         return self.loaded.model
 
     @property
@@ -93,16 +76,15 @@ class Model:
         return "".join(p.text for p in run_plan(self.loaded, plan_samples(self.tokenizer, [prompt], opts)))
 
     def score(self, text: str, unknown: str = "error", top: int = 5) -> Scores:
-        """The model's surprise at each character of `text` (`minigpt score`): `.bits[i]` is
-        -log2 p of character i + 1, `.probs` the probabilities, `.bits_per_char`, and the `top`
-        likeliest guesses at each position (`.top_ids`, `.top_probs`; `tokenizer.pieces(ids)` names them)."""
+        """The model's surprise at each character of `text` (`minigpt score`): `.bits[i]` is -log2 p of
+        character i + 1, with `.probs`, `.bits_per_char` and the `top` guesses (`.top_ids`, `.top_probs`,
+        named by `tokenizer.pieces(ids)`)."""
         text = checked_text(self.tokenizer, text, "the text", unknown)
         return score_text(self.loaded, text, top=top)
 
     def attention(self, text: str, unknown: str = "error") -> tuple[torch.Tensor, list[str]]:
-        """The attention weights over `text` (at most block_size characters): a (layer, head, T, T)
-        tensor whose row i is how much character i takes from each character j <= i, and the
-        characters. For a longer text, `show_attention` reads it window by window."""
+        """The attention weights over `text` (at most block_size characters) as a (layer, head, T, T)
+        tensor (row i: what character i takes from each j <= i), and the characters."""
         text = checked_text(self.tokenizer, text, "the text", unknown)
         block = self.config.model.block_size
         n = len(self.tokenizer.encode(text))
@@ -117,8 +99,7 @@ class Model:
     def show_attention(
         self, text: str, layer: int | None = None, head: int | None = None, unknown: str = "error"
     ) -> HtmlPage:
-        """The interactive attention explorer over `text` (`minigpt attention --html`): shown
-        inline when it is a cell's value in Jupyter; `.save("page.html")` writes the file."""
+        """The attention explorer over `text` (`minigpt attention --html`); `.save(path)` writes it."""
         return attention_page(
             self.loaded.model, self.tokenizer, text, source_line(self.loaded), layer, head, "the text", unknown
         )
@@ -128,17 +109,13 @@ class Model:
         return score_page(self.loaded, text, "the text", unknown)
 
     def lens(self, text: str, unknown: str = "error") -> Lens:
-        """The logit lens over `text` (`minigpt lens`; its first block_size characters): what the
-        model would predict after each layer. `.layers` names them (the last is the model's output),
-        `.top_chars[l][i]` / `.top_probs[l][i]` are layer l's top 5 after character i, `.loss[l][i]`
-        its loss in nats at the character that came, `.bits_per_char[l]` the mean."""
+        """The logit lens over `text` (`minigpt lens`; its first block_size characters): what the model
+        would predict after each layer (docs/lens.md)."""
         return lens_of(self.loaded, text, "the text", unknown)
 
     def hooked(self):
-        """The model inside TransformerLens (`pip install 'minigpt[interp]'`): a `TransformerBridge`
-        with the same weights and logits, for `run_with_cache`, hooks and its tools; it takes token
-        ids, `tl(torch.tensor([m.tokenizer.encode(text)]))` (docs/transformer_lens.md). Options it
-        cannot express exactly (post-norm, relu2, qk_norm, value_embeds) are refused with one line."""
+        """The model inside TransformerLens (`pip install 'minigpt[interp]'`): a `TransformerBridge` with the
+        same weights and logits that takes token ids (docs/transformer_lens.md); what it cannot express is refused."""
         from minigpt.inspect.hooked import hooked_model
 
         return hooked_model(self.loaded)
@@ -150,9 +127,8 @@ class Model:
         exact: int | str | None = "auto",
         text: str | None = None,
     ):
-        """What each attention head does (`minigpt heads`), measured on the run's validation text
-        (or `data`, or `text`): a `HeadsReport` whose `.heads` hold each head's pattern scores on
-        the text and on the probe, role and ablation; `.to_dict()` for JSON (docs/heads.md)."""
+        """What each attention head does (`minigpt heads`), measured on the run's validation text (or `data`,
+        or `text`): a `HeadsReport`; `.to_dict()` for JSON (docs/heads.md)."""
         from minigpt.inspect.heads import heads_of
 
         return heads_of(self.loaded, data, ablation, exact, text)
@@ -166,8 +142,7 @@ class Model:
         return Path(out)
 
     def playground(self, path: str | Path | None = None, dtype: str = "float32") -> HtmlPage:
-        """The playground page (`minigpt playground`): the model running in the browser, offline.
-        Written atomically to `path` when given; shown inline when it is a cell's value in Jupyter."""
+        """The playground page (`minigpt playground`), written to `path` when given, inline in Jupyter."""
         from minigpt.export.playground import playground_page
 
         page = playground_page(self.loaded, dtype)

@@ -17,9 +17,8 @@ from minigpt.io.textfiles import check_regular, read_text
 
 
 def text_input(text: str | None, file: Path | None, data: DataConfig | None = None) -> tuple[str, str]:
-    """The text of `--text TEXT` or `--file FILE` (exactly one), and how errors name it. A record
-    file (JSON Lines, CSV, Parquet, ...) gives its documents joined as in training, by the fields
-    and separators of `data` (the run's data config)."""
+    """The text of `--text TEXT` or `--file FILE` (exactly one), and how errors name it; a record
+    file gives its documents joined as in training, by the run's data config `data`."""
     if (text is None) == (file is None):
         raise UserError("give exactly one of --text TEXT or --file FILE")
     if file is None:
@@ -44,9 +43,8 @@ def write_attention_files(
     head: int | None = None,
     unknown: str = "error",
 ) -> list[str]:
-    """`minigpt attention`: the heat-map picture (`out`, the first block_size characters) and/or the
-    explorer page (`html`, the whole text). Every output is checked before any work; returns one
-    line per file written."""
+    """`minigpt attention`: the picture (`out`, the first block_size characters) and/or the page (`html`,
+    the whole text), every output checked before any work; returns one line per file written."""
     if out is None and html is None:
         raise UserError("give --out PICTURE.png, --html PAGE.html or both")
     for path, flag in ((out, "--out"), (html, "--html")):
@@ -80,9 +78,8 @@ def surprise_legend() -> str:
 
 
 def score_terminal(scores: Scores, colour: bool, source: str) -> str:
-    """`minigpt score`'s text: the characters on backgrounds from green (expected) to red
-    (surprising), one step per whole bit and white text on all, or plain columns (position,
-    character, bits); then the bits per character."""
+    """`minigpt score`'s text: the characters on green (expected) to red (surprising) backgrounds, one step
+    per bit, or plain columns (position, character, bits); then the bits per character."""
     if colour:
         shown = [scores.text[0]]
         for c, b in zip(scores.text[1:], scores.bits):

@@ -1,13 +1,5 @@
-"""The playground (`minigpt playground`, `Model.playground`): one self-contained HTML page that
-holds a model's weights, its vocabulary, a JavaScript GPT and sampler (inspect/web/gpt.js) and a
-UI to generate, see the next-character guesses and look at attention (inspect/web/playground.js).
-It opens from disk with no network, in any browser, and needs no Python.
-
-The weights go in as base64 of little-endian float32 (or float16, half the size), every tensor of
-the state dict but the tied LM head, in state-dict order; a manifest gives each one's offset and
-shape. The page is rendered by inspect.pages.render like the explorer pages, so it shares their
-CSS, colours and drawing code.
-"""
+"""The playground (`minigpt playground`, `Model.playground`): one self-contained HTML page with a
+model's weights, its vocabulary and a JavaScript GPT and sampler; no network, no Python (docs/playground.md)."""
 
 from __future__ import annotations
 
@@ -89,8 +81,7 @@ def estimated_bytes(loaded: LoadedModel, dtype: str) -> int:
 
 
 def page_data(loaded: LoadedModel, dtype: str) -> dict:
-    """Everything the page needs, as plain data: the model's shape, the vocabulary, the weights and
-    what the header says about the run."""
+    """Everything the page needs, as plain data: the model's shape, the vocabulary, the weights and the run."""
     from minigpt.infer.decode import half_window
     from minigpt.model import QK_NORM_EPS
 
@@ -144,8 +135,8 @@ def playground_page(loaded: LoadedModel, dtype: str = "float32") -> PlaygroundPa
 
 
 def playground_run(target: Path, out: Path, dtype: str = "float32") -> str:
-    """`minigpt playground`: OUT and --dtype checked before the model is loaded (on the CPU, in
-    float32), then the page written; returns the line that says what was written and how big it is."""
+    """`minigpt playground`: OUT and --dtype checked before the model loads, then the page written;
+    returns the line that says what was written and how big it is."""
     import torch
 
     from minigpt.infer.loading import load_model

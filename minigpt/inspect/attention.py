@@ -1,6 +1,5 @@
-"""Pictures of attention: heat maps of the causal attention weights over a text, one per layer and
-head, with the characters on both axes (PNG, through matplotlib's headless Agg backend), and the
-interactive explorer page (pages.py) over texts of any length, read window by window."""
+"""Pictures of attention: heat maps per layer and head over a text (matplotlib, Agg), and the
+interactive explorer page over texts of any length, read window by window (docs/attention.md)."""
 
 from __future__ import annotations
 
@@ -25,10 +24,8 @@ def visible(ch: str) -> str:
 
 
 class AttentionFigure:
-    """A grid of attention heat maps, rows layers and columns heads, that can be redrawn with new
-    weights for the same text, so logging at every eval pays for the axes and labels once.
-    `light` (TensorBoard, every eval) labels only the outer axes and skips the layout solver:
-    creating and drawing hundreds of tick labels is what makes the full figure take seconds."""
+    """A grid of attention heat maps (rows layers, columns heads) redrawn with new weights for the same
+    text, so each eval pays for axes and labels once; `light` (TensorBoard) labels only the outer axes."""
 
     def __init__(self, chars: list[str], layers: list[int], heads: list[int], light: bool = False):
         import matplotlib
@@ -126,15 +123,9 @@ def write_attention_png(model: GPT, tok: Tokenizer, text: str, out: Path, layer:
 
 @dataclass
 class WindowedAttention:
-    """The attention over a text of any length, window by window.
-
-    The model sees at most block_size characters at once. Windows of block_size start every
-    `stride` = block_size // 2 characters (the last one may be shorter), as `minigpt score`
-    reads a long text. Character i is shown with the window where it has the most context: the
-    first window for i < block_size, else the one it ends in the second half of
-    (`owner_window`), so every character past the first window has between block_size - stride
-    and block_size - 1 characters before it. `maps[w]` is window w's (L', nh', T_w, T_w) weights
-    for the chosen `layers` and `heads`."""
+    """The attention over a text of any length: windows of block_size every `stride` characters, as
+    `minigpt score` reads it; character i is shown from `owner_window(i)`, where it has the most context.
+    `maps[w]` is window w's (L', nh', T_w, T_w) weights for the chosen `layers` and `heads`."""
 
     pieces: list[str]  # what each token shows as (`Tokenizer.pieces`)
     ids: list[int]
@@ -151,15 +142,15 @@ class WindowedAttention:
         return 0 if i < self.block else (i - self.block) // self.stride + 1
 
     def row(self, i: int) -> tuple[int, torch.Tensor]:
-        """Character i's attention, as the page shows it: (the first key's position, weights
-        (L', nh', keys)) over the characters from its window's start up to i."""
+        """Character i's attention as the page shows it: (first key's position, weights (L', nh', keys)),
+        the keys from its window's start up to i."""
         w = self.owner_window(i)
         start = self.window_start(w)
         return start, self.maps[w][:, :, i - start, : i - start + 1]
 
     def weight_bytes(self) -> bytes:
-        """The weights as the page stores them: weight x 255 rounded to a byte, each window's lower
-        triangle, in the order layer, head, window, row, column."""
+        """The weights as the page stores them: round(255 w) bytes of each window's lower triangle,
+        in the order layer, head, window, row, column."""
         tris = []
         for m in self.maps:  # (L', nh', T, T), each window made bytes at once: a quarter of the memory
             rows, cols = torch.tril_indices(m.size(-1), m.size(-1))
@@ -202,8 +193,8 @@ def attention_page(
     label: str = "--text",
     unknown: str = "error",
 ) -> HtmlPage:
-    """The interactive attention explorer over `text` (any length up to the page's limit, read
-    window by window: WindowedAttention), for all layers and heads or the one `layer` / `head`."""
+    """The interactive attention explorer over `text` (up to the page's limit), for all layers and
+    heads or the one `layer` / `head`."""
     layers, heads = chosen_layers_heads(model, layer, head)
     text = checked_text(tok, text, label, unknown)
     ids = tok.encode(text)

@@ -1,12 +1,5 @@
-"""Induction heads forming over training: every checkpoint of a run (the `train.keep_every`
-snapshots, best.pt and last.pt) scored in step order on the same fixed validation sample, as the
-trainer scores its model for TensorBoard at each evaluation (docs/heads.md).
-
-Each point is the in-context-learning score (Olsson et al. 2022: the loss late in the context
-minus the loss early in it, `icl_score`) and every head's induction and previous-token pattern
-scores on the same validation text (`score_text`, as `minigpt heads` scores it). The phase change
-is marked where the strongest head's induction score rises fastest per step between two
-consecutive checkpoints."""
+"""Induction heads forming over training: every checkpoint of a run scored in step order on the same
+fixed validation sample, as the trainer scores its model at each evaluation (docs/heads.md)."""
 
 from __future__ import annotations
 
@@ -25,17 +18,14 @@ from minigpt.infer.windows import spread_starts
 from minigpt.inspect.heads import ROLE_MIN, score_text
 from minigpt.model import GPT
 
-# predictions of the validation sample the ICL score is measured on (whole windows, evenly spread,
-# the same ones every time): a fixed, small sample, so scoring at every evaluation stays cheap
-ICL_TOKENS = 16_384
+ICL_TOKENS = 16_384  # the fixed, evenly spread validation sample the ICL score reads: cheap at every evaluation
 NO_SNAPSHOTS = "{run} has no snapshots to follow over training; train with train.keep_every=N"
 
 
 @dataclass
 class HeadPoint:
-    """One model's scores: the ICL score and the mean loss over the sample, and every head's
-    induction and previous-token scores on the validation text (n_layer lists of n_head: the
-    share of its attention on the pattern's targets, over the positions that have one)."""
+    """One model's scores: the ICL score, the sample's mean loss, and every head's induction and
+    previous-token scores (n_layer lists of n_head)."""
 
     icl_score: float
     sample_loss: float
@@ -73,9 +63,8 @@ class HeadPoint:
 
 
 def score_point(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_tokens: int = ICL_TOKENS) -> HeadPoint:
-    """The ICL score over a spread sample of `max_tokens` predictions of `ids` (all of its whole
-    windows when it is shorter) and the heads' pattern scores on the same text (`score_text`:
-    bounded windows, reduced on the device); the model's mode is left as it was."""
+    """The ICL score over a spread sample of `max_tokens` predictions of `ids` and the heads' pattern
+    scores on the same text (`score_text`); the model's mode is left as it was."""
     by_position = loss_by_position(model, ids, table, max_tokens)
     icl, _, _ = icl_score(by_position)
     text = score_text(model, ids, table)
@@ -84,8 +73,7 @@ def score_point(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_token
 
 
 def run_checkpoints(run_dir: Path) -> list[Path]:
-    """The snapshots, best.pt and last.pt of a run directory; an error when it has no snapshot or
-    fewer than two checkpoints in all."""
+    """The snapshots, best.pt and last.pt of a run directory; an error without a snapshot or two checkpoints."""
     snapshots = list_snapshots(run_dir)
     others = [run_dir / name for name in (BEST, LAST) if (run_dir / name).is_file()]
     if not snapshots or len(snapshots) + len(others) < 2:
@@ -94,8 +82,7 @@ def run_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS) -> tuple[list[HeadPoint], str]:
-    """Every checkpoint of the run scored, one point per step in step order (checkpoints of the same
-    step hold the same weights: the first is scored), and a line saying what was measured."""
+    """Every checkpoint of the run scored, one point per step in step order, and a line saying what was measured."""
     from minigpt.infer.evaluate import eval_ids_for
     from minigpt.infer.loading import load_model
 
@@ -134,11 +121,8 @@ def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS)
 
 
 def phase_change(points: list[HeadPoint]) -> tuple[int, int, float] | None:
-    """(step before, step after, rise) of the interval between consecutive checkpoints where the
-    strongest induction score rises fastest per step; None until an induction head has formed,
-    that is until some checkpoint's strongest score is ROLE_MIN (half) of the way from a uniform
-    head's to a perfect head's, as `minigpt heads` asks of an induction head (else every small
-    wobble would be marked)."""
+    """(step before, step after, rise) where the strongest induction score rises fastest per step between
+    consecutive checkpoints; None until some head has `formed` (else every small wobble would be marked)."""
     best: tuple[float, int, int, float] | None = None
     strongest = [p.strongest() for p in points]
     if all(s is None or s[2] < formed(points[0]) for s in strongest):
@@ -159,8 +143,7 @@ def formed(point: HeadPoint) -> float:
 
 
 def formation_table(points: list[HeadPoint], about: str) -> str:
-    """One row per checkpoint: step, the checkpoint's val loss, the sample's loss, the ICL score and
-    the strongest induction head."""
+    """One row per checkpoint: step, val loss, the sample's loss, the ICL score and the strongest induction head."""
     p0 = points[0]
     lines = [
         about,
@@ -193,9 +176,8 @@ def formation_table(points: list[HeadPoint], about: str) -> str:
 
 
 def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
-    """Top: each head's induction score against the step (a colour per layer, a line style per
-    head); bottom: the sample's loss (and the checkpoints' val loss) and the ICL score. The phase
-    change interval is shaded in both."""
+    """The formation chart (docs/heads.md): each head's induction score above, the losses and ICL score
+    below, the phase change shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -259,8 +241,7 @@ def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
 
 
 def formation_report(target: Path, device: torch.device, png: Path | None, as_json: bool) -> None:
-    """`minigpt heads RUN --over-training`: the table (or one JSON object per checkpoint) on
-    stdout, and with `png` the formation chart."""
+    """`minigpt heads RUN --over-training`: the table (or JSON lines) on stdout, and with `png` the chart."""
     points, about = follow_run(target, device)
     if png is not None:
         draw_formation(points, about, png)

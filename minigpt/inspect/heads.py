@@ -1,15 +1,5 @@
 """What each attention head does, measured: pattern scores on the model's own text and on a
-repeated random probe, the loss each head's removal costs (ablation), and a role where one
-pattern clearly dominates (docs/heads.md).
-
-A pattern marks, for each query position, its target keys: the previous position, earlier
-occurrences of the query's token (duplicate), the token after such an occurrence (induction,
-the prefix-matching score; on text the occurrence must be of the last two tokens), or position 0
-(first). On text, a head's score is the share of its attention on the targets, averaged over the
-positions that have a target, with how many there were. On the probe (n random tokens, drawn by
-the text's frequencies, written twice) it is TransformerLens' head detector: sum(A * P) / sum(A),
-whose best value `probe_scores` gives. Both are reduced on the model's device, a bounded batch of
-windows at a time."""
+repeated random probe, the loss each head's ablation costs, and a role (docs/heads.md defines each)."""
 
 from __future__ import annotations
 
@@ -51,9 +41,8 @@ def repeated_tokens(
     seed: int = 0,
     freqs: np.ndarray | None = None,
 ) -> torch.Tensor:
-    """n_seq sequences (n_seq, 2n) of n random tokens followed by the same n again,
-    n = min(block_size, SCORE_CONTEXT) // 2. The tokens are drawn by `freqs` (counts per token id,
-    e.g. the text's), else uniformly (a byte model: printable ASCII)."""
+    """n_seq sequences (n_seq, 2n) of n random tokens written twice, n = min(block_size, SCORE_CONTEXT) // 2,
+    drawn by `freqs` (counts per token id), else uniformly (a byte model: printable ASCII)."""
     half = min(block_size, SCORE_CONTEXT) // 2
     if half < MIN_HALF:
         raise UserError(
@@ -72,10 +61,7 @@ def repeated_tokens(
 
 def targets(tokens: torch.Tensor, prefix: int = 1) -> dict[str, torch.Tensor]:
     """Each pattern's targets (B, T, T) over sequences (B, T), row = query, column = key, as
-    TransformerLens builds them: previous (key t-1), duplicate (an earlier key with the query's
-    token), induction (the key right after such an earlier copy), first (key 0). With prefix 2
-    an induction target must also follow a copy of the token before the query: the last two
-    tokens repeat (on text, where one character recurs everywhere, this is where copying can help)."""
+    TransformerLens builds them; with prefix 2 an induction target needs the last two tokens to repeat."""
     B, T = tokens.shape
     same = (tokens[:, :, None] == tokens[:, None, :]).tril(-1)  # (B, T, T) earlier keys with the query's token
     induction = torch.zeros_like(same)
@@ -97,11 +83,8 @@ def detection_patterns(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def pattern_sums(weights: Iterable[tuple[torch.Tensor, torch.Tensor]], prefix: int = 1) -> dict:
-    """Per query position, summed over windows: each head's weight on each pattern's targets
-    (pattern -> (L, nh, T)), how many windows have a target there (pattern -> (T,)), what a
-    uniform head puts on them (pattern -> (T,)), and the weighted distance back (L, nh, T).
-    `weights` yields (attention (L, B, nh, T, T), tokens (B, T)) on one device; the sums come
-    back on the CPU in float64, one small tensor per batch. `prefix`: see `targets`."""
+    """Per query position, summed over the (attention (L, B, nh, T, T), tokens (B, T)) batches of `weights`:
+    share, defined, uniform (pattern -> ...) and distance, on the CPU in float64."""
     out: dict = {"share": {}, "defined": {}, "uniform": {}, "distance": 0.0, "windows": 0}
     for A, tokens in weights:
         A = A.float()
@@ -124,15 +107,13 @@ def pattern_sums(weights: Iterable[tuple[torch.Tensor, torch.Tensor]], prefix: i
 
 
 def pattern_scores(weights: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The probe's scores (L, nh) of attention weights (L, B, nh, T, T) over sequences (B, T):
-    each pattern's sum(A * P) / sum(A) averaged over the sequences (TransformerLens' detect_head),
-    and `distance`, the mean number of positions between a query and the keys it attends to."""
+    """The probe's scores (L, nh) of weights (L, B, nh, T, T) over sequences (B, T): each pattern's
+    sum(A * P) / sum(A), as TransformerLens' detect_head, and the mean `distance` back."""
     return probe_scores(pattern_sums([(weights, tokens.to(weights.device))]))[0]
 
 
 def probe_scores(sums: dict) -> tuple[dict[str, torch.Tensor], dict[str, float], dict[str, float]]:
-    """From `pattern_sums` of the probe: the scores (name -> (L, nh)), a perfect head's (the share
-    of rows that have a target) and a uniform head's, every row counted."""
+    """From `pattern_sums` of the probe: the scores (name -> (L, nh)), a perfect head's and a uniform head's."""
     rows = sums["windows"] * sums["distance"].size(-1)
     scores = {name: (s.sum(-1) / rows).float() for name, s in sums["share"].items()}
     scores["distance"] = (sums["distance"].sum(-1) / rows).float()
@@ -142,10 +123,8 @@ def probe_scores(sums: dict) -> tuple[dict[str, torch.Tensor], dict[str, float],
 
 
 def text_scores(sums: dict) -> tuple[dict[str, torch.Tensor], dict[str, int], dict[str, float]]:
-    """From `pattern_sums` of text windows: each pattern's mean share (name -> (L, nh)) over the
-    positions that have a target, how many there were, and a uniform head's share. Position 0
-    (a query with no choice) is left out, also of `distance`, the mean of how far back a head looks
-    (a uniform head's is T / 4)."""
+    """From `pattern_sums` of text windows: each pattern's mean share (name -> (L, nh)) over the positions
+    with a target, how many there were, and a uniform head's share; position 0 is left out."""
     scores, positions, uniform = {}, {}, {}
     for name in PATTERNS:
         n = float(sums["defined"][name][1:].sum())
@@ -172,8 +151,7 @@ def _batch(model: GPT, T: int) -> int:
 
 def _text_batches(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_tokens: int) -> Iterator[torch.Tensor]:
     """Windows (B, T) of `ids` on the model's device, T = min(block_size, SCORE_CONTEXT): an evenly
-    spread sample of max_tokens positions (all whole windows of a shorter text; a text shorter
-    than one window is read as one)."""
+    spread sample of max_tokens positions (a text shorter than one window is read as one)."""
     T = min(model.cfg.block_size, SCORE_CONTEXT)
     n_pred = len(ids) - 1
     if n_pred < T:
@@ -187,9 +165,7 @@ def _text_batches(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_tok
 
 @dataclass
 class TextScores:
-    """Every head's pattern scores on windows of a text, as plain numbers: scores[name] (n_layer
-    lists of n_head) for each pattern and `distance`; positions[name], how many query positions
-    had a target; uniform[name], what a head spreading its weight evenly scores there."""
+    """Every head's pattern scores on windows of a text, as plain numbers (`text_scores`)."""
 
     scores: dict[str, list[list[float]]]
     positions: dict[str, int]
@@ -202,9 +178,8 @@ class TextScores:
 def score_text(
     model: GPT, ids: np.ndarray, table: np.ndarray | None = None, max_tokens: int = SCORE_TOKENS
 ) -> TextScores:
-    """Every head's pattern scores over a spread sample of `max_tokens` positions of `ids`, reduced
-    on the model's device a bounded batch at a time (the heads' scores at every evaluation, and
-    `minigpt heads`). The model's mode is left as it was."""
+    """Every head's pattern scores over a spread sample of `max_tokens` positions of `ids`, a bounded
+    batch at a time; the model's mode is left as it was."""
     counts = torch.zeros(model.vocab_size, dtype=torch.int64)
 
     def counted() -> Iterator[torch.Tensor]:
@@ -233,9 +208,8 @@ def evidence(scores: dict[str, float], perfect: dict[str, float], uniform: dict[
 
 
 def head_role(lift: dict[str, float], distance: float) -> str:
-    """previous, duplicate, induction or first when that pattern's evidence (`evidence`) reaches
-    ROLE_MIN and beats every other pattern's by ROLE_MARGIN; else local when the head looks on
-    average fewer than LOCAL_DISTANCE positions back; else mixed."""
+    """The pattern whose evidence reaches ROLE_MIN and beats every other's by ROLE_MARGIN; else local
+    (fewer than LOCAL_DISTANCE positions back on average) or mixed."""
     best = max(lift, key=lift.__getitem__)
     runner_up = max(v for k, v in lift.items() if k != best)
     if lift[best] >= ROLE_MIN and lift[best] - runner_up >= ROLE_MARGIN:
@@ -245,8 +219,7 @@ def head_role(lift: dict[str, float], distance: float) -> str:
 
 @dataclass
 class HeadResult:
-    """One head: its pattern scores on the text and on the probe, the evidence its role was read
-    from, its role, and the validation loss its ablation costs."""
+    """One head: its scores on the text and the probe, its evidence and role, and its ablation's cost."""
 
     layer: int
     head: int
@@ -260,8 +233,7 @@ class HeadResult:
 
 @dataclass
 class HeadsReport:
-    """`minigpt heads`: every head, what perfect and uniform heads score on the text and the probe,
-    and the ablation's setting."""
+    """`minigpt heads`: every head, what perfect and uniform heads score, and the ablation's setting."""
 
     heads: list[HeadResult]
     positions: dict[str, int]  # text positions with a target, per pattern
@@ -328,8 +300,7 @@ def _heads_edited(model: GPT, edits: dict[int, object]) -> Iterator[None]:
 
 
 def ablation_starts(model: GPT, n_pred: int) -> list[int]:
-    """The whole windows head ablation reads: an evenly spread sample of at most ABLATION_TOKENS
-    predictions and ABLATION_FLOPS forward FLOPs (at least 8 windows), or every whole window."""
+    """The whole windows head ablation reads: a spread sample within ABLATION_TOKENS and ABLATION_FLOPS."""
     block = model.cfg.block_size
     if n_pred < block:
         raise UserError(
@@ -351,9 +322,7 @@ def exact_choice(
     estimate: torch.Tensor, exact: int | str | None, candidates: Iterable[tuple[int, int]], rerun_flops: float
 ) -> list[tuple[int, int]]:
     """The heads (layer, head) to ablate exactly, largest estimate first: all (None or "all"), the `exact`
-    largest, or "auto": all when every rerun together costs at most EXACT_ALL_FLOPS
-    (`rerun_flops`), else those whose estimate is at least AUTO_SHARE of the largest (at most
-    AUTO_EXACT) and every pattern candidate."""
+    largest, or "auto" (docs/heads.md: all within EXACT_ALL_FLOPS, else the top ones and every candidate)."""
     L, nh = estimate.shape
     order = sorted(np.ndindex(L, nh), key=lambda lh: -float(estimate[lh]))
     if exact in (None, "all") or (exact == "auto" and rerun_flops <= EXACT_ALL_FLOPS):
@@ -375,15 +344,9 @@ def ablate_heads(
     candidates: Iterable[tuple[int, int]] = (),
     batch_windows: int = 16,
 ) -> tuple[list[list[dict]], float, int]:
-    """The rise in loss when each head's output is replaced by its mean over the sample (mode
-    "mean") or by zeros ("zero"), on an evenly spread sample of whole windows of `ids`
-    (`ablation_starts`).
-
-    One forward and backward pass estimates every head's rise (`_estimate`). Exact ablation then
-    reruns the blocks from the head's layer up, starting from the kept residual stream, for the
-    heads `exact_choice` picks (all when `exact` is None). Returns per layer and head
-    {loss_delta, stderr, exact} (stderr over the sampled windows; None for an estimate), the
-    unablated loss, and the predictions scored."""
+    """The rise in loss when each head's output is replaced by its mean ("mean") or zeros ("zero"):
+    estimated for all, rerun exactly for `exact_choice`'s heads. Returns per layer and head
+    {loss_delta, stderr, exact}, the unablated loss, and the predictions scored."""
     cfg = model.cfg
     block = cfg.block_size
     starts = ablation_starts(model, len(ids) - 1)
@@ -426,17 +389,9 @@ def ablate_heads(
 def _estimate(
     model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], mode: str
 ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[list[torch.Tensor], torch.Tensor]]]:
-    """Every head's estimated loss rise (L, nh) from one forward and backward pass, the fill each
-    head's output is replaced by (L, nh, hs), and per batch the residual stream entering each
-    layer and each window's loss.
-
-    With d_t = (m - z_t) . dL/dz_t at each position t (z the head's output, m its fill, L the
-    summed loss), the estimate is the mean of d_t + d_t^2 / 2: attribution patching's first-order
-    term, which nearly vanishes in a trained model, plus a Gauss-Newton-like second-order one
-    (docs/heads.md measures how well it ranks heads against exact ablation). Expanding the square
-    keeps only sums of hs-sized terms, so the fill m may be the sample's mean, known at the end.
-    Each batch's sums are reduced on the device in float32 and only they move to the host, where
-    they add up in float64 (no float64 on the device: MPS has none)."""
+    """Every head's estimated loss rise (L, nh) from one forward and backward pass (docs/heads.md), the
+    fill (L, nh, hs), and per batch the residual stream entering each layer and each window's loss.
+    Only hs-sized sums are kept, so the fill may be the sample's mean; no float64 on the device (MPS has none)."""
     cfg = model.cfg
     L, nh, hs = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
     sums = {
@@ -495,9 +450,8 @@ def analyze_heads(
     exact: int | str | None = None,
     meta: dict | None = None,
 ) -> HeadsReport:
-    """Every head's pattern scores on the text `ids` and on the probe (its characters drawn by the
-    text's frequencies), its role, and, unless `ablation` is "none", the loss its ablation costs
-    on `ids` (exact for the heads `exact_choice` picks; every one when `exact` is None)."""
+    """Every head's pattern scores on the text `ids` and on the probe, its role, and, unless `ablation`
+    is "none", the loss its ablation costs on `ids`."""
     L, nh = model.cfg.n_layer, model.cfg.n_head
     text = score_text(model, ids, table)
     probe, ceiling, uniform, tokens, first = head_patterns(model, byte_mode, np.asarray(text.counts))
@@ -528,8 +482,7 @@ def heads_of(
     loaded, data=None, ablation: str = "mean", exact: int | str | None = "auto", text: str | None = None
 ) -> HeadsReport:
     """`minigpt heads` on a loaded model: every head measured on the run's validation split (or all
-    of `data`, or the string `text`). exact: "auto" (see exact_choice), a number of heads, or None
-    for all."""
+    of `data`, or the string `text`)."""
     from minigpt.infer.evaluate import eval_ids_for
     from minigpt.infer.loading import source_line
     from minigpt.inspect.pages import token_label

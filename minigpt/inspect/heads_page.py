@@ -1,7 +1,5 @@
-"""`minigpt heads --html`: the heads of a model on one offline page. A grid (layers x heads) of each
-head's role, pattern scores on the text and attention over the repeated probe sequence; one head's pattern large; the
-loss each head's ablation costs. Built from a `HeadsReport`'s plain numbers (no torch here); the
-page itself is web/heads_page.html and heads_page.js, inlined by `pages.render`."""
+"""`minigpt heads --html`: the heads of a model on one offline page, built from a `HeadsReport`'s plain
+numbers (no torch here); the page itself is web/heads_page.*."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ MAX_SIDE = 256  # positions a pattern shows per side: the large view is ~400 px,
 
 
 def heads_page(report: HeadsReport, labels: list[str] | None = None) -> HtmlPage:
-    """The page of `report`; `labels` (one string per token of `report.tokens`, e.g. `pages.token_label`)
-    lets it show the sequence's characters, else it shows positions only."""
+    """The page of `report`; `labels` (one per token of `report.tokens`) show its characters, else positions."""
     from minigpt.inspect.heads import LOCAL_DISTANCE, ROLE_MARGIN, ROLE_MIN, TEXT_POSITIONS  # loaded already
 
     meta = report.meta
@@ -83,9 +80,8 @@ def heads_page(report: HeadsReport, labels: list[str] | None = None) -> HtmlPage
 
 
 def pooled_patterns(patterns: list, T: int) -> tuple[int, np.ndarray]:
-    """The weights (L, nh, T, T) as bytes (weight x 255, rounded), max-pooled over pool x pool blocks
-    when T is past MAX_SIDE or the page would hold more than MAX_PAGE_WEIGHTS of them: a stripe
-    one position wide stays visible, where a mean would fade it."""
+    """The weights (L, nh, T, T) as round(255 w) bytes, max-pooled (a one-position stripe stays visible)
+    when T is past MAX_SIDE or the page would hold more than MAX_PAGE_WEIGHTS."""
     w = np.asarray(patterns, dtype=np.float32).reshape(-1, T, T)  # (L * nh, T, T)
     pool = 1
     while math.ceil(T / pool) > MAX_SIDE or w.shape[0] * math.ceil(T / pool) ** 2 > MAX_PAGE_WEIGHTS:

@@ -1,15 +1,6 @@
-"""A trained minigpt model inside TransformerLens (`minigpt.load(run).hooked()`), for its hooks,
-activation cache and tools: the same weights in a `TransformerBridge` of TransformerLens' own
-native architecture, with the same logits.
-
-TransformerLens 4 builds a local model with `TransformerBridge.boot_native(config)` and takes its
-weights with `load_state_dict(..., strict=True)`, which copies them as they are (folding and
-centring happen only in `process_weights()` / `enable_compatibility_mode()`). Its native blocks are
-pre-LayerNorm and sequential, with biases on every LayerNorm and Linear (zeros where minigpt has
-none), a learned position table (minigpt's sinusoidal table loads into it exactly) or rotary
-positions over adjacent channel pairs (minigpt pairs channel i with i + head_size/2: each head's
-query and key rows are permuted, which leaves every attention score the same). What it cannot
-express exactly is refused with one line naming the config key (docs/transformer_lens.md)."""
+"""A trained minigpt model inside TransformerLens (`minigpt.load(run).hooked()`): the same weights in
+a native `TransformerBridge`, with the same logits; what it cannot express exactly is refused
+(docs/transformer_lens.md says how each weight converts)."""
 
 from __future__ import annotations
 
@@ -66,8 +57,7 @@ def bridge_config(cfg: ModelConfig, vocab_size: int, eps: float) -> dict[str, An
 
 
 def rope_order(head_size: int) -> torch.Tensor:
-    """Which minigpt channel each TransformerLens query/key channel of a head takes: TransformerLens
-    rotates the adjacent pairs (2i, 2i+1) by frequency i, minigpt the pairs (i, i + hs/2)."""
+    """Which minigpt channel each TransformerLens query/key channel of a head takes (docs/transformer_lens.md)."""
     half = torch.arange(head_size // 2)
     return torch.stack((half, half + head_size // 2), dim=1).flatten()  # [0, h, 1, h+1, ...]
 
@@ -134,9 +124,8 @@ def transformer_bridge() -> Any:
 
 
 def hooked_model(loaded: LoadedModel) -> Any:
-    """The loaded model as a TransformerLens `TransformerBridge` in eval mode, on the model's device
-    and in its dtype: its logits on token ids (B, T) are minigpt's. It has no tokenizer (minigpt's
-    characters are not a Hugging Face tokenizer): pass ids from `loaded.tokenizer.encode`."""
+    """The loaded model as a TransformerLens `TransformerBridge` in eval mode, on its device and dtype, whose
+    logits on ids (B, T) are minigpt's; it has no tokenizer: pass ids from `loaded.tokenizer.encode`."""
     model = loaded.model
     reason = refusal(model.cfg)
     if reason is not None:

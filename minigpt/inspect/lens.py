@@ -1,15 +1,6 @@
-"""The logit lens (`minigpt lens`, `Model.lens`): the model's own head (final LayerNorm, tied
-unembedding, soft-cap: `GPT.logits`) applied to the residual stream after each block, which shows
-what the model would predict if it stopped at that layer.
-
-Layer 0 is the stream entering block 0 (the token and position embeddings); layer l + 1 is the
-stream after block l, so the last layer is the model's own output, exactly. A post-norm model
-(model.norm=post) has no final LayerNorm: each block already ends in one, so there the lens reads
-the stream as each block leaves it normalised (and the embeddings as they are, unnormalised).
-
-The text is read in one window: a text longer than block_size is cut to its first block_size
-tokens (`Lens.dropped` says how many were left out), so that every layer sees the same context.
-"""
+"""The logit lens (`minigpt lens`, `Model.lens`): the model's own head (`GPT.logits`) applied to the
+residual stream entering block 0 and after each block; the last layer is the model's output, exactly.
+One window is read: the first block_size tokens (docs/lens.md)."""
 
 from __future__ import annotations
 
@@ -27,11 +18,8 @@ from minigpt.model import GPT, evaluating
 
 @dataclass
 class Lens:
-    """What the model would predict after each layer, at each position of a text.
-
-    At position i a layer predicts token i + 1: `top_ids[l][i]` / `top_probs[l][i]` are layer l's
-    likeliest tokens, most likely first (the last position's are what would come after the text),
-    and `loss[l][i]` is -ln p of the token that came (nats; one fewer than the positions)."""
+    """What the model would predict after each layer at each position i (token i + 1): the likeliest
+    tokens, most likely first, and `loss[l][i]`, -ln p of the token that came (one fewer than the positions)."""
 
     chars: list[str]  # what each token of the text shows as (tokenizer.pieces)
     ids: list[int]
@@ -88,8 +76,7 @@ class Lens:
 
 
 def guess_text(tok: Tokenizer, i: int) -> str:
-    """A guessed token as plain text: its character, or for a byte model the character of an ASCII
-    byte and the hex value of any other (alone it is no character)."""
+    """A guessed token as plain text: its character (a byte model: ASCII, else its hex value)."""
     if tok.kind == "byte":
         return chr(i) if i < 128 else f"0x{i:02X}"
     return tok.pieces([i])[0]
@@ -97,8 +84,7 @@ def guess_text(tok: Tokenizer, i: int) -> str:
 
 @torch.no_grad()
 def logit_lens(model: GPT, tok: Tokenizer, text: str, top: int = TOP_GUESSES) -> Lens:
-    """The lens over `text` (already checked: every character one the model knows), at most its
-    first block_size tokens, the `top` likeliest guesses kept at each position of each layer."""
+    """The lens over the first block_size tokens of a checked `text`, the `top` likeliest guesses kept."""
     ids = torch.from_numpy(tok.encode_checked(text, "the text", skip_hint=False))
     block = model.cfg.block_size
     dropped = max(0, len(ids) - block)
@@ -127,14 +113,12 @@ def logit_lens(model: GPT, tok: Tokenizer, text: str, top: int = TOP_GUESSES) ->
 
 
 def lens_of(loaded: LoadedModel, text: str, label: str = "the text", unknown: str = "error") -> Lens:
-    """The lens over `text` as `minigpt lens` reads it: unknown characters refused (or, with
-    unknown='skip', dropped), then its first block_size tokens."""
+    """The lens over `text` as `minigpt lens` reads it: unknown characters refused (unknown='skip': dropped)."""
     return logit_lens(loaded.model, loaded.tokenizer, checked_text(loaded.tokenizer, text, label, unknown))
 
 
 def lens_html(lens: Lens, tok: Tokenizer, source: str) -> HtmlPage:
-    """The lens page: the text once per layer, each character coloured by that layer's surprise at
-    it; hover one for that layer's top guesses, click one for every layer's."""
+    """The lens page: the text once per layer, each character coloured by that layer's surprise."""
     seen = sorted({i for layer in lens.top_ids for row in layer for i in row} | set(lens.ids))
     data = {
         "source": source,

@@ -1,7 +1,5 @@
-"""Self-contained HTML pages from plain numbers (no torch, no model here): the one page shell every
-page is rendered in, and the attention explorer and the surprise view. A page is one file, its CSS
-and JavaScript (web/) inlined and its data embedded as JSON: it opens from disk with no network.
-In Jupyter a page shows in an iframe (`HtmlPage._repr_html_`), apart from the notebook's styles."""
+"""Self-contained HTML pages from plain numbers (no torch here): one file each, CSS and JavaScript
+(web/) inlined and data embedded as JSON, so it opens from disk with no network."""
 
 from __future__ import annotations
 
@@ -76,8 +74,7 @@ def check_length(n: int, limit: int, label: str, hint: str = "") -> None:
 
 
 def token_label(tok: Tokenizer, i: int) -> str:
-    """A token as a guess is shown: the character (whitespace made visible), or for a byte model
-    the character of an ASCII byte and the hex value of any other."""
+    """A token as a guess is shown: the character, whitespace made visible (a byte model: ASCII, else hex)."""
     if tok.kind == "byte":
         return VISIBLE.get(chr(i), chr(i)) if 32 <= i < 127 or chr(i) in VISIBLE else f"0x{i:02X}"
     c = tok.pieces([i])[0]
@@ -85,8 +82,7 @@ def token_label(tok: Tokenizer, i: int) -> str:
 
 
 def render(kind: str, title: str, data: dict) -> str:
-    """One page: the shell web/page.html around web/<kind>.html, with the shared and the page's CSS
-    and scripts and `data` (as JSON) inlined."""
+    """One page: the shell web/page.html around web/<kind>.html, its CSS, scripts and `data` (JSON) inlined."""
     scripts = ("common.js", "heads.js", *MORE_SCRIPTS.get(kind, ()), f"{kind}.js")
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     parts = {
@@ -116,8 +112,7 @@ def attention_html(
     windows: int,
     source: str,
 ) -> HtmlPage:
-    """The attention explorer: `weights` are bytes (weight x 255, rounded), each window's lower
-    triangle, in the order layer, head, window, row, column (`inspect.attention.WindowedAttention`)."""
+    """The attention explorer over `weights`, as `WindowedAttention.weight_bytes` stores them."""
     data = {
         "source": source,
         "pieces": pieces,

@@ -1,8 +1,5 @@
-"""`minigpt runs DIR --html PAGE`: the runs of a folder on one offline page. Their val loss curves
-together (against step or wall time), a table of their configs and results that sorts by any
-column and marks the keys that differ between runs, and one run's whole config on a click. Built
-from plain data (each run's config, results and curve, read by cli/runs_table.py); the page itself
-is web/runs.html and runs.js, inlined by `pages.render`."""
+"""`minigpt runs DIR --html PAGE`: the runs of a folder on one offline page (docs/runs.md), built from
+plain data read by cli/runs_table.py; the page itself is web/runs.*."""
 
 from __future__ import annotations
 
@@ -30,10 +27,8 @@ def finite(value: Any) -> Any:
 
 
 def runs_html(folder: str, runs: list[dict[str, Any]]) -> HtmlPage:
-    """The page of `runs`: one dict each with `run` (its name), `config` (flat, or None when the run
-    could not be read), `results` (results.json or None), `steps`, `best_val_loss`,
-    `best_val_loss_is_full`, `params`, `wall_s`, `problem` and `curve` ({step, seconds, value} lists,
-    or None without event files)."""
+    """The page of `runs`: one dict each with `run`, `config` (flat, or None), `results`, `steps`,
+    `best_val_loss`, `best_val_loss_is_full`, `params`, `wall_s`, `problem` and `curve` (or None)."""
     differ = differing_keys([r["config"] for r in runs if r.get("config")])
     data = {"folder": folder, "runs": finite(runs), "differ": differ}
     curves = sum(1 for r in runs if r.get("curve") and r["curve"]["step"])

@@ -1,11 +1,6 @@
-"""Crash-safe file writes, the package's one mechanism for them: a temporary file in the same
-directory, renamed over the target only when it is complete. A crash at any moment leaves the old
-file or the new one, never a partial file; an exception while writing leaves the old file and no
-temporary one.
-
-Durable by default (the data, then the rename, fsynced): a checkpoint or a config must survive a
-power cut. `fsync=False` is for files checked when read and rebuilt when torn, where forcing
-gigabytes to disk would only cost time (the encoding cache)."""
+"""Crash-safe file writes, the package's one mechanism for them: a crash leaves the old file or the new
+one, never a partial file. Durable by default; `fsync=False` only for files checked when read and rebuilt
+when torn (the encoding cache)."""
 
 from __future__ import annotations
 

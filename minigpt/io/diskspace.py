@@ -1,12 +1,5 @@
-"""Room on disk: what a filesystem has free, and a write that failed as one line.
-
-A run writes checkpoints, `results.json`, `config.yaml` and TensorBoard events. Any of them can
-fail on a shared machine: a full disk (ENOSPC), a quota (EDQUOT), a filesystem remounted
-read-only (EROFS), a failing disk (EIO). torch's checkpoint writer hides the errno: a full disk
-comes out of its zip writer as a `RuntimeError` ("[enforce fail at inline_container.cc:...]
-unexpected pos ..."), recognised here by its text and told apart by the space that is free.
-`write_errors` turns each of them into a `WriteError`: the file, the bytes it needed, the bytes
-free and what to do. Standard library only (no torch)."""
+"""Room on disk: what a filesystem has free, and a failed write (an OSError, or torch's zip writer's
+`RuntimeError`, which hides the errno) as one `WriteError` line. Standard library only (no torch)."""
 
 from __future__ import annotations
 
@@ -35,8 +28,7 @@ _TORCH_WRITER = ("inline_container", "unexpected pos", "PytorchStreamWriter fail
 
 
 def free_bytes(path: Path) -> int | None:
-    """Bytes an unprivileged process may still write on the filesystem of `path` (or of its
-    nearest existing parent); None where that cannot be known."""
+    """Bytes an unprivileged process may still write on the filesystem of `path` (or its nearest parent), or None."""
     path = Path(path).absolute()
     for candidate in (path, *path.parents):
         if candidate.exists():
@@ -65,8 +57,7 @@ def is_write_failure(e: BaseException) -> bool:
 
 
 def write_error(path: Path, e: BaseException, needed: int | None, after: str = "") -> WriteError:
-    """The one line for a failed write of `path` (`needed` bytes), with `after` (what was kept,
-    how to go on) at its end."""
+    """The one line for a failed write of `path` (`needed` bytes), with `after` (what was kept, how to go on)."""
     free = free_bytes(path.parent)
     code = e.errno if isinstance(e, OSError) else None
     if code is None and needed is not None and free is not None and free < needed:

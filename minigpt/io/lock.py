@@ -1,6 +1,5 @@
-"""The package's one lock between processes: filelock's native lock, which the kernel drops when its
-holder ends in any way (kill -9 included), so no stale lock outlives a crash. Its soft lock (a
-marker file a killed holder leaves behind) is refused: a filesystem that cannot lock goes unlocked."""
+"""The package's one lock between processes: filelock's native lock, which the kernel drops when its holder
+ends (kill -9 included); no soft lock, so a filesystem that cannot lock goes unlocked."""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ class LockHeld(Exception):
 
 
 class FileLock:
-    """An exclusive lock on `path` (created if missing, never deleted) from acquire() to release().
-    Blocking waits for the holder; non-blocking raises LockHeld at once."""
+    """An exclusive lock on `path` (created if missing, never deleted) from acquire() to release();
+    non-blocking raises LockHeld at once."""
 
     def __init__(self, path: Path, *, blocking: bool = True) -> None:
         self.path, self.blocking, self._lock = path, blocking, None

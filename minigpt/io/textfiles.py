@@ -1,6 +1,5 @@
-"""Reading a text file a user named on the command line (--file, --prompt-file, --prompts-file),
-with one clear error line for each way it can be wrong, and a JSON file minigpt wrote itself.
-Standard library only."""
+"""Reading a text file a user named (one error line for each way it can be wrong), and a JSON file
+minigpt wrote itself. Standard library only."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ _KINDS = [
 
 
 def not_a_file(mode: int) -> str | None:
-    """What a non-regular file is ("a character device", as /dev/zero is), or None for a regular
-    file. Reading one may never end (/dev/zero, /dev/urandom) or wait for ever (a FIFO, a terminal)."""
+    """What a non-regular file is ("a character device"), or None for a regular file: reading one may never end."""
     if stat.S_ISREG(mode):
         return None
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
@@ -64,8 +62,7 @@ def read_text(path: str | Path, flag: str) -> str:
 
 
 def read_json_dict(path: Path) -> dict:
-    """A JSON object minigpt wrote (results.json, a cache's index), or {} when the file is missing,
-    unreadable or not an object: such a file is passed over or rebuilt, never an error."""
+    """A JSON object minigpt wrote, or {} when the file is missing, unreadable or not an object (never an error)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

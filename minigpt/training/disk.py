@@ -1,14 +1,6 @@
-"""Will the run's files fit on its disk? Checked before the first step, like the memory preflight,
-so that a run that cannot save is refused in one line instead of failing at its first checkpoint.
-
-A checkpoint holds the float32 weights and the optimizer's state: AdamW keeps two moments a
-parameter (Muon one, for its matrices), so 12 bytes a parameter bound both, plus the position
-table, random-number states, config and vocabulary (`_FIXED`): an upper bound on an actual write
-(`payload_bytes` gives its size).
-
-The run directory's filesystem must hold `last.pt`, `best.pt` and one temporary copy (a checkpoint
-is written beside the old one and renamed over it). Files already there count as room they will
-be replaced into. Other files a run keeps (snapshots) are added as more `Need`s."""
+"""Will the run's files fit on its disk? Checked before the first step, so a run that cannot save is
+refused in one line (docs/cluster.md, "Disks"). Each size is an upper bound: a checkpoint is at most
+12 bytes a parameter (float32 weights, AdamW's two moments or Muon's one) plus `_FIXED`."""
 
 from __future__ import annotations
 
@@ -25,9 +17,7 @@ from minigpt.model import parameter_count
 
 _FIXED = 64 * 1024  # random-number states, config, vocabulary, the archive's records
 _SMALL_FILES = 256 * 1024  # config.yaml, results.json, TensorBoard events: room for them too
-# what a snapshot holds beside the weights: the zip's headers (~1 KB a tensor), the config and
-# the pickled dicts; 32 KB plus a generous share per tensor and per vocabulary entry is an upper
-# bound on what tiny to default models hold
+# an upper bound on what a snapshot holds beside the weights (zip headers, config, pickled dicts)
 OVERHEAD_BYTES = 32 << 10
 PER_TENSOR_BYTES = 1536
 PER_VOCAB_ENTRY_BYTES = 16
@@ -35,8 +25,7 @@ PER_VOCAB_ENTRY_BYTES = 16
 
 @dataclass(frozen=True)
 class Need:
-    """Room one kind of file needs: `count` files of `each` bytes, `names` the ones whose current
-    copies in the run directory will be replaced (their size is room already taken)."""
+    """Room one kind of file needs: `count` files of `each` bytes; `names` will be replaced (room already taken)."""
 
     label: str
     each: int
@@ -45,8 +34,7 @@ class Need:
 
 
 def run_needs(cfg: Config, n_params: int, extra: Sequence[Need] = ()) -> list[Need]:
-    """What a run keeps on disk: last.pt, best.pt and a temporary copy while one is written, and
-    the `extra` files it keeps (none of a kind with a count of 0)."""
+    """What a run keeps on disk: last.pt, best.pt, a temporary copy while one is written, and `extra`."""
     positions = cfg.model.block_size * cfg.model.n_embd * 4  # a buffer saved with the weights
     each = 12 * n_params + positions + _FIXED  # one checkpoint: weights and optimizer state
     kept = [n for n in extra if n.count]
@@ -54,9 +42,8 @@ def run_needs(cfg: Config, n_params: int, extra: Sequence[Need] = ()) -> list[Ne
 
 
 def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> Need:
-    """The snapshot files (train.keep_every) a run of `cfg` will write after `from_step` (the resume
-    step; 0 for a new run): how many, and an upper bound on each one's size, the float32 weights
-    (tied embedding counted once) plus the rest. Snapshots are kept, never replaced."""
+    """The snapshots (train.keep_every) a run of `cfg` will write after `from_step` (the resume step; 0 for
+    a new run): how many, and an upper bound on each one's size. Snapshots are kept, never replaced."""
     every, last = cfg.train.keep_every, cfg.train.max_steps
     count = 0 if not every else max(0, last // every - from_step // every)
     m = cfg.model
@@ -97,8 +84,7 @@ def preflight(cfg: Config, out_dir: Path, n_params: int, writes: bool = True, ex
 
 
 def write_run_file(path: Path, text: str, after: str = "") -> None:
-    """A small file of the run (config.yaml, results.json), written atomically; a failure is one
-    `WriteError` line and leaves the old file and no temporary one."""
+    """A small file of the run (config.yaml, results.json), written atomically; a failure is one `WriteError` line."""
     data = text.encode("utf-8")
     with write_errors(path, len(data), after):
         atomic_write(path, lambda f: f.write(data))

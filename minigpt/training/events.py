@@ -1,6 +1,5 @@
-"""A run's TensorBoard event files read back with TensorBoard's own reader: what `minigpt runs
---html` draws. tensorboard.py writes them; this module only reads (TensorBoard is imported here, in
-train/, and only when a page is made)."""
+"""A run's TensorBoard event files read back with TensorBoard's own reader, imported only when a page
+is made: what `minigpt runs --html` draws."""
 
 from __future__ import annotations
 
@@ -12,9 +11,8 @@ _SIZES = {"scalars": 0, "images": 1, "audio": 1, "histograms": 1, "compressedHis
 
 
 def scalar_curve(run_dir: Path, tag: str = "val/loss") -> dict[str, list[float]] | None:
-    """`tag`'s points in the run's event files: {"step": [...], "seconds": [...], "value": [...]},
-    seconds counted from the run's first event (a resumed run's pause is in them); None when the
-    run has no event files (log.tensorboard off), an empty curve when they hold no such tag."""
+    """`tag`'s points in the run's event files: {"step", "seconds" (from the first event), "value"} lists;
+    None without event files, an empty curve without the tag."""
     if not any(run_dir.glob(EVENTS)):
         return None
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -1,6 +1,5 @@
-"""Interrupts during training: the first SIGINT, SIGTERM or SIGUSR1 becomes a request to stop after
-the current step (and save); a second one exits at once. SIGUSR1 is what SLURM sends ahead of a
-time limit or preemption (`sbatch --signal=USR1@120`): it is handled exactly like SIGTERM."""
+"""Interrupts during training: the first SIGINT, SIGTERM or SIGUSR1 (SLURM's warning, docs/cluster.md)
+becomes a request to stop after the current step and save; a second one exits at once."""
 
 from __future__ import annotations
 
@@ -24,14 +23,11 @@ class StopNow(Exception):
 
 
 class StopRequest:
-    """Turns the first stop signal into a flag the loop checks between steps (so a step is never
-    cut in half); a second signal exits at once (checkpoints are written atomically, so nothing on
-    disk can be left half-written). Inside `at_once()` (work that changes no state, such as the
-    final evaluation of the saved weights) the first signal stops that work at once."""
+    """The first stop signal as a flag the loop checks between steps, so a step is never cut in half; a
+    second exits at once. Inside `at_once()` (work that changes no state) the first stops that work."""
 
     def __init__(self, hard_exit: bool = True) -> None:
-        # under torchrun the launcher itself follows a Ctrl-C with SIGTERM to every worker and
-        # kills them after its own timeout: there, further signals only keep the stop request
+        # False under torchrun: its launcher kills the workers after its own timeout; more signals keep the request
         self.hard_exit = hard_exit
         self.signum: int | None = None
         self._at_once = False

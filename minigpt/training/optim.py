@@ -1,18 +1,6 @@
-"""The optimizers: AdamW, and Muon on the blocks' matrices beside it (`optim.optimizer=muon`).
-
-Both implement the part of torch.optim.Optimizer the trainer uses (`Optimizer`) with torch.optim's
-state-dict layout, so checkpoints move between them and torch's own optimizers.
-
-AdamW (CPU and MPS; CUDA uses torch.optim.AdamW(fused=True)) is torch.optim.AdamW's update, op for
-op: a test holds the two to the same numbers. Speed trick: no torch._dynamo import, so the first
-step comes seconds sooner; benchmark `scripts/bench.py tricks`.
-
-Muon (Keller Jordan, 2024) replaces the Nesterov momentum of each block matrix's gradient by its
-nearest semi-orthogonal matrix (`orthogonalize`), with a step of `optim.muon_lr` on the same
-schedule as `optim.lr`; embeddings, the tied head, norms and biases stay with AdamW. Not
-torch.optim.Muon, which takes the fused q/k/v weight as one matrix, always orthogonalizes in
-bfloat16 and imports torch._dynamo at its first step.
-"""
+"""The optimizers, in torch.optim's state-dict layout (design.md, "Optimizers"): AdamW, torch's update op for op
+(a test holds it), and Muon on the blocks' matrices beside it (`optim.optimizer=muon`). Speed trick: AdamW
+imports no torch._dynamo, so the first step comes seconds sooner; benchmark `scripts/bench.py tricks`."""
 
 from __future__ import annotations
 
@@ -179,8 +167,7 @@ class AdamW(Optimizer):
 
 # the quintic iteration's coefficients, tuned to push singular values towards 1 fast (Jordan 2024)
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
-# One (a, b, c) per iteration: Polar Express (Amsel, Persson, Musco, Gower 2025)'s five steps less
-# the second (docs/benchmarks.md, "Muon: four Polar Express iterations").
+# one (a, b, c) per iteration: Polar Express (Amsel et al. 2025) less its second step (docs/benchmarks.md)
 NS_SCHEDULE: tuple[tuple[float, float, float], ...] = (
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
@@ -192,11 +179,9 @@ NS_SCHEDULE: tuple[tuple[float, float, float], ...] = (
 def orthogonalize(
     g: torch.Tensor, dtype: torch.dtype = torch.bfloat16, schedule: tuple[tuple[float, float, float], ...] = NS_SCHEDULE
 ) -> torch.Tensor:
-    """An approximately semi-orthogonal matrix (singular values ~0.7 to 1.2) with g's singular
-    vectors, for each matrix of a (batch, rows, cols) stack, computed in `dtype`; returned in
-    float32. One iteration per (a, b, c) of `schedule`, each three batched matrix products with the
-    scalings folded in (baddbmm). A float32 matrix more than 1.5 times as long as it is short takes
-    the Gram route (`gram_newton_schulz`): the same iterations for fewer products."""
+    """An approximately semi-orthogonal matrix (singular values ~0.7 to 1.2) with g's singular vectors, for each
+    matrix of a (batch, rows, cols) stack, computed in `dtype`, returned in float32; one iteration per (a, b, c)
+    of `schedule`. A float32 matrix over 1.5 times as long as short takes the Gram route (same numbers, fewer FLOPs)."""
     x = g.to(dtype)
     wide = g.size(-2) > g.size(-1)
     if wide:
@@ -215,16 +200,9 @@ def orthogonalize(
 
 
 def gram_newton_schulz(x: torch.Tensor, schedule: tuple[tuple[float, float, float], ...]) -> torch.Tensor:
-    """The Newton-Schulz iterations of `orthogonalize` on a stack of short, long matrices x (B, m, n),
-    m < n, carried out on their (m, m) Gram matrices.
-
-    Each iteration maps x to q(A) x with A = x x^T and q(A) = a I + b A + c A^2, so after k of them
-    x_k = P_k x_0, where P_k is a product of polynomials in A_0 = x_0 x_0^T. Everything commutes, so
-    A_{k+1} = Q A_k Q with Q = q(A_k), and P_{k+1} = P_k Q: four (m, m) products an iteration (two in
-    the first and the last), one (m, m) by (m, n) product for the Gram matrix and one to apply P at the
-    end. Against three products an iteration on the (m, n) matrix, that is fewer FLOPs once n > 1.5 m.
-    The same numbers as the direct iterations up to float32 rounding; in bfloat16
-    the products of products lose too much, so only float32 takes this route."""
+    """The Newton-Schulz iterations of `orthogonalize` on short, long matrices x (B, m, n), m < n, carried out
+    on their (m, m) Gram matrices (design.md, "Optimizers"): the direct route's numbers up to float32 rounding;
+    float32 only (bfloat16 loses too much)."""
     a_mat = torch.bmm(x, x.mT)  # (B, m, m)
     p_mat: torch.Tensor | None = None
     last = len(schedule) - 1
@@ -247,10 +225,8 @@ def muon_views(name: str, p: torch.Tensor) -> torch.Tensor:
 
 
 class MuonAdamW(Optimizer):
-    """Muon on the block matrices, the project's AdamW (fused on CUDA: torch's) on the rest.
-
-    param_groups[0] is Muon's; the rest are AdamW's, in the order the AdamW optimizer keeps them.
-    The state dict holds both in torch.optim's layout, parameters numbered in group order."""
+    """Muon on the block matrices, AdamW on the rest: param_groups[0] is Muon's, then AdamW's in its order;
+    the state dict holds both in torch.optim's layout, parameters numbered in group order."""
 
     def __init__(
         self,
@@ -368,13 +344,8 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer | AdamW, saved: dict[str, Any]) -> None:
-    """Load a saved optimizer state, keeping the live optimizer's settings.
-
-    torch's Optimizer.load_state_dict takes every group setting from the saved groups, so a
-    checkpoint written by the CPU optimizer (fused: None) would turn a CUDA run's fused AdamW into
-    the foreach one, leave its `step` tensors on the CPU and, under fp16, trip GradScaler's
-    found_inf path. The settings belong to this run's device (and its config, which a resume may
-    not change); only the state tensors come from the checkpoint."""
+    """Load a saved optimizer state, keeping the live optimizer's group settings (they belong to this run's
+    device and config; design.md, "Optimizers"): only the state tensors come from the checkpoint."""
     live = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     groups = [{**group, **settings} for group, settings in zip(saved["param_groups"], live)]
     optimizer.load_state_dict({**saved, "param_groups": groups})

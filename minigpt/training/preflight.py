@@ -1,12 +1,6 @@
-"""Will this training fit in memory? An estimate made before the first step, compared with what
-the machine has, so an impossible batch is a clear error instead of the kernel's silent SIGKILL
-(or a CUDA out-of-memory traceback).
-
-The estimate counts float32 weights, their gradients and AdamW's two moments (16 bytes a
-parameter) and the activations autograd keeps for one micro-batch, per token and layer and per
-token of the logits: constants measured on this project's model (`scripts/bench.py memory` prints
-the estimate beside the measured peak).
-"""
+"""Will this training fit in memory? An estimate before the first step (16 bytes a parameter, plus the
+activations one micro-batch keeps, by constants `scripts/bench.py memory` measures), so an impossible
+batch is one error line, not a silent SIGKILL."""
 
 from __future__ import annotations
 
@@ -43,22 +37,20 @@ def estimate(cfg: Config, vocab_size: int, n_params: int, dtype: torch.dtype) ->
     if m.dropout > 0:
         dropouts = 2 if m.attn_only else 3  # the embedding's, attention's output and the MLP's
         per_sequence += m.block_size * m.n_layer * m.n_embd * dropouts  # a mask byte per element
-        # attention dropout takes the unfused path, which keeps the (T, T) scores, probabilities
-        # and mask of every head: about 13 bytes an entry
+        # attention dropout's unfused path keeps every head's (T, T) scores, probabilities and mask
         per_sequence += 13 * m.n_layer * m.n_head * m.block_size**2
     return Estimate(fixed=16 * n_params + _FIRST_STEP, per_sequence=int(_OVERHEAD * per_sequence))
 
 
 def accum_steps(cfg: Config, processes: int, least: int) -> list[int]:
-    """The train.grad_accum_steps from `least` up that split each process's share of the batch
-    evenly: the same batch in smaller micro-batches."""
+    """The train.grad_accum_steps from `least` up that split each process's share of the batch evenly."""
     per_rank = cfg.train.batch_size // processes
     return [a for a in range(least, per_rank + 1) if per_rank % a == 0]
 
 
 def preflight(cfg: Config, est: Estimate, available: int | None, where: str, processes: int = 1) -> str | None:
-    """None when one micro-batch fits in 90% of what is available; else the error: the estimate,
-    what is available, and a grad_accum_steps that keeps the batch and fits."""
+    """None when one micro-batch fits in 90% of what is available; else the error, with a
+    grad_accum_steps that keeps the batch and fits."""
     if available is None:
         return None
     t = cfg.train

@@ -1,7 +1,5 @@
-"""What a person at the terminal sees of a training run: the start-up lines, the progress bar or
-lines, the evaluation lines and the summary (the `Progress` callback), and the bar of encoding
-a large corpus (`ByteProgress`). With `tensorboard.py`, the only module that draws with tqdm;
-rank 0 only."""
+"""What a person at the terminal sees of a training run (rank 0): the start-up lines, `Progress` (the bar or
+lines, evaluations, the summary) and `ByteProgress` (encoding a large corpus); the only module using tqdm."""
 
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ BIG_ENCODE = 64 << 20  # bytes: smaller texts encode in well under a second, sil
 
 
 class ByteProgress:
-    """Encoding or hashing a large corpus: a tqdm bar in bytes/s on a terminal, and one line with the
-    throughput when it is done (rank 0 only)."""
+    """Encoding or hashing a large corpus: a bar in bytes/s on a terminal, then one line (rank 0 only)."""
 
     def __init__(self, total: int, desc: str) -> None:
         self.total, self.desc, self.start = total, desc, time.perf_counter()
@@ -72,14 +69,12 @@ def eta_text(seconds: float) -> str:
 
 
 class Progress(Callback):
-    """log.progress (a bar, or a line every log.progress_seconds), the line of each evaluation and
-    the summary at the end; rank 0 only."""
+    """log.progress (a bar, or a line every log.progress_seconds), each evaluation's line and the summary."""
 
     def on_train_start(self, trainer: Any) -> None:
         self.cfg, self.out_dir, self.start_step = trainer.cfg, trainer.out_dir, trainer.state.step
         self.bits = "bpc" if trainer.tok.unit == "char" else "bits/byte"  # a byte model's loss is per byte
-        # log.progress auto: a bar on a terminal, plain lines in a file or a pipe (where a bar leaves
-        # carriage-return fragments)
+        # auto: a bar on a terminal, lines in a file or a pipe (where a bar leaves carriage-return fragments)
         mode = self.cfg.log.progress
         self.mode = mode if mode != "auto" else "bar" if sys.stderr.isatty() else "lines"
         self.budget = (trainer.started, trainer.deadline) if trainer.time_budget else None

@@ -8,21 +8,18 @@ import time
 from minigpt.config.schema import Config
 from minigpt.training.loop import lr_at
 
-# the rates a resume may change (optim.lr, min_lr, muon_lr re-plan the schedule; grad_clip only clips):
-# the way on from a run that diverged is its last good checkpoint with a lower rate
+# the rates a resume may change: the way on from a run that diverged is its last good checkpoint at a lower rate
 RATE_KEYS = ("optim.lr", "optim.min_lr", "optim.muon_lr", "optim.grad_clip")
 
 
 def time_progress(start: float, progress_then: float, deadline: float) -> float:
-    """optim.schedule_by=time: the share of the decay done now (perf_counter seconds), when the
-    command started at `start` with `progress_then` of it done (0, or a resumed run's) and the
-    rest is spread over the time until `deadline`."""
+    """optim.schedule_by=time: the share of the decay done now, `progress_then` done at `start` (0, or a
+    resumed run's) and the rest spread until `deadline` (perf_counter seconds)."""
     return progress_then + (1 - progress_then) * (time.perf_counter() - start) / max(deadline - start, 1e-9)
 
 
 def replanned_schedule_note(saved: Config, cfg: Config, step: int, changed: list[str]) -> str:
-    """A resume that changes the length or the rates re-plans the schedule from `step` on: say
-    which change did it and how the learning rate (and Muon's) jumps at the resume step."""
+    """The note of a resume that re-plans the schedule: which change did it and how the rates jump at `step`."""
     flat_saved, flat = saved.flat(), cfg.flat()
     rates = [f"{k} {flat_saved[k]:g} -> {flat[k]:g}" for k in changed if k != "train.max_steps"]
     why = f" ({', '.join(rates)})" if rates else ""

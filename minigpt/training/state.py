@@ -1,6 +1,5 @@
-"""Every random-number stream of a training process (`RngStreams`), with `state_dict()` /
-`load_state_dict()`, so a checkpoint gathers them and a resume is exact (the counters are the
-loop's `TrainState`)."""
+"""Every random-number stream of a training process (`RngStreams`), saved and restored so that a resume
+is exact (design.md, "Random-number streams")."""
 
 from __future__ import annotations
 
@@ -14,12 +13,8 @@ from minigpt.runtime.device import log
 
 
 class RngStreams:
-    """Every random-number stream of a training process.
-
-    Weights and dropout use torch's global generator (per device); training batches come from the
-    batcher's own generator, which every rank shares (each keeps its share of the same draws).
-    Evaluation batches and logged samples use their own generators and are not part of this.
-    """
+    """torch's global generator (weights, dropout; per device and rank) and the batcher's, which every rank
+    shares; evaluation and logged samples have their own generators and are not part of this."""
 
     def __init__(self, device: torch.device, batcher: Batcher, dist: distributed.Dist, seed: int):
         self.device, self.batcher, self.dist, self.seed = device, batcher, dist, seed
@@ -33,18 +28,14 @@ class RngStreams:
         return state
 
     def state_dict(self) -> dict[str, Any]:
-        """{"rng": this process's streams, "rng_ranks": every rank's torch streams or None}.
-        A collective call under DDP (it gathers every rank's state)."""
+        """{"rng": this process's streams, "rng_ranks": every rank's torch streams or None}; collective under DDP."""
         own = self._torch_state()
         ranks = distributed.all_gather(own, self.dist)
         return {"rng": {**own, "batcher": self.batcher.state_dict()}, "rng_ranks": ranks if self.dist.enabled else None}
 
     def load_state_dict(self, state: dict[str, Any], step: int) -> None:
-        """Put every stream back where the checkpoint left it.
-
-        The batch stream is shared by all ranks. The dropout streams are per rank: restored exactly
-        when the number of processes is unchanged, re-derived from the seed and step otherwise.
-        """
+        """Put every stream back where the checkpoint left it; the per-rank dropout streams are re-derived
+        from the seed and step when the number of processes changed."""
         self.batcher.load_state_dict(state["rng"]["batcher"])
         ranks, dist = state.get("rng_ranks"), self.dist
         if dist.enabled == bool(ranks) and (not ranks or len(ranks) == dist.world_size):
@@ -59,8 +50,8 @@ class RngStreams:
             log("note: the number of processes changed since the checkpoint; dropout masks are re-seeded")
 
     def _restore_cuda(self, saved: list[torch.Tensor]) -> None:
-        """Every GPU's stream when the same number are visible; otherwise the training device's
-        own, taken from the saved one of the same index (or the first), and a note saying so."""
+        """Every GPU's stream when the same number are visible; else the device's own from the saved one of
+        its index (or the first), with a note."""
         if len(saved) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(saved)
             return

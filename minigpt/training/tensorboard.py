@@ -1,7 +1,5 @@
-"""What a training run records in TensorBoard (rank 0, docs/tensorboard.md): the `TensorBoard`
-callback (scalars, the text sample, attention images, the HParams dashboard's record, the
-projector's embeddings) and `HeadScores` (log.head_scores). The only module that writes events;
-`events.py` reads them back."""
+"""What a training run records in TensorBoard (rank 0, docs/tensorboard.md): the `TensorBoard` callback and
+`HeadScores` (log.head_scores). The only module that writes events; `events.py` reads them back."""
 
 from __future__ import annotations
 
@@ -29,9 +27,8 @@ HPARAM_SECTIONS = ("model", "optim", "train")  # the keys shown unless log.hpara
 
 
 def hparam_summaries(cfg: Config) -> tuple[Any, Any, Any]:
-    """The HParams plugin's experiment, session-start and (success) session-end summaries for this
-    run: log.hparam_keys (default every model, optim and train key), numbers as numbers and the rest
-    as config.yaml spells them; keys with choices, and true/false, are categories."""
+    """The HParams plugin's experiment, session-start and (success) session-end summaries of log.hparam_keys:
+    numbers as numbers, the rest as config.yaml spells them; keys with choices, and booleans, are categories."""
     from torch.utils.tensorboard.summary import hparams
 
     fields = all_keys()
@@ -50,9 +47,7 @@ def hparam_summaries(cfg: Config) -> tuple[Any, Any, Any]:
 
 
 def token_class(tok: Tokenizer, i: int) -> str:
-    """What kind of character token `i` is, for colouring the projector: lower-case letter, capital,
-    digit, whitespace, punctuation (symbols too: $ + |), other; a byte model's bytes past ASCII
-    are "non-ASCII byte"."""
+    """What kind of character token `i` is, for colouring the projector (docs/tensorboard.md lists the classes)."""
     if tok.kind == "byte" and i >= 128:
         return "non-ASCII byte"
     c = chr(i) if tok.kind == "byte" else tok.pieces([i])[0]
@@ -68,9 +63,8 @@ def token_class(tok: Tokenizer, i: int) -> str:
 
 
 def embedding_metadata(tok: Tokenizer) -> list[list[str]]:
-    """One [token, class] row per id: the token as the pages label it (whitespace made visible,
-    a byte model's other bytes as 0xC3), with any character left that cannot be read escaped
-    (\\x0b), so that no label breaks a line of the projector's TSV file."""
+    """One [token, class] row per id, the token as the pages label it, unprintable characters escaped
+    so that no label breaks a line of the projector's TSV file."""
     from minigpt.inspect.pages import token_label
 
     rows = []
@@ -106,9 +100,8 @@ def _quiet_writer_threads() -> None:
 
 
 class GuardedWriter:
-    """A TensorBoard SummaryWriter whose failed writes are one `WriteError` line naming the event
-    file. Its thread writes in the background: a failure surfaces at the next call (or at flush
-    and close); after one, the writer does nothing more."""
+    """A TensorBoard SummaryWriter whose failed writes are one `WriteError` line naming the event file,
+    at the next call after the background failure; after one, the writer does nothing more."""
 
     def __init__(self, writer: Any) -> None:
         _quiet_writer_threads()
@@ -133,19 +126,15 @@ class GuardedWriter:
         return lambda *args, **kwargs: self._guarded(method, *args, **kwargs)
 
     def add_summaries(self, summaries: Any, step: int) -> None:
-        """Ready-made summaries (the HParams plugin's) into the run's own event file, where
-        `add_hparams` would start a folder of its own, which TensorBoard lists as another run."""
+        """Ready-made summaries into the run's own event file (`add_hparams` would start another run's folder)."""
         for summary in summaries:
             self._guarded(self._writer.file_writer.add_summary, summary, step)
 
 
 class TensorBoard(Callback):
-    """log.tensorboard: the run's event file (rank 0). Scalars at each log step; at each eval the
-    validation loss, a text sample (log.sample_length, from its own generator: the training's
-    untouched), the attention maps of log.attention_probe as an image (the figure built once and
-    redrawn), then (log.embeddings) the embedding matrix for the projector: RUN/NNNNN/embeddings/
-    and RUN/projector_config.pbtxt, folders without event files, so no extra runs; the HParams
-    session's start, and its end with success once the run finishes."""
+    """log.tensorboard: the run's event file (rank 0): scalars at each log step; at each eval the val loss,
+    a text sample from its own generator (training's untouched), the attention image and the projector's
+    embeddings; the HParams session's start, and its end once the run finishes (docs/tensorboard.md)."""
 
     def __init__(self, trainer: Any) -> None:
         cfg, out_dir, tok, start = trainer.cfg, trainer.out_dir, trainer.tok, trainer.state.step
@@ -159,16 +148,14 @@ class TensorBoard(Callback):
         self.rows = embedding_metadata(tok) if cfg.log.embeddings else None
         config = out_dir / "projector_config.pbtxt"
         if self.rows is not None and config.exists():
-            # the writer rewrites the whole config at each add_embedding from what it holds: a
-            # resumed run starts from the steps already listed, or they would drop out of it
+            # add_embedding rewrites the config from what the writer holds: a resume keeps the steps listed
             from google.protobuf import text_format
             from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig
 
             self.raw._projector_config = text_format.Parse(config.read_text(encoding="utf-8"), ProjectorConfig())
         self.session_end: Any = None  # the HParams session's end (success), written once the run finishes
         if cfg.log.hparams:
-            # a resumed run writes its start again: TensorBoard keeps a run's first (the first
-            # metadata of a tag), so the dashboard shows the values the run started with
+            # a resume writes its start again; TensorBoard keeps the first, the values the run started with
             experiment, session_start, self.session_end = hparam_summaries(cfg)
             self.writer.add_summaries([experiment, session_start], start)
         probe = tok.encode_checked(cfg.log.attention_probe, "log.attention_probe", unknown="skip")
@@ -215,10 +202,8 @@ class TensorBoard(Callback):
         self.writer.add_figure("attention", self.figure.update(maps, f"step {step}"), step, close=False)
 
     def on_train_end(self, trainer: Any, result: Any) -> None:
-        """The best checkpoint's whole-split loss (val/loss_full), and the HParams session's end
-        with success. A run stopped by a signal or an error writes no end, so it shows as unknown:
-        TensorBoard keeps a tag's first end, and an 'aborted' would outlive the resume that
-        finishes the run. Closing the event file last; quietly after an error (that one is told)."""
+        """The whole-split loss and the HParams session's end with success (none for a stopped run: TensorBoard
+        keeps the first end, so it stays unknown until a resume finishes it); then the file closes."""
         try:
             if result is not None and result.full is not None:
                 self.writer.add_scalar("val/loss_full", result.full.loss, result.step)
@@ -236,9 +221,8 @@ class TensorBoard(Callback):
 
 
 class HeadScores(Callback):
-    """log.head_scores: at each eval, heads/icl_score (the ICL score over a fixed spread sample of
-    the validation split) and every head's heads/induction/L{l}H{h} and heads/previous/L{l}H{h}
-    pattern scores on that text, as `minigpt heads RUN --over-training` scores its snapshots (docs/heads.md)."""
+    """log.head_scores: at each eval, the ICL score and every head's induction and previous scores, as
+    `minigpt heads RUN --over-training` scores its snapshots (docs/heads.md)."""
 
     def __init__(self, writer: GuardedWriter) -> None:
         self.writer, self.layout_written = writer, False
