@@ -153,3 +153,28 @@ def test_interrupt_and_a_failing_rank_stop_the_whole_job(text_file: Path, tmp_pa
     assert "simulated failure on rank 1" in proc.communicate_result[1]
     assert time.monotonic() - t0 < 200
     load_checkpoint(failing / "last.pt")  # what rank 0 saved before the failure is intact
+
+
+def test_a_callback_that_fails_on_one_rank_stops_every_rank_with_last_pt_saved(text_file: Path, tmp_path: Path) -> None:
+    """minigpt.train() under torchrun (two gloo processes), a user's callback raising on rank 1 only:
+    the ranks agree at the next sync point, rank 0 saves last.pt, and the line names the callback
+    and the rank; nothing waits for the process group's timeout."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\nimport minigpt\n\n"
+        "class Boom(minigpt.Callback):\n"
+        "    def on_step_end(self, trainer, stats):\n"
+        "        if trainer.dist.rank == 1 and trainer.state.step == 3:\n"
+        "            raise RuntimeError('boom on rank 1')\n\n"
+        f"overrides = {[*RUN, 'log.interval=5', f'data.path={text_file}']!r}\n"
+        "minigpt.train(None, overrides, out=sys.argv[1], callbacks=[Boom()])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    proc = subprocess.run([*cmd, str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=150)
+    assert proc.returncode != 0
+    assert "callback Boom failed in on_step_end at step 3 on rank 1: boom on rank 1; saved" in proc.stderr, proc.stderr
+    assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == 5  # saved where the ranks met

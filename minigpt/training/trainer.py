@@ -126,6 +126,8 @@ class Trainer(Loop):
         self.started, self.deadline = time.perf_counter(), None  # train.max_time counts from started
         self.rates: list[float] = []  # tokens/s of each log interval
         self.signals = StopRequest()  # train() installs the handlers
+        self._failure: str | None = None  # a user's callback failed here (under DDP: told at the next sync point)
+        self._stopping = False  # stopping for that failure
         self.mean_loss = math.nan  # the training loss agreed at the latest sync point
         self._request: str | None = None  # request_stop()'s reason, on this rank
         self._agreed_request = False  # some rank's request_stop(), agreed at a sync point
@@ -174,18 +176,16 @@ class Trainer(Loop):
         local = estimate_loss(self.model, self.val_batches, self.ctx)
         return distributed.all_sum(torch.tensor([local], device=self.device), self.dist).item() / self.dist.world_size
 
-    def _sync(self, stop: StopRequest) -> tuple[float, bool, bool]:
+    def _sync(self, stop: StopRequest) -> tuple[float, bool, bool, bool]:
         """A sync point (the same steps on every rank): the mean training loss over ranks since the
-        last call, whether any rank got a stop signal, and whether any called `request_stop`; the
-        only host sync between evals."""
-        flags = [
-            self._loss_sum.float(),
-            self._loss_sum.new_tensor(float(stop.signum or 0)),
-            self._loss_sum.new_tensor(float(self._request is not None)),
-        ]
-        reduced = distributed.all_sum(torch.stack(flags), self.dist)
+        last call, whether any rank got a stop signal, whether any called `request_stop`, and
+        whether a callback failed on any; the only host sync between evals."""
+        flags = [float(stop.signum or 0), float(self._request is not None), float(self._failure is not None)]
+        reduced = distributed.all_sum(
+            torch.stack([self._loss_sum.float(), *map(self._loss_sum.new_tensor, flags)]), self.dist
+        )
         mean = reduced[0].item() / self.dist.world_size / max(self._loss_count, 1)
-        return mean, reduced[1].item() > 0, reduced[2].item() > 0
+        return mean, reduced[1].item() > 0, reduced[2].item() > 0, reduced[3].item() > 0
 
     # -- state and checkpoints ----------------------------------------------------------------
 
@@ -285,20 +285,29 @@ class Trainer(Loop):
 
     def emit(self, event: str, *args: Any, to: Sequence[Callback] | None = None) -> None:
         """Call `event` on every callback (or those `to`), in order. A user's callback that raises
-        stops the run: last.pt is saved and the error names the callback."""
+        stops the run, last.pt saved, with an error naming it; under DDP at the next sync point,
+        where every rank stops (a checkpoint gathers from every rank: no rank may save alone)."""
         for callback in self.callbacks if to is None else to:
             try:
                 getattr(callback, event)(self, *args)
             except Exception as e:
                 if type(callback).__module__.startswith("minigpt."):
                     raise
-                name, step = type(callback).__name__, self.state.step
-                if event != "on_train_end":
-                    self._save_between_steps()
-                raise UserError(
-                    f"callback {name} failed in {event} at step {step}: {first_line(e)}; saved {self.out_dir / LAST}; "
-                    f"resume with: {resume_command(self.out_dir)}"
-                ) from e
+                if self._stopping:  # the failure being told already stops the run
+                    continue
+                rank = f" on rank {self.dist.rank}" if self.dist.enabled else ""
+                where = f"callback {type(callback).__name__} failed in {event} at step {self.state.step}{rank}"
+                self._failure = self._failure or f"{where}: {first_line(e)}"
+                if not self.dist.enabled or event == "on_train_end":
+                    self._stop_for_failure(save=event != "on_train_end")
+
+    def _stop_for_failure(self, save: bool = True) -> None:
+        """A callback failed, on this rank or (under DDP) another: save last.pt (unless not `save`) and stop."""
+        self._stopping = True
+        if save:
+            self._save_between_steps()
+        failure = self._failure or "a callback failed on another process"
+        raise UserError(f"{failure}; saved {self.out_dir / LAST}; resume with: {resume_command(self.out_dir)}")
 
     def _evaluate_and_save(self) -> None:
         """The validation loss (a divergence stops the run), then last.pt, and best.pt when it is a new best."""
@@ -321,7 +330,9 @@ class Trainer(Loop):
     def meet(self) -> None:
         """Where every rank meets (a step some component is due at): the loss and stop flags
         agreed, and a non-finite loss refused before anything is saved."""
-        self.mean_loss, any_stop, self._agreed_request = self._sync(self.signals)
+        self.mean_loss, any_stop, self._agreed_request, any_failed = self._sync(self.signals)
+        if any_failed:
+            self._stop_for_failure()
         if self.dist.enabled and any_stop:
             self._agreed_signal = self.signals.signum or signal.SIGTERM
         if not math.isfinite(self.mean_loss):  # never checkpoint a broken model
@@ -423,6 +434,8 @@ class Trainer(Loop):
             self.emit("on_train_start")
             with StopRequest(hard_exit=not self.dist.enabled) as self.signals:
                 self.run()
+                if self.dist.enabled:  # a callback's failure since the last sync point is told here
+                    self.meet()
                 if self.stopped:
                     log(self.stopped)
                 full, seconds = self._final_evaluation() if t.final_eval and self.dist.is_main else (None, 0.0)
