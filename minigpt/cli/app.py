@@ -256,6 +256,28 @@ def playground_cmd(
 
 
 app.command(name="heads", epilog=ROLE_HELP)(heads_cmd)  # its body: cli/heads.py
+
+import_app = typer.Typer(no_args_is_help=True, help="Open a model trained by another program as a minigpt run.")
+app.add_typer(import_app, name="import")
+
+
+@import_app.command(name="nanogpt")
+def import_nanogpt_cmd(
+    ckpt: Annotated[Path, typer.Argument(metavar="CKPT", help="nanoGPT's checkpoint: out-shakespeare-char/ckpt.pt.")],
+    out: Annotated[Path, typer.Option("--out", help="The run folder to write (new or empty).")],
+    meta: Annotated[
+        Path | None, typer.Option("--meta", help="Its vocabulary (default: data/DATASET/meta.pkl, as nanoGPT's).")
+    ] = None,
+    data: Annotated[
+        Path | None, typer.Option("--data", help="The text it trained on (default: input.txt beside meta.pkl).")
+    ] = None,
+) -> None:
+    """A character-level nanoGPT checkpoint as a minigpt run: sample, eval, heads, export... (docs/nanogpt.md)."""
+    from minigpt.export.nanogpt import import_nanogpt
+
+    print(import_nanogpt(ckpt, meta, out, data), file=sys.stderr)
+
+
 app.command(name="lens", epilog=epilog("lens"))(lens_cmd)  # its body: cli/lens.py
 
 
