@@ -111,7 +111,7 @@ def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = 
     check_request(out, fmt, dtype, force)
     check_not_inside(out, loaded)
     if fmt == "hf":
-        from minigpt.export.architectures import ARCHITECTURES, architecture_for
+        from minigpt.export.hf import ARCHITECTURES, architecture_for
         from minigpt.export.hf import write_hf as write
 
         format_name = ARCHITECTURES[architecture_for(loaded.config.model)]  # refuses a model with no exact mapping

@@ -4,7 +4,6 @@ sequence at most block_size; every model option), tokenizer.json, and minigpt.js
 from __future__ import annotations
 
 import io
-import json
 import logging
 import warnings
 from contextlib import redirect_stdout
@@ -14,9 +13,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from minigpt.export.card import model_facts
-from minigpt.export.hf import sampling_defaults
-from minigpt.export.tokenizer_json import UNKNOWN_RULE, build_tokenizer, vocabulary
+from minigpt.export.hf import UNKNOWN_RULE, build_tokenizer, model_facts, sampling_defaults, vocabulary, write_json
 from minigpt.infer.decode import half_window
 from minigpt.infer.loading import LoadedModel
 from minigpt.model import GPT
@@ -100,6 +97,5 @@ def write_onnx(loaded: LoadedModel, folder: Path, dtype: str) -> list[str]:
 
     export_onnx_graph(loaded.model, folder / "model.onnx", DTYPES[dtype])
     build_tokenizer(loaded.tokenizer).save(str(folder / "tokenizer.json"))
-    text = json.dumps(minigpt_json(loaded, dtype), indent=2, ensure_ascii=False) + "\n"
-    (folder / "minigpt.json").write_text(text, encoding="utf-8")
+    write_json(folder / "minigpt.json", minigpt_json(loaded, dtype))
     return sorted(p.name for p in folder.iterdir())
