@@ -116,11 +116,9 @@ def _shown(c: str) -> str:
 
 def _paint(s: str, bits: float, colour: bool) -> str:
     """`s` on the surprise colour of `bits` (as `minigpt score`), white text; plain without colour."""
-    from minigpt.cli.pages import SURPRISE_RAMP
+    from minigpt.cli.pages import paint
 
-    if not colour:
-        return s
-    return f"\x1b[48;5;{SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(bits))]}m\x1b[97m{s}\x1b[0m"
+    return paint(s, bits) if colour else s
 
 
 def lens_terminal(

@@ -224,20 +224,14 @@ def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.random.fork_rng(devices=[])
 
 
-class _DropRecord(logging.Filter):
-    def __init__(self, prefix: str):
-        super().__init__()
-        self.prefix = prefix
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefix)
-
-
 @contextlib.contextmanager
 def without_cuda_home_notice():
     """Drop torch's "No CUDA runtime is found, using CUDA_HOME=..." log record; every other record still shows."""
     logger = logging.getLogger("torch.utils.cpp_extension")
-    drop = _DropRecord("No CUDA runtime is found")
+
+    def drop(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
     logger.addFilter(drop)
     try:
         yield
