@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import math
 from collections import Counter
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,18 +46,7 @@ def heads_page(report: HeadsReport, labels: list[str] | None = None) -> HtmlPage
         "text": meta.get("text", ""),
         "windows": meta.get("windows", 0),
         "context": meta.get("context", 0),
-        "heads": [
-            {
-                "layer": h.layer,
-                "head": h.head,
-                "scores": h.scores,
-                "probe": h.probe,
-                "evidence": h.evidence,
-                "role": h.role,
-                "ablation": h.ablation,
-            }
-            for h in report.heads
-        ],
+        "heads": [asdict(h) for h in report.heads],  # layer, head, scores, probe, evidence, role, ablation
         "ablation": report.ablation,
         "baseLoss": report.base_loss,
         "ablationTokens": report.ablation_tokens,
