@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import json
 import os
@@ -338,10 +339,8 @@ def _exit_without_teardown(code: int) -> NoReturn:
     shutdown_threads()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
-            pass
     os._exit(code)
 
 

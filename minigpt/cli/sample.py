@@ -3,6 +3,7 @@ three modes (interactive, JSON records, text); every input is checked once, by `
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -276,10 +277,8 @@ def repl(
     """The loop. `run(prompt, opts, stops)` generates one streamed sample."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("--interactive needs a terminal; to sample many prompts from a script use --prompts-file FILE")
-    try:
+    with contextlib.suppress(ImportError):
         import readline  # noqa: F401  (line editing and history for input())
-    except ImportError:
-        pass
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
