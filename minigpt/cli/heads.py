@@ -102,7 +102,7 @@ def heads_cmd(
 
     report = heads_of(load_model(target, inference_device(device, threads)), data, ablation, n_exact, text)
     if html is not None:
-        from minigpt.inspect.heads_page import heads_page
+        from minigpt.inspect.heads import heads_page
 
         page = heads_page(report, labels=report.meta.get("labels"))
         print(f"wrote {page.save(html)}: {page.summary}", file=sys.stderr)
