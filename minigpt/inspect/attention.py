@@ -19,11 +19,6 @@ from minigpt.inspect.pages import MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS, VISIBLE, Htm
 from minigpt.model import GPT
 
 
-def visible(ch: str) -> str:
-    """A character as it can be read on an axis: whitespace gets a visible stand-in."""
-    return VISIBLE.get(ch, ch)
-
-
 class AttentionFigure:
     """A grid of attention heat maps, rows layers and columns heads, that can be redrawn with new
     weights for the same text, so logging at every eval pays for the axes and labels once.
@@ -53,7 +48,7 @@ class AttentionFigure:
             layout=None if light else "constrained",
             dpi=72 if light else 100,
         )
-        labels = [visible(c) for c in chars]
+        labels = [VISIBLE.get(c, c) for c in chars]  # whitespace gets a visible stand-in
         blank = [[0.0] * T for _ in range(T)]
         self.images = {}
         for r, layer in enumerate(layers):
@@ -144,9 +139,6 @@ class WindowedAttention:
     heads: list[int]
     maps: list[torch.Tensor]
 
-    def window_start(self, w: int) -> int:
-        return w * self.stride
-
     def owner_window(self, i: int) -> int:
         return 0 if i < self.block else (i - self.block) // self.stride + 1
 
@@ -154,7 +146,7 @@ class WindowedAttention:
         """Character i's attention, as the page shows it: (the first key's position, weights
         (L', nh', keys)) over the characters from its window's start up to i."""
         w = self.owner_window(i)
-        start = self.window_start(w)
+        start = w * self.stride
         return start, self.maps[w][:, :, i - start, : i - start + 1]
 
     def weight_bytes(self) -> bytes:
