@@ -129,8 +129,7 @@ def lens_terminal(
     the character that came; the top 5 at `positions` (none: how to see them)."""
     names = [*lens.layers[:-1], f"{lens.layers[-1]} = output"]
     pad = max(len(n) for n in names) + 2
-    unit = "char" if lens.unit == "char" else lens.unit
-    lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{unit}"]
+    lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{lens.unit}"]
     lines += [f"{n:<{pad}}{b:>9.3f}" for n, b in zip(names, lens.bits_per_char)]
     if vocab:
         lines += uniform_lines(lens, pad, vocab)
