@@ -4,6 +4,7 @@ interactive explorer page (pages.py) over texts of any length, read window by wi
 
 from __future__ import annotations
 
+import base64
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from minigpt.data.tokenizer import Tokenizer, checked_text
 from minigpt.errors import UserError
 from minigpt.infer.decode import half_window
 from minigpt.infer.score import window_count
-from minigpt.inspect.pages import MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS, VISIBLE, HtmlPage, attention_html, check_length
+from minigpt.inspect.pages import MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS, VISIBLE, HtmlPage, _snippet, check_length, render
 from minigpt.model import GPT
 
 
@@ -205,15 +206,17 @@ def attention_page(
     hint = f" with this model's {len(layers)} layers x {len(heads)} heads (one --layer or --head allows more)"
     check_length(len(ids), limit, label, hint if many else "")
     att = windowed_attention(model, tok.pieces(ids), ids, layers, heads)
-    return attention_html(
-        att.pieces,
-        att.weight_bytes(),
-        att.block,
-        att.stride,
-        att.layers,
-        att.heads,
-        model.cfg.n_layer,
-        model.cfg.n_head,
-        len(att.maps),
-        source,
-    )
+    data = {
+        "source": source,
+        "pieces": att.pieces,
+        "block": att.block,
+        "stride": att.stride,
+        "layers": layers,
+        "heads": heads,
+        "nLayer": model.cfg.n_layer,
+        "nHead": model.cfg.n_head,
+        "weights": base64.b64encode(att.weight_bytes()).decode("ascii"),
+    }
+    windows = len(att.maps)
+    summary = f"{len(ids):,} characters, {len(layers)} layer(s) x {len(heads)} head(s), {windows} window(s)"
+    return HtmlPage(render("attention", f"attention: {_snippet(att.pieces)}", data), "attention", summary)

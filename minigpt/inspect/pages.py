@@ -1,11 +1,10 @@
 """Self-contained HTML pages from plain numbers (no torch, no model here): the one page shell every
-page is rendered in, and the attention explorer and the surprise view. A page is one file, its CSS
+page is rendered in, and the surprise view. A page is one file, its CSS
 and JavaScript (web/) inlined and its data embedded as JSON: it opens from disk with no network.
 In Jupyter a page shows in an iframe (`HtmlPage._repr_html_`), apart from the notebook's styles."""
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import re
@@ -102,36 +101,6 @@ def render(kind: str, title: str, data: dict) -> str:
 
 def _read(name: str) -> str:
     return (WEB / name).read_text(encoding="utf-8")
-
-
-def attention_html(
-    pieces: list[str],
-    weights: bytes,
-    block: int,
-    stride: int,
-    layers: list[int],
-    heads: list[int],
-    n_layer: int,
-    n_head: int,
-    windows: int,
-    source: str,
-) -> HtmlPage:
-    """The attention explorer: `weights` are bytes (weight x 255, rounded), each window's lower
-    triangle, in the order layer, head, window, row, column (`inspect.attention.WindowedAttention`)."""
-    data = {
-        "source": source,
-        "pieces": pieces,
-        "block": block,
-        "stride": stride,
-        "layers": layers,
-        "heads": heads,
-        "nLayer": n_layer,
-        "nHead": n_head,
-        "weights": base64.b64encode(weights).decode("ascii"),
-    }
-    title = f"attention: {_snippet(pieces)}"
-    summary = f"{len(pieces):,} characters, {len(layers)} layer(s) x {len(heads)} head(s), {windows} window(s)"
-    return HtmlPage(render("attention", title, data), "attention", summary)
 
 
 def score_html(scores: Scores, tok: Tokenizer, source: str) -> HtmlPage:
