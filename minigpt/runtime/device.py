@@ -131,9 +131,10 @@ def cpu_bf16_choice(shape: tuple[int, int] | None = None) -> Choice | None:
     """The cached, measured bf16 choice for `shape` (rows, width) on a CPU with bf16 hardware; None without."""
     if not cpu_has_native_bf16():
         return None
-    from minigpt.runtime.precision import cpu_precision
+    from minigpt.runtime.precision import cached_choice, measure
 
-    return cpu_precision(*(shape or PROBE_SHAPE))
+    rows, width = shape or PROBE_SHAPE  # whether bf16 pays for rows x width products: cached, else measured
+    return cached_choice(f"{rows}x{width}", lambda: measure(rows, width))
 
 
 def multiplies_bf16(device: torch.device, shape: tuple[int, int] | None = None) -> bool:
