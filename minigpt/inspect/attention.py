@@ -20,6 +20,11 @@ from minigpt.inspect.pages import MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS, VISIBLE, Htm
 from minigpt.model import GPT
 
 
+def visible(ch: str) -> str:
+    """A character as it can be read on an axis: whitespace gets a visible stand-in."""
+    return VISIBLE.get(ch, ch)
+
+
 class AttentionFigure:
     """A grid of attention heat maps, rows layers and columns heads, that can be redrawn with new
     weights for the same text, so logging at every eval pays for the axes and labels once.
@@ -49,7 +54,7 @@ class AttentionFigure:
             layout=None if light else "constrained",
             dpi=72 if light else 100,
         )
-        labels = [VISIBLE.get(c, c) for c in chars]  # whitespace gets a visible stand-in
+        labels = [visible(c) for c in chars]
         blank = [[0.0] * T for _ in range(T)]
         self.images = {}
         for r, layer in enumerate(layers):
