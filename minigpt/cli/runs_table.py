@@ -99,15 +99,13 @@ def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 
 
-ESTIMATE_LEGEND = (
-    "~: an estimate (the in-training loss, or a sample of the split); without it, the whole validation split"
-)
-
-
 def estimate_legend(runs: list[RunInfo]) -> list[str]:
     """The line under a table that explains its ~, when a loss carries one."""
-    marked = any(r.best_val_loss is not None and not r.best_val_loss_is_full and not r.problem for r in runs)
-    return [ESTIMATE_LEGEND] if marked else []
+    if any(r.best_val_loss is not None and not r.best_val_loss_is_full and not r.problem for r in runs):
+        return [
+            "~: an estimate (the in-training loss, or a sample of the split); without it, the whole validation split"
+        ]
+    return []
 
 
 def data_name(path: str | list[str]) -> str:
