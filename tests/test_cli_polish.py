@@ -206,7 +206,7 @@ import atexit, sys, threading
 from concurrent.futures import ThreadPoolExecutor
 import triton  # loads nanobind, as torch.compile does
 from minigpt.cli.app import run
-from minigpt.cli.process import nanobind_loaded
+from minigpt.cli.app import nanobind_loaded
 assert nanobind_loaded()
 pool = ThreadPoolExecutor(2)  # idle non-daemon workers, like the compiler's
 pool.submit(print, "pool ran", flush=True).result()

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minigpt.inspect import heads_page as hp
+from minigpt.inspect import heads as hp
 from minigpt.inspect.heads import HeadsReport, analyze_heads
 
 from .helpers import tiny_model

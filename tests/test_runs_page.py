@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from minigpt.inspect.runs_page import differing_keys, finite
+from minigpt.cli.runs_table import differing_keys, finite
 
 from .helpers import TINY, one_error_line
 

@@ -15,7 +15,7 @@ import torch
 
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import DataConfig
-from minigpt.data import cache as corpus_cache
+from minigpt.data import encoding as corpus_cache
 from minigpt.data.corpus import load_corpus
 from minigpt.errors import UserError
 from minigpt.runtime import device as runtime

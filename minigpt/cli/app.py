@@ -4,11 +4,15 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import gc
 import json
 import os
 import sys
+import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from typer.core import TyperOption
@@ -19,7 +23,6 @@ from minigpt.cli.heads import ROLE_HELP, heads_cmd
 from minigpt.cli.help import ExportDtype, ExportFormat, PlaygroundDtype, epilog
 from minigpt.cli.lens import lens_cmd
 from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
-from minigpt.cli.process import exit_fast, honour_named_shell
 from minigpt.cli.sample import sample
 from minigpt.cli.sweep import sweep_cmd
 from minigpt.cli.train import train_cmd
@@ -110,12 +113,12 @@ def eval_(
 
     if png is not None and not by_position:
         raise UserError("--png draws the loss by position; add --by-position")
+    loaded = load_model(target, inference_device(device, threads))
     if by_position:
         from minigpt.cli.heads import by_position_command
 
-        by_position_command(load_model(target, inference_device(device, threads)), data, max_tokens, as_json, png)
+        by_position_command(loaded, data, max_tokens, as_json, png)
         return
-    loaded = load_model(target, inference_device(device, threads))
     result, label = evaluate(loaded, data, max_tokens)
     label = f"a spread sample of {result.of_tokens:,}, {label}" if result.sampled else label
     if as_json:
@@ -345,6 +348,43 @@ def lessons(
     for p in notebooks:
         shutil.copyfile(p, folder / p.name)
     print(f"{len(notebooks)} lessons in {folder}; open them with: jupyter lab {folder}", file=sys.stderr)
+
+
+def honour_named_shell(args: list[str]) -> None:
+    """Make `--install-completion zsh` and `--show-completion fish` act for the shell named (typer's own
+    detection would ignore it), refusing one typer does not support."""
+    for flag, shell in zip(args, args[1:]):
+        if flag in ("--install-completion", "--show-completion") and not shell.startswith("-"):
+            os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
+
+
+def exit_fast(code: int) -> NoReturn:
+    """End the process with `code` without the interpreter's slow teardown (atexit handlers still run;
+    once nanobind is loaded, `_exit_without_teardown`: docs/design.md#decisions).
+    Speed trick: every command ends sooner; benchmark `scripts/bench.py tricks`."""
+    if nanobind_loaded():
+        _exit_without_teardown(code)
+    gc.freeze()
+    sys.exit(code)
+
+
+def nanobind_loaded() -> bool:
+    """Whether a nanobind extension (triton's, after torch.compile) is loaded, from `type`'s subclasses."""
+    return any(meta.__module__ == "nanobind" for meta in type.__subclasses__(type))
+
+
+def _exit_without_teardown(code: int) -> NoReturn:
+    """What Py_FinalizeEx does before its teardown (threading's shutdown, the atexit handlers, flushing
+    stdout and stderr), then os._exit: no last collection, no __del__, no C-level exit hooks."""
+    shutdown_threads = getattr(threading, "_shutdown", None)
+    if shutdown_threads is None:  # not the CPython this was written against: the interpreter's own exit
+        sys.exit(code)
+    shutdown_threads()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            stream.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,7 +102,7 @@ def heads_cmd(
 
     report = heads_of(load_model(target, inference_device(device, threads)), data, ablation, n_exact, text)
     if html is not None:
-        from minigpt.inspect.heads_page import heads_page
+        from minigpt.inspect.heads import heads_page
 
         page = heads_page(report, labels=report.meta.get("labels"))
         print(f"wrote {page.save(html)}: {page.summary}", file=sys.stderr)
@@ -196,16 +196,8 @@ def by_position_command(loaded, data: Path | None, max_tokens: int, as_json: boo
         draw_loss_by_position(curve, late, early, png, f"{loaded.path}: {label}")
         print(f"wrote {png}", file=sys.stderr)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "by_position": [round(float(v), 6) for v in curve],
-                    "icl_score": score,
-                    "positions": {"late": late, "early": early},
-                    "unit": loaded.tokenizer.unit,
-                }
-            )
-        )
+        record = {"by_position": [round(float(v), 6) for v in curve], "icl_score": score}
+        print(json.dumps({**record, "positions": {"late": late, "early": early}, "unit": loaded.tokenizer.unit}))
         return
     block = len(curve)
     marks = sorted({0, early, block // 4, block // 2, late, block - 1})

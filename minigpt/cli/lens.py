@@ -116,11 +116,9 @@ def _shown(c: str) -> str:
 
 def _paint(s: str, bits: float, colour: bool) -> str:
     """`s` on the surprise colour of `bits` (as `minigpt score`), white text; plain without colour."""
-    from minigpt.cli.pages import SURPRISE_RAMP
+    from minigpt.cli.pages import paint
 
-    if not colour:
-        return s
-    return f"\x1b[48;5;{SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(bits))]}m\x1b[97m{s}\x1b[0m"
+    return paint(s, bits) if colour else s
 
 
 def lens_terminal(
@@ -131,8 +129,7 @@ def lens_terminal(
     the character that came; the top 5 at `positions` (none: how to see them)."""
     names = [*lens.layers[:-1], f"{lens.layers[-1]} = output"]
     pad = max(len(n) for n in names) + 2
-    unit = "char" if lens.unit == "char" else lens.unit
-    lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{unit}"]
+    lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{lens.unit}"]
     lines += [f"{n:<{pad}}{b:>9.3f}" for n, b in zip(names, lens.bits_per_char)]
     if vocab:
         lines += uniform_lines(lens, pad, vocab)

@@ -66,12 +66,15 @@ def write_attention_files(
 SURPRISE_RAMP = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # ANSI 256 colours, dark green .. dark red
 
 
+def paint(s: str, bits: float) -> str:
+    """`s` in white on the surprise colour of `bits`: one step of the ramp per whole bit."""
+    return f"\x1b[48;5;{SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(bits))]}m\x1b[97m{s}\x1b[0m"
+
+
 def surprise_legend() -> str:
     """The colours' key under a coloured text: one swatch per bit of surprise, 0 to 8 and more."""
-    swatches = "".join(
-        f"\x1b[48;5;{code}m\x1b[97m {i}{'+' if i == len(SURPRISE_RAMP) - 1 else ''} \x1b[0m"
-        for i, code in enumerate(SURPRISE_RAMP)
-    )
+    last = len(SURPRISE_RAMP) - 1
+    swatches = "".join(paint(f" {i}{'+' if i == last else ''} ", i) for i in range(last + 1))
     return (
         f"colours: {swatches} bits of surprise at a character (green expected, red surprising; the first is not scored)"
     )
@@ -83,9 +86,8 @@ def score_terminal(scores: Scores, colour: bool, source: str) -> str:
     if colour:
         shown = [scores.text[0]]
         for c, b in zip(scores.text[1:], scores.bits):
-            code = SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(b))]
             mark = "\u21b5" if c == "\n" else c  # a line break shows as a coloured arrow, then breaks
-            shown.append(f"\x1b[48;5;{code}m\x1b[97m{mark}\x1b[0m" + ("\n" if c == "\n" else ""))
+            shown.append(paint(mark, b) + ("\n" if c == "\n" else ""))
         lines = ["".join(shown), surprise_legend()]
     else:
         pairs = enumerate(zip(scores.text[1:], scores.bits), start=1)

@@ -1,5 +1,8 @@
 """`minigpt runs`: the run directories under a folder, one row each from their checkpoints (no weights
-read) and results.json, a sweep's sorted by loss; and `--html`'s data: configs, results, val-loss curves."""
+read) and results.json, a sweep's sorted by loss; and `--html`: the runs on one offline page, their val
+loss curves together (against step or wall time), a table of their configs and results that sorts by any
+column and marks the keys that differ between runs, and one run's whole config on a click (the page
+itself is inspect/web/runs.html and runs.js, inlined by `pages.render`)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint, list_snapshots
 from minigpt.config.files import value_text
 from minigpt.config.schema import config_from_dict
 from minigpt.errors import UserError
+from minigpt.inspect.pages import HtmlPage, check_output, render
 from minigpt.io.textfiles import read_json_dict
 from minigpt.model import parameter_count
 from minigpt.training.sweep import Sweep, short_keys
@@ -66,19 +70,11 @@ def read_run(run_dir: Path, name: str) -> RunInfo:
     )
 
 
-def run_dirs(root: Path) -> list[Path]:
-    """Every run directory under `root` (at any depth; `root` itself too), in path order."""
+def list_runs(root: Path) -> list[RunInfo]:
+    """Every run directory under `root` (at any depth; `root` itself too, named "."), in path order."""
     if not root.is_dir():
         raise UserError(f"{root} is not a directory of runs (train one with: minigpt train --out {root}/NAME)")
-    return runs_inside(root)
-
-
-def run_name(root: Path, run_dir: Path) -> str:
-    return str(run_dir.relative_to(root)) if run_dir != root else "."
-
-
-def list_runs(root: Path) -> list[RunInfo]:
-    return [read_run(d, run_name(root, d)) for d in run_dirs(root)]
+    return [read_run(d, str(d.relative_to(root)) if d != root else ".") for d in runs_inside(root)]
 
 
 def format_runs(runs: list[RunInfo]) -> str:
@@ -94,21 +90,22 @@ def format_runs(runs: list[RunInfo]) -> str:
             rows.append((*first, "-", "-", "-", "-", "-", f"unreadable: {r.problem}"))
             continue
         rows.append((*first, *run_cells(r), str(r.snapshots), r.started_from or "-"))
-    n = len(rows[0]) - 1
-    widths = [max(len(row[i]) for row in rows) for i in range(n)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:n], widths)) + "  " + row[n] for row in rows]
-    return "\n".join([*(line.rstrip() for line in lines), *estimate_legend(runs)])
+    return "\n".join([*_aligned(rows), *estimate_legend(runs)])
 
 
-ESTIMATE_LEGEND = (
-    "~: an estimate (the in-training loss, or a sample of the split); without it, the whole validation split"
-)
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    """A table's lines: each column padded to its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 
 
 def estimate_legend(runs: list[RunInfo]) -> list[str]:
     """The line under a table that explains its ~, when a loss carries one."""
-    marked = any(r.best_val_loss is not None and not r.best_val_loss_is_full and not r.problem for r in runs)
-    return [ESTIMATE_LEGEND] if marked else []
+    if any(r.best_val_loss is not None and not r.best_val_loss_is_full and not r.problem for r in runs):
+        return [
+            "~: an estimate (the in-training loss, or a sample of the split); without it, the whole validation split"
+        ]
+    return []
 
 
 def data_name(path: str | list[str]) -> str:
@@ -176,25 +173,52 @@ def format_sweep(rows: list[SweepRow]) -> str:
             table.append((row.run, *values, "-", "-", "-", "-", note))
             continue
         table.append((row.run, *values, *run_cells(r), row.note))
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
-    return "\n".join(lines + estimate_legend([row.info for row in rows if row.info is not None]))
+    return "\n".join(_aligned(table) + estimate_legend([row.info for row in rows if row.info is not None]))
 
 
 def runs_page(folder: Path, out: Path) -> str:
     """`minigpt runs DIR --html PAGE`: every run's config, results and val loss curve (from its
     TensorBoard events, or results.json's last point without them) on one page; the line to print."""
-    from minigpt.inspect.pages import check_output
-    from minigpt.inspect.runs_page import runs_html
     from minigpt.training.events import scalar_curve
 
     check_output(out)
     runs = []
-    for run_dir in run_dirs(folder):
-        info = read_run(run_dir, run_name(folder, run_dir))
-        curve = scalar_curve(run_dir) if info.problem is None else None
+    for info in list_runs(folder):
+        curve = scalar_curve(folder / info.run) if info.problem is None else None
         runs.append({**info.to_dict(), "config": info.config, "results": info.results, "curve": curve})
     if not runs:
         raise UserError(f"no runs under {folder} (train one with: minigpt train --out {folder}/NAME)")
     page = runs_html(str(folder), runs)
     return f"wrote {page.save(out)}: {page.summary}"
+
+
+def differing_keys(configs: list[dict[str, Any]]) -> list[str]:
+    """The config keys whose value is not the same in every config (one missing counts as differing)."""
+    keys = list(dict.fromkeys(k for config in configs for k in config))
+    return [k for k in keys if len({repr(config.get(k, "<none>")) for config in configs}) > 1]
+
+
+def finite(value: Any) -> Any:
+    """`value` with every non-finite float as None: JSON has no NaN or Infinity."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
+def runs_html(folder: str, runs: list[dict[str, Any]]) -> HtmlPage:
+    """The page of `runs`: one dict each with `run` (its name), `config` (flat, or None when the run
+    could not be read), `results` (results.json or None), `steps`, `best_val_loss`,
+    `best_val_loss_is_full`, `params`, `wall_s`, `problem` and `curve` ({step, seconds, value} lists,
+    or None without event files)."""
+    differ = differing_keys([r["config"] for r in runs if r.get("config")])
+    data = {"folder": folder, "runs": finite(runs), "differ": differ}
+    curves = sum(1 for r in runs if r.get("curve") and r["curve"]["step"])
+    keys = "every config key is the same"
+    if differ:
+        keys = "1 config key differs" if len(differ) == 1 else f"{len(differ)} config keys differ"
+    summary = f"{len(runs)} run{'' if len(runs) == 1 else 's'}, {curves} with a val loss curve; {keys}"
+    return HtmlPage(render("runs", f"runs: {folder}", data), "runs", summary, height=900)

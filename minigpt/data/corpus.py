@@ -13,8 +13,7 @@ import numpy as np
 import torch
 
 from minigpt.config.schema import DataConfig
-from minigpt.data.cache import load_or_encode
-from minigpt.data.encoding import Encoded, HashIndex, Layout, ProgressFactory
+from minigpt.data.encoding import Encoded, HashIndex, Layout, ProgressFactory, load_or_encode
 from minigpt.data.passes import hashes_and_vocabulary
 from minigpt.data.records import text_files
 from minigpt.data.sources import Skipped, SourceFile, absolute_spec, choose_val_files, describe, resolve_sources

@@ -227,7 +227,7 @@ def saved_dataset(folder: str, key: str) -> list[tuple[str, str, os.stat_result]
 def _glob_root(pattern: str) -> str:
     """The folder a pattern's matches are named relative to: its part before the first wildcard."""
     parts = Path(pattern).parts
-    fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if is_glob(p))]]
+    fixed = parts[: next(i for i, p in enumerate(parts) if is_glob(p))]
     return os.path.join(*fixed) if fixed else "."
 
 
@@ -268,11 +268,10 @@ def _expand(item: str, key: str, skipped: Skipped) -> list[Found]:
         return [(path, os.path.basename(path), st, "named")]
     if not is_glob(item):
         raise UserError(f"{key}: {item} does not exist (pass --data FILE|FOLDER|'GLOB' or set {key})")
-    pattern = os.path.abspath(os.path.expanduser(item))
-    root = _glob_root(pattern)
-    how = "named" if _names_extension(pattern) else "globbed"
+    root = _glob_root(path)
+    how = "named" if _names_extension(path) else "globbed"
     files: list[Found] = []
-    for match in sorted(glob.glob(pattern, recursive=True)):
+    for match in sorted(glob.glob(path, recursive=True)):
         rel = os.path.relpath(match, root)
         st = _stat_file(match, key)
         if stat.S_ISDIR(st.st_mode):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from minigpt.config import EXPORT_DTYPES, EXPORT_FORMATS
 from minigpt.errors import UserError, first_line
+from minigpt.export.formats import ARCHITECTURES, architecture_for, write_hf, write_onnx
 from minigpt.infer.loading import LoadedModel
 
 FORMATS, DTYPES = EXPORT_FORMATS, EXPORT_DTYPES
@@ -110,15 +111,10 @@ def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = 
     """Export a loaded model to `out` in `fmt` ('hf' or 'onnx'); returns the line that says what was written."""
     check_request(out, fmt, dtype, force)
     check_not_inside(out, loaded)
-    if fmt == "hf":
-        from minigpt.export.architectures import ARCHITECTURES, architecture_for
-        from minigpt.export.hf import write_hf as write
-
-        format_name = ARCHITECTURES[architecture_for(loaded.config.model)]  # refuses a model with no exact mapping
+    if fmt == "hf":  # the architecture refuses a model with no exact mapping
+        write, format_name = write_hf, ARCHITECTURES[architecture_for(loaded.config.model)]
     else:
-        from minigpt.export.onnx_file import write_onnx as write
-
-        format_name = "ONNX"
+        write, format_name = write_onnx, "ONNX"
     try:
         with staging_folder(out) as stage:
             names = write(loaded, stage, dtype)

@@ -19,6 +19,10 @@ MAX_PAGE_BYTES = 100_000_000  # browsers parse a page this big in seconds; beyon
 ASSETS_BYTES = 200_000  # the page less its weights, an upper bound for the estimate made before encoding
 INLINE_LIMIT = 30_000_000  # a notebook shows a page up to this size inline; a bigger one only names its file
 TIED = "lm_head.weight"  # the same tensor as wte.weight: stored once
+# the model options gpt.js reads (every one that changes what the model computes)
+MODEL_KEYS = (
+    "n_layer n_head n_embd block_size pos_emb norm bias attn_only qk_norm mlp_act value_embeds logit_softcap".split()
+)
 
 
 def megabytes(n: int) -> str:
@@ -95,21 +99,10 @@ def page_data(loaded: LoadedModel, dtype: str) -> dict:
         "valLoss": ckpt.val_loss if isinstance(ckpt.val_loss, float) else None,
         "params": n_params,
         "model": {
-            "n_layer": cfg.n_layer,
-            "n_head": cfg.n_head,
-            "n_embd": cfg.n_embd,
-            "block_size": cfg.block_size,
-            "pos_emb": cfg.pos_emb,
-            "norm": cfg.norm,
-            "bias": cfg.bias,
+            **{k: getattr(cfg, k) for k in MODEL_KEYS},
             "vocab_size": tok.vocab_size,
             "half_window": half_window(cfg.block_size),
-            "attn_only": cfg.attn_only,
-            "qk_norm": cfg.qk_norm,
             "qk_norm_eps": QK_NORM_EPS,
-            "mlp_act": cfg.mlp_act,
-            "value_embeds": cfg.value_embeds,
-            "logit_softcap": cfg.logit_softcap,
         },
         "tokenizer": tok.kind,
         "chars": list(tok.chars) if tok.kind == "char" else None,

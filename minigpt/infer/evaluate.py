@@ -55,7 +55,6 @@ def evaluate_ids(
     ids: np.ndarray | torch.Tensor,
     table: np.ndarray | None = None,
     max_tokens: int = 0,
-    batch_windows: int = 64,
 ) -> EvalResult:
     """Mean next-token loss over all of `ids` (each of its len(ids) - 1 predictions), or past `max_tokens`
     predictions over an evenly spread, deterministic sample of whole windows (`spread_starts`)."""
@@ -65,7 +64,7 @@ def evaluate_ids(
     starts = spread_starts(n_pred, block, max_tokens)
     total, scored = 0.0, 0
     with evaluating(model):
-        for x, y in text_windows(ids, block, table, starts, batch_windows, model.device):
+        for x, y in text_windows(ids, block, table, starts, device=model.device):
             total += token_losses(model, x, y)[0].sum().item()
             scored += y.numel()
     return EvalResult(total / scored, scored, of_tokens=n_pred if starts is not None else None)
@@ -77,7 +76,6 @@ def loss_by_position(
     ids: np.ndarray | torch.Tensor,
     table: np.ndarray | None = None,
     max_tokens: int = 0,
-    batch_windows: int = 64,
 ) -> np.ndarray:
     """The mean loss (nats) at each position 0..block_size-1 of the context, over the whole
     windows of `ids` (a spread sample of them past `max_tokens`): position t predicts the
@@ -91,7 +89,7 @@ def loss_by_position(
     starts = spread_starts(n_pred, block, max_tokens) or list(range(0, n_pred - block + 1, block))
     total = torch.zeros(block, dtype=torch.float64)  # on the CPU: MPS has no float64
     with evaluating(model):
-        for x, y in text_windows(ids, block, table, starts, batch_windows, model.device):
+        for x, y in text_windows(ids, block, table, starts, device=model.device):
             total += token_losses(model, x, y)[0].sum(0).cpu()  # a batch summed on the device, in float32
     return (total / len(starts)).numpy()
 

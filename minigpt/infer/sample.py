@@ -146,18 +146,10 @@ def batch_memory_error(model: GPT, batch: int) -> str | None:
     )
 
 
-def generate_samples(
-    model: GPT,
-    tok: Tokenizer,
-    requests: Sequence[Request],
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    stops: Sequence[str] = (),
-) -> Iterator[Piece]:
+def run_plan(loaded: LoadedModel, plan: SamplePlan) -> Iterator[Piece]:
     """Every request's sample, as pieces of text the moment they are final; requests with prompts of
     the same length share one batch (in the order of their first request)."""
+    model, tok, requests, o = loaded.model, loaded.tokenizer, plan.requests, plan.opts
     groups: dict[int, list[int]] = {}
     for k, r in enumerate(requests):
         groups.setdefault(len(r.ids), []).append(k)
@@ -165,22 +157,15 @@ def generate_samples(
     if too_big:
         raise UserError(too_big)
     for members in groups.values():
-        rows = [_Row(k, requests[k], stops, tok.streamer()) for k in members]
+        rows = [_Row(k, requests[k], plan.stops, tok.streamer()) for k in members]
         yield from (Piece(row.k, row.request.shown) for row in rows)
         generators = [torch.Generator(device=model.device).manual_seed(row.request.seed) for row in rows]
         ids = [row.request.ids for row in rows]
-        for tokens in generate_steps(model, ids, max_new_tokens, temperature, top_k, top_p, generators):
+        for tokens in generate_steps(model, ids, o.max_new_tokens, o.temperature, o.top_k, o.top_p, generators):
             yield from (row.add(tid) for row, tid in zip(rows, tokens) if not row.done)
             if all(row.done for row in rows):
                 break
         yield from (row.end() for row in rows if not row.done)
-
-
-def run_plan(loaded: LoadedModel, plan: SamplePlan) -> Iterator[Piece]:
-    """The plan's samples as pieces (generate_samples)."""
-    o = plan.opts
-    model, tok = loaded.model, loaded.tokenizer
-    return generate_samples(model, tok, plan.requests, o.max_new_tokens, o.temperature, o.top_k, o.top_p, plan.stops)
 
 
 def samples_of(pieces: Iterable[Piece]) -> list[Sample]:

@@ -3,6 +3,7 @@ interactive explorer page over texts of any length, read window by window (docs/
 
 from __future__ import annotations
 
+import base64
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from minigpt.data.tokenizer import Tokenizer, checked_text
 from minigpt.errors import UserError
 from minigpt.infer.decode import half_window
 from minigpt.infer.score import window_count
-from minigpt.inspect.pages import MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS, VISIBLE, HtmlPage, attention_html, check_length
+from minigpt.inspect.pages import MAX_PAGE_CHARS, MAX_PAGE_WEIGHTS, VISIBLE, HtmlPage, _snippet, check_length, render
 from minigpt.model import GPT
 
 
@@ -135,9 +136,6 @@ class WindowedAttention:
     heads: list[int]
     maps: list[torch.Tensor]
 
-    def window_start(self, w: int) -> int:
-        return w * self.stride
-
     def owner_window(self, i: int) -> int:
         return 0 if i < self.block else (i - self.block) // self.stride + 1
 
@@ -145,7 +143,7 @@ class WindowedAttention:
         """Character i's attention as the page shows it: (first key's position, weights (L', nh', keys)),
         the keys from its window's start up to i."""
         w = self.owner_window(i)
-        start = self.window_start(w)
+        start = w * self.stride
         return start, self.maps[w][:, :, i - start, : i - start + 1]
 
     def weight_bytes(self) -> bytes:
@@ -204,15 +202,17 @@ def attention_page(
     hint = f" with this model's {len(layers)} layers x {len(heads)} heads (one --layer or --head allows more)"
     check_length(len(ids), limit, label, hint if many else "")
     att = windowed_attention(model, tok.pieces(ids), ids, layers, heads)
-    return attention_html(
-        att.pieces,
-        att.weight_bytes(),
-        att.block,
-        att.stride,
-        att.layers,
-        att.heads,
-        model.cfg.n_layer,
-        model.cfg.n_head,
-        len(att.maps),
-        source,
-    )
+    data = {
+        "source": source,
+        "pieces": att.pieces,
+        "block": att.block,
+        "stride": att.stride,
+        "layers": layers,
+        "heads": heads,
+        "nLayer": model.cfg.n_layer,
+        "nHead": model.cfg.n_head,
+        "weights": base64.b64encode(att.weight_bytes()).decode("ascii"),
+    }
+    windows = len(att.maps)
+    summary = f"{len(ids):,} characters, {len(layers)} layer(s) x {len(heads)} head(s), {windows} window(s)"
+    return HtmlPage(render("attention", f"attention: {_snippet(att.pieces)}", data), "attention", summary)

@@ -1,9 +1,8 @@
-"""Self-contained HTML pages from plain numbers (no torch here): one file each, CSS and JavaScript
-(web/) inlined and data embedded as JSON, so it opens from disk with no network."""
+"""Self-contained HTML pages from plain numbers (no torch here): the page shell and the surprise view;
+CSS and JavaScript (web/) inlined and data embedded as JSON, so a page opens from disk with no network."""
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import re
@@ -98,35 +97,6 @@ def render(kind: str, title: str, data: dict) -> str:
 
 def _read(name: str) -> str:
     return (WEB / name).read_text(encoding="utf-8")
-
-
-def attention_html(
-    pieces: list[str],
-    weights: bytes,
-    block: int,
-    stride: int,
-    layers: list[int],
-    heads: list[int],
-    n_layer: int,
-    n_head: int,
-    windows: int,
-    source: str,
-) -> HtmlPage:
-    """The attention explorer over `weights`, as `WindowedAttention.weight_bytes` stores them."""
-    data = {
-        "source": source,
-        "pieces": pieces,
-        "block": block,
-        "stride": stride,
-        "layers": layers,
-        "heads": heads,
-        "nLayer": n_layer,
-        "nHead": n_head,
-        "weights": base64.b64encode(weights).decode("ascii"),
-    }
-    title = f"attention: {_snippet(pieces)}"
-    summary = f"{len(pieces):,} characters, {len(layers)} layer(s) x {len(heads)} head(s), {windows} window(s)"
-    return HtmlPage(render("attention", title, data), "attention", summary)
 
 
 def score_html(scores: Scores, tok: Tokenizer, source: str) -> HtmlPage:

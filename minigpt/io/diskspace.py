@@ -65,11 +65,7 @@ def write_error(path: Path, e: BaseException, needed: int | None, after: str = "
     why = _WHY.get(code) if code is not None else None
     if why is None:
         why = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e)
-    fix = (
-        _FIX.get(code, "check the disk or train into another --out")
-        if code is not None
-        else ("check the disk or train into another --out")
-    )
+    fix = _FIX.get(code, "check the disk or train into another --out")
     need = f"needed {size_text(needed)}" if needed is not None else "needed more room"
     tail = f"; {after}" if after else ""
     return WriteError(f"cannot write {path}: {why} ({need}, {size_text(free)} free); {fix}{tail}")

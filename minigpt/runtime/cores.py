@@ -4,6 +4,7 @@ Speed trick: trainings sharing a machine do not collapse; benchmark `scripts/ben
 from __future__ import annotations
 
 import os
+import time
 
 
 def _cpu_ticks(cpus: set[int] | None) -> int | None:
@@ -43,21 +44,15 @@ class CoreLoad:
 
     def __init__(self) -> None:
         self.cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        self.t0, self.busy0, self.own0 = _monotonic(), _cpu_ticks(self.cpus), _own_ticks()
+        self.t0, self.busy0, self.own0 = time.monotonic(), _cpu_ticks(self.cpus), _own_ticks()
 
     def others(self) -> float | None:
         busy = _cpu_ticks(self.cpus)
-        seconds = _monotonic() - self.t0
+        seconds = time.monotonic() - self.t0
         if busy is None or self.busy0 is None or seconds < 0.2:
             return None
         hz = os.sysconf("SC_CLK_TCK")
         return max(0.0, (busy - self.busy0 - (_own_ticks() - self.own0)) / hz / seconds)
-
-
-def _monotonic() -> float:
-    import time
-
-    return time.monotonic()
 
 
 class CoreShare:
@@ -70,7 +65,7 @@ class CoreShare:
 
     def check(self) -> tuple[int, float] | None:
         """(new thread count, others' busy cores) when the count should change, else None."""
-        if _monotonic() - self.window.t0 < self.every:
+        if time.monotonic() - self.window.t0 < self.every:
             return None
         busy = self.window.others()
         self.window = CoreLoad()

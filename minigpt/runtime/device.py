@@ -131,9 +131,10 @@ def cpu_bf16_choice(shape: tuple[int, int] | None = None) -> Choice | None:
     """The cached, measured bf16 choice for `shape` (rows, width) on a CPU with bf16 hardware; None without."""
     if not cpu_has_native_bf16():
         return None
-    from minigpt.runtime.precision import cpu_precision
+    from minigpt.runtime.precision import cached_choice, measure
 
-    return cpu_precision(*(shape or PROBE_SHAPE))
+    rows, width = shape or PROBE_SHAPE  # whether bf16 pays for rows x width products: cached, else measured
+    return cached_choice(f"{rows}x{width}", lambda: measure(rows, width))
 
 
 def multiplies_bf16(device: torch.device, shape: tuple[int, int] | None = None) -> bool:
@@ -224,20 +225,14 @@ def fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.random.fork_rng(devices=[])
 
 
-class _DropRecord(logging.Filter):
-    def __init__(self, prefix: str):
-        super().__init__()
-        self.prefix = prefix
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefix)
-
-
 @contextlib.contextmanager
 def without_cuda_home_notice():
     """Drop torch's "No CUDA runtime is found, using CUDA_HOME=..." log record; every other record still shows."""
     logger = logging.getLogger("torch.utils.cpp_extension")
-    drop = _DropRecord("No CUDA runtime is found")
+
+    def drop(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
     logger.addFilter(drop)
     try:
         yield

@@ -117,11 +117,6 @@ def machine_busy() -> bool:
         return False
 
 
-def cpu_precision(rows: int, width: int, cache_dir: Path | None = None) -> Choice:
-    """Whether bf16 pays for `rows` x `width` products on this CPU: from the cache, else measured and cached."""
-    return cached_choice(f"{rows}x{width}", lambda: measure(rows, width), cache_dir)
-
-
 def cached_choice(
     shape: str, measure_ratio: Callable[[], float], cache_dir: Path | None = None, kind: str = ""
 ) -> Choice:

@@ -8,7 +8,7 @@ import sys
 
 import torch  # noqa: F401  (what makes the teardown slow)
 
-from minigpt.cli.process import exit_fast
+from minigpt.cli.app import exit_fast
 
 if sys.argv[1] == "exit_fast":
     exit_fast(0)
