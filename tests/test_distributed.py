@@ -155,6 +155,7 @@ def test_interrupt_and_a_failing_rank_stop_the_whole_job(text_file: Path, tmp_pa
     load_checkpoint(failing / "last.pt")  # what rank 0 saved before the failure is intact
 
 
+@pytest.mark.slow  # a torchrun launch (10-20 s); .ci/run runs it
 def test_a_callback_that_fails_on_one_rank_stops_every_rank_with_last_pt_saved(text_file: Path, tmp_path: Path) -> None:
     """minigpt.train() under torchrun (two gloo processes), a user's callback raising on rank 1 only:
     the ranks agree at the next sync point, rank 0 saves last.pt, and the line names the callback
