@@ -1,9 +1,6 @@
-"""A decoder-only GPT: token embeddings plus positions (learned, sinusoidal or rotary), blocks of
-causal multi-head self-attention and a GELU MLP (or attention alone: model.attn_only) with pre- or
-post-LayerNorm residuals, and an LM head tied to the token embedding. Options of the speed-record
-trainers, each off by default: QK-norm, ReLU^2, zero-initialised projections, value embeddings, a
-logit soft-cap (docs/model_options.md).
-No I/O, no device choice, no optimizer: only the model. Inspection hooks its HookPoints (attn.pattern, .head_out)."""
+"""A decoder-only GPT: token embeddings and positions (learned, sinusoidal or rotary), causal
+self-attention and MLP blocks, a tied LM head; options off by default in docs/model_options.md.
+Only the model: no I/O, device choice or optimizer; inspection hooks its HookPoints."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Starting a training run: a new run or a resumed one, which config wins, which keys may change on
-resume, and the run directory itself. `minigpt train` and `minigpt.train()` call `start_run`:
-`plan_run` decides, `run_training` checks every input and trains; the loop is the `Trainer`'s.
-
-`minigpt train --resume auto` is one command a job script can run again and again: it starts the
-run when the directory holds no checkpoint, resumes it when it holds one, and says the run is
-finished, doing nothing, when it already ended (`why_finished`)."""
+"""Starting a training run: `start_run` makes the plan (`plan_run`: mode, config, checkpoint; the
+precedence is docs/design.md's table), then `run_training` checks every input and trains."""
 
 from __future__ import annotations
 
@@ -101,13 +96,8 @@ def start_run(
     load: CoreLoad | None = None,
     origin: str = "command line",
 ) -> TrainResult | None:
-    """`minigpt train` and `minigpt.train()`: make the plan (`plan_run`), then train it. `started`
-    is the perf_counter time the command began (default: now): train.max_time and the run's wall
-    times count from it, so a budget covers the command's start-up. None when there is nothing to
-    do (a finished run, `dry_run`: the plan, the resolved config and the advisor's lines printed).
-    `callbacks`: the caller's, after the built-in ones (training/callbacks.py). `load`: the cores
-    others keep busy, measured from the command's start (default: from now). `origin`: where the
-    overrides came from, for error messages."""
+    """`minigpt train` and `minigpt.train()`: the plan, then the training (None when there is nothing
+    to do, or `dry_run`). train.max_time counts from `started`; `origin` names the overrides' source."""
     load = load or CoreLoad()
     plan = plan_run(config_path, overrides, out_dir, resume, dry_run, origin)
     if plan.mode is Mode.FINISHED:
@@ -233,11 +223,8 @@ def finished_results(out_dir: Path, ckpt: Checkpoint) -> dict | None:
 
 
 def why_finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
-    """Why the run in `out_dir` (its newest checkpoint `ckpt`, continued with `cfg`) has nothing
-    left to do, or None: max_steps, patience or the time budget was reached, judged with the
-    command's config (raising train.max_steps or train.max_time on the command line trains on).
-    Without a results.json of that step, the training or its final evaluation was cut short: it is
-    resumed."""
+    """Why the run (newest checkpoint `ckpt`, continued with `cfg`) has nothing left to do, or None;
+    without a results.json of that step, it was cut short and resumes."""
     results = finished_results(out_dir, ckpt)
     if results is None:
         return None

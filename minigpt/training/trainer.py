@@ -1,8 +1,6 @@
-"""A training run around the loop (`loop.py`): `Trainer` builds the model, optimizer and batches
-of one process, applies precision, the attention form, compile and DDP to them, and adds what a
-run needs besides stepping: evaluation, checkpoints, the agreement of processes at sync points,
-signals, out-of-memory and divergence advice, the final evaluation and results.json. Which config
-a run uses and whether it resumes is the plan's (`launch.py`)."""
+"""A training run around the loop (`loop.py`): `Trainer` builds one process's model, optimizer and
+batches, applies precision, attention form, compile and DDP, and adds evaluation, checkpoints, sync
+points, signals, OOM and divergence advice, and the final evaluation (docs/design.md, "The core")."""
 
 from __future__ import annotations
 
@@ -115,7 +113,6 @@ class Trainer(Loop):
         ids = {"rank": rank, "world_size": world, "id_map": corpus.id_map}
         batcher = Batcher(corpus.train, block, micro, t.seed, device, **ids)
         super().__init__(cfg, model, optimizer, batcher, autocast(device, dtype))
-        self.device = device
         self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
         val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, **ids)
         self.val_batches = [val_source.next() for _ in range(t.eval_steps)]  # fixed for the whole run
@@ -190,11 +187,8 @@ class Trainer(Loop):
     # -- state and checkpoints ----------------------------------------------------------------
 
     def checkpoint(self, resumable: bool = True) -> Checkpoint:
-        """The run as it stands, built here only: the weights, config, vocabulary, data, step and
-        latest val loss, plus, when `resumable`, everything needed to continue exactly (optimizer,
-        scaler, counters, every random stream: a collective call under DDP). Without it, the
-        weights-only snapshot of train.keep_every. Tensors are the live ones: copy them to keep one
-        in memory."""
+        """The run as it stands (live tensors), with, when `resumable`, all a resume needs (a collective
+        call under DDP); without it, train.keep_every's weights-only snapshot."""
         extra: dict[str, Any] = {"step": self.state.step, "tokens_seen": self.state.tokens_seen}
         if resumable:
             scaler = self.scaler.state_dict() if self.scaler.is_enabled() else None
