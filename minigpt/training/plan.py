@@ -1,7 +1,5 @@
-"""What a training run is asked for, before torch is imported: the CONFIG file (or
-minigpt.train()'s dict), KEY=VALUE overrides and the flags that are shortcuts for keys, each
-checked in the config layer alone, so a mistyped key costs no start-up. `minigpt train` and
-`minigpt.train()` both start here."""
+"""What a training run is asked for (CONFIG, overrides, flags), checked before torch is imported.
+`minigpt train` and `minigpt.train()` both start here."""
 
 from __future__ import annotations
 
@@ -60,11 +58,8 @@ def train_request(
     resume: Resume = Resume.NO,
     python: bool = False,
 ) -> tuple[Path | None, list[Override]]:
-    """(the CONFIG file, the overrides): a dict config becomes overrides (after the defaults,
-    before `overrides`), then the flags' keys (--data is data.path, ...); each checked on its own
-    (the whole config is checked once the run is known: a resumed run's is its checkpoint's).
-    An error names where the key came from: the command line, or (`python`, for minigpt.train())
-    its `config`, its `overrides` or its keyword arguments."""
+    """(the CONFIG file, the overrides): a dict config's keys, then `overrides`, then the flags' keys,
+    each checked on its own; errors name their source (`python`: minigpt.train()'s arguments)."""
     from minigpt.config import config_file
     from minigpt.config.files import check_overrides, read_yaml
 
@@ -83,9 +78,7 @@ def train_request(
 
 
 def write_request(path: Path | None, items: Sequence[Override], out: Path | None, resume: Resume) -> Path:
-    """`--nproc`: the request as a file every worker reads whole (`read_request`), so each rank runs
-    exactly what the launcher checked. A temporary file, not one in the run folder: that folder may
-    not exist yet, and nothing is written there before the workers have checked every input."""
+    """`--nproc`: the checked request as a temporary file every worker reads (`read_request`)."""
     request = {
         "config": None if path is None else str(path),
         "overrides": [item if isinstance(item, str) else list(item) for item in items],
@@ -99,8 +92,7 @@ def write_request(path: Path | None, items: Sequence[Override], out: Path | None
 
 
 def read_request(file: Path) -> tuple[Path | None, list[Override], Path | None, Resume]:
-    """What `write_request` wrote: (CONFIG, overrides, --out, --resume). Anything else (a missing
-    file, other JSON: `--request` is the launcher's, not a user's) is one `UserError`."""
+    """What `write_request` wrote: (CONFIG, overrides, --out, --resume); anything else is a `UserError`."""
     try:
         r = json.loads(file.read_text(encoding="utf-8"))
         items: list[Override] = [item if isinstance(item, str) else tuple(item) for item in r["overrides"]]
