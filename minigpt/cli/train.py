@@ -1,5 +1,4 @@
-"""`minigpt train`: its arguments checked before torch is imported, then `start_run` or, with
-`--nproc N`, torchrun running N processes of `minigpt train`."""
+"""`minigpt train`: arguments checked before torch, then `start_run`, or torchrun with `--nproc N`."""
 
 from __future__ import annotations
 
@@ -101,8 +100,7 @@ def resume_mode(args: list[str], resume: bool) -> tuple[list[str], Resume]:
 def launch_processes(
     nproc: int, path: Path | None, items: list, out: Path | None, resume: Resume, dry_run: bool
 ) -> None:
-    """`--nproc N`: check once here, then become torchrun with N workers reading one request file;
-    --auto is refused; --dry-run launches and writes nothing."""
+    """`--nproc N`: check once, then become torchrun with N workers; --dry-run launches nothing."""
     from minigpt.config import MPS_PROCESSES
     from minigpt.config.files import load_config, parse_override
     from minigpt.config.schema import batch_split_error
@@ -125,8 +123,7 @@ def launch_processes(
 
 
 def launch_local(nproc: int, request: Path) -> NoReturn:
-    """Replace this process with torchrun (`runtime/torchrun.py`) running `minigpt train --request FILE`
-    on `nproc` local processes; no torch import here."""
+    """Become torchrun (`runtime/torchrun.py`) running `minigpt train --request FILE` on `nproc` processes."""
     command = [
         sys.executable,
         "-m",

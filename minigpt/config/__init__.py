@@ -1,5 +1,4 @@
-"""The run's configuration. Here: the closed sets config and command line share, and the shipped
-configs; imported by `--help` and Tab completion, so standard library only."""
+"""Closed sets the config and the CLI share, and the shipped configs; stdlib only (`--help` imports it)."""
 
 from __future__ import annotations
 

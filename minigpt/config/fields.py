@@ -45,8 +45,7 @@ def parse_duration(text: str) -> float | None:
 
 
 def whole_number(value: Any) -> int | None:
-    """An integer key's value as an int (5000, 5_000, "5000", an exact 5e3); None for anything else
-    or outside [-2**63, 2**63)."""
+    """An integer key's value (5000, 5_000, "5000", exact 5e3) as an int; else, or past 2**63, None."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
     if isinstance(value, int):

@@ -1,5 +1,4 @@
-"""Config from files and the command line: safe YAML (errors name the file, line and column), `KEY=VALUE`
-overrides as YAML scalars, defaults < file < overrides, and the resolved config written back as YAML."""
+"""Config from YAML files and `KEY=VALUE` overrides (defaults < file < overrides), and back to YAML."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Typed, validated run configuration: one frozen dataclass per YAML section; each mistake a `UserError`
-naming the source and key. Defaults equal `configs/default.yaml` (a test keeps them so)."""
+"""One frozen dataclass per YAML section; defaults equal `configs/default.yaml` (a test keeps them so)."""
 
 from __future__ import annotations
 
@@ -319,8 +318,7 @@ ALIAS_NOTES = {"train.max_steps": "minigpt counts optimizer steps, not passes ov
 
 
 def closest_key(key: str) -> str | None:
-    """The key a mistyped or borrowed `key` most likely means: an alias, a near name in any section,
-    else the nearest whole dotted key."""
+    """The key a mistyped `key` most likely means: an alias, a near name, else the nearest dotted key."""
     keys = all_keys()
     section, _, tail = key.rpartition(".")
     tail = tail.lower()

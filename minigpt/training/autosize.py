@@ -1,5 +1,4 @@
-"""The advisor's lines before a run, and `--auto`, which sizes the run for `train.max_time` from the
-corpus and a short speed probe. The rules and their fits: docs/auto.md."""
+"""The advisor's lines before a run, and `--auto`, which sizes a run for `train.max_time` (docs/auto.md)."""
 
 from __future__ import annotations
 
@@ -132,8 +131,7 @@ def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, sec
 
 
 def budget_steps(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, started: float) -> int | None:
-    """The steps train.max_time leaves room for, from this run's step timed here; None without a
-    budget or when compiled (it would time the compiler)."""
+    """The steps train.max_time leaves room for, from a timed step; None without a budget or compiled."""
     t = cfg.train
     if not t.max_time or t.compile:
         return None
@@ -162,8 +160,7 @@ class Candidate:
 
 
 def candidates(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget: float, speed: Probe) -> list:
-    """Each LADDER rung whose context the text has room for, with its steps in the budget; dropout
-    (by passes) only where the run would still overfit at dropout's slower steps."""
+    """Each LADDER rung the text has room for, its steps in the budget, dropout where it would overfit."""
     out = []
     for rung in LADDER:
         m = model_of(rung, cfg.model)
@@ -183,8 +180,7 @@ def candidates(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budg
 
 
 def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s: float, speed: Probe) -> Choice:
-    """The config for `budget_s` seconds: the largest rung that sees TOKENS_PER_PARAM tokens per block
-    parameter, patience where it would overfit first, the four-minute recipe's optimizer (docs/auto.md)."""
+    """The config for `budget_s` seconds: the largest rung seeing TOKENS_PER_PARAM, patience if it overfits."""
     found = candidates(cfg, vocab, train_tokens, val_tokens, budget_s * (1 - FINAL_EVAL_SHARE), speed)
     if not found:
         raise ValueError("no rung fits")  # the caller checked the text's length for the smallest context
@@ -223,8 +219,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
     return Choice(values, c.steps, why)
 
 
-# the val loss turns after about OVERFIT_PASSES * sqrt(training tokens per block parameter) passes
-# over the text, times (1 + DROPOUT_GAIN * dropout): fitted in docs/auto.md
+# val loss turns after OVERFIT_PASSES * sqrt(tokens per block parameter) * (1 + DROPOUT_GAIN * dropout) passes
 OVERFIT_PASSES = 20.0
 DROPOUT_GAIN = 20.0
 SHORT_DOCUMENTS = 1.0  # documents shorter than this share of the context on average: said so (docs/auto.md)
@@ -244,8 +239,7 @@ def turn_step(m: ModelConfig, batch: int, train_tokens: int) -> int:
 
 
 def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, allowed: int | None = None) -> list[str]:
-    """The advisor's lines, three at most: the plan, then any warnings that apply. `allowed`: the
-    steps the time budget allows, when known."""
+    """The advisor's lines, three at most; `allowed`: the steps the time budget allows, when known."""
     t, m = cfg.train, cfg.model
     steps = min(t.max_steps, allowed) if allowed else t.max_steps
     n, train_tokens = block_params(m), len(corpus.train)
@@ -332,8 +326,7 @@ def auto_size(
     dtype: torch.dtype,
     started: float,
 ) -> tuple[Config, int | None]:
-    """--auto: the config sized for what is left of train.max_time (explicit keys win), and its
-    expected steps (None where explicit keys changed the shape or batch)."""
+    """--auto: the sized config (explicit keys win) and its expected steps (None if keys set the shape)."""
     budget = parse_duration(str(cfg.train.max_time)) or 0.0
     speed = probe(cfg, tok.vocab_size, device, dtype)
     left = budget - (time.perf_counter() - started)

@@ -1,5 +1,4 @@
-"""What a training run is asked for (CONFIG, overrides, flags), checked before torch is imported.
-`minigpt train` and `minigpt.train()` both start here."""
+"""What `minigpt train` and `minigpt.train()` ask for, checked before torch is imported."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ Override = str | tuple[str, Any]  # 'KEY=VALUE' as typed, or a (key, value) pair
 
 
 class Resume(enum.Enum):
-    """--resume: NO starts a new run, YES continues the one in --out, AUTO (--resume auto) starts,
-    continues or finds it finished. `Resume(False)`, `Resume(True)`, `Resume("auto")`."""
+    """--resume: NO starts a run, YES continues --out's, AUTO starts, continues or finds it finished."""
 
     NO = False
     YES = True
@@ -28,8 +26,7 @@ class Resume(enum.Enum):
 def flag_items(
     data: str | Path | None, device: str | None, init_from: str | Path | None, auto: bool
 ) -> list[tuple[str, Any]]:
-    """The flags `train` and `sweep` share (--data, --device, --init-from, --auto) as the config keys
-    they stand for, those given."""
+    """The given flags `train` and `sweep` share, as (config key, value) pairs."""
     pairs = [("data.path", data), ("train.device", device), ("train.init_from", init_from)]
     return [(key, str(value)) for key, value in pairs if value is not None] + ([("train.auto", True)] if auto else [])
 
@@ -58,8 +55,7 @@ def train_request(
     resume: Resume = Resume.NO,
     python: bool = False,
 ) -> tuple[Path | None, list[Override]]:
-    """(the CONFIG file, the overrides): a dict config's keys, then `overrides`, then the flags' keys,
-    each checked on its own; errors name their source (`python`: minigpt.train()'s arguments)."""
+    """(CONFIG file, overrides): dict config, `overrides`, flags; each checked, errors naming its source."""
     from minigpt.config import config_file
     from minigpt.config.files import check_overrides, read_yaml
 

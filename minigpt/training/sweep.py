@@ -1,5 +1,4 @@
-"""`minigpt sweep`: one ordinary run (`launch.start_run`) per grid point, in `OUT/<its values>`.
-Repeating the command continues it: sweep.yaml holds the grid, each run's files its state (docs/runs.md)."""
+"""`minigpt sweep`: one run per grid point in `OUT/<its values>`; repeating it continues (docs/runs.md)."""
 
 from __future__ import annotations
 
