@@ -1,4 +1,4 @@
-"""`minigpt sweep`: CONFIG and KEY=V1,V2, every point's config checked before torch, the runs, the sorted table."""
+"""`minigpt sweep`: the grid checked before torch, the runs, the sorted table."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""`minigpt train`, from its flags to `train.launch.start_run`: the CONFIG and KEY=VALUE arguments,
-the config checked before torch is imported (a mistyped key costs no start-up), and `--nproc N`,
-which checks what can be checked once and then becomes torchrun running N processes of
-`minigpt train`. Registered in app.py."""
+"""`minigpt train`: arguments checked before torch, then `start_run`, or torchrun with `--nproc N`."""
 
 from __future__ import annotations
 
@@ -103,10 +100,7 @@ def resume_mode(args: list[str], resume: bool) -> tuple[list[str], Resume]:
 def launch_processes(
     nproc: int, path: Path | None, items: list, out: Path | None, resume: Resume, dry_run: bool
 ) -> None:
-    """`--nproc N`: check what can be checked once, here, then become torchrun running `minigpt train`
-    in N workers that each read this request (CONFIG, every override with the flags' keys, --out,
-    --resume) from one file. --auto sizes a run for one process and is refused; --dry-run launches
-    nothing and writes nothing (the caller prints the plan)."""
+    """`--nproc N`: check once, then become torchrun with N workers; --dry-run launches nothing."""
     from minigpt.config import MPS_PROCESSES
     from minigpt.config.files import load_config, parse_override
     from minigpt.config.schema import batch_split_error
@@ -129,11 +123,7 @@ def launch_processes(
 
 
 def launch_local(nproc: int, request: Path) -> NoReturn:
-    """Replace this process with torchrun's elastic launcher running `minigpt train --request FILE`
-    on `nproc` local processes (standalone rendezvous on a free port), through `runtime/torchrun.py`:
-    SIGUSR1 reaches the workers like SIGTERM, a planned stop's exit code (143, 138, 74, ...) comes
-    back, and the request file is removed when the workers end. Nothing here imports torch: this
-    process only becomes the launcher (a faster launch)."""
+    """Become torchrun (`runtime/torchrun.py`) running `minigpt train --request FILE` on `nproc` processes."""
     command = [
         sys.executable,
         "-m",

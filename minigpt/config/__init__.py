@@ -1,6 +1,4 @@
-"""The run's configuration: typed sections (schema, fields) and YAML with KEY=VALUE overrides (files).
-Here, imported alone by `--help` and every Tab press: the closed sets the config and the command line
-share, and the shipped configs. Standard library and PyYAML only; benchmark `scripts/bench.py startup`."""
+"""Closed sets the config and the CLI share, and the shipped configs; stdlib only (`--help` imports it)."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ def is_device_name(name: str) -> bool:
 
 
 def shipped(name: str) -> Path:
-    """What comes with minigpt (configs, lessons, data/tinyshakespeare.txt): the wheel puts it into
-    the package (pyproject.toml's force-include); run from a checkout, it is read where it is."""
+    """What ships with minigpt (configs, lessons, data/): inside the wheel's package, else the checkout's."""
     package = Path(__file__).resolve().parent.parent
     return package / name if (package / name).exists() else package.parent / name
 
@@ -38,8 +35,7 @@ def shipped_configs() -> dict[str, Path]:
 
 
 def config_file(given: str) -> Path:
-    """The CONFIG a command line names: the file at that path, else the shipped config of that name
-    (`cpu_4min`, `cpu_4min.yaml` or `configs/cpu_4min.yaml`), so the examples work from any folder."""
+    """The CONFIG a command line names: the file at that path, else the shipped config of that name."""
     path = Path(given)
     if path.exists() or path.parent not in (Path("."), Path("configs")):
         return path

@@ -25,8 +25,7 @@ def config_field(
     on_resume: bool = False,
     auto: bool = False,
 ) -> Any:
-    """A dataclass field with its help, allowed values and bounds in the metadata; `on_resume`: the key may change
-    on resume (it changes neither the model nor what it learns from); `auto`: --auto sets it unless the user does."""
+    """A dataclass field with its rules in the metadata; `on_resume`: may change on resume; `auto`: --auto sets it."""
     bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le)) if v is not None}
     meta = {"help": help, "choices": choices, "duration": duration, "paths": paths, **bounds}
     meta |= {"on_resume": on_resume, "auto": auto}
@@ -46,9 +45,7 @@ def parse_duration(text: str) -> float | None:
 
 
 def whole_number(value: Any) -> int | None:
-    """An integer key's value as an int: 5000, 5_000 and "5000", and float notation that is exactly
-    a whole number (5e3, 5000.0, read as the decimal written, never rounded); None for anything
-    else (2.5, nan, true, 'two') and for whole numbers outside [-2**63, 2**63), such as 1e30."""
+    """An integer key's value (5000, 5_000, "5000", exact 5e3) as an int; else, or past 2**63, None."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
     if isinstance(value, int):
@@ -82,8 +79,7 @@ def _number(x: float) -> str:
 
 
 def field_error(name: str, value: Any, meta: Any, flag: bool = False) -> str | None:
-    """What is wrong with `value` for a field with these metadata (choices, bounds), or None; `flag`
-    words it for a command-line option (`--dtype must be ...`) rather than a config key."""
+    """What is wrong with `value` for these metadata, or None; `flag` words it for a command-line option."""
     choices = meta.get("choices")
     if choices and value not in choices:
         if flag:

@@ -1,5 +1,4 @@
-"""Config from files and the command line: safe YAML (errors name the file, line and column), `KEY=VALUE`
-overrides as YAML scalars, defaults < file < overrides, and the resolved config written back as YAML."""
+"""Config from YAML files and `KEY=VALUE` overrides (defaults < file < overrides), and back to YAML."""
 
 from __future__ import annotations
 
@@ -82,15 +81,12 @@ def read_yaml(path: Path) -> Any:
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str | tuple[str, Any]] = ()) -> Config:
-    """defaults < YAML file (if given) < overrides, validated once; an override is a 'KEY=VALUE'
-    string (VALUE a YAML scalar) or a (key, value) pair."""
+    """defaults < YAML file (if given) < overrides ('KEY=VALUE' or (key, value)), validated once."""
     return with_overrides(file_config(path), overrides, path)
 
 
 def file_config(path: str | Path | None) -> Config:
-    """defaults < the YAML file (the defaults alone without one): its sections, keys and types
-    checked against the file; its values only once the overrides are in (`with_overrides`), so a
-    file + override combination that is valid together is accepted."""
+    """defaults < the YAML file, keys and types checked; values wait for the overrides (`with_overrides`)."""
     source = str(path) if path is not None else "default config"
     raw = read_yaml(Path(path)) if path is not None else {}
     return config_from_dict(raw, source, check=False)  # an empty file is the defaults
@@ -117,8 +113,7 @@ def _is_text_key(key: str) -> bool:
 
 
 def _text_value(key: str, text: str) -> str | None:
-    """A string key's override is taken as written ('no', 'ROMEO:', '#' stay text), with YAML's
-    escapes for quoted values; null or ~ clears an optional one."""
+    """A string key's override as written (quoted: YAML's escapes); null or ~ clears an optional one."""
     if text.strip() in ("null", "~") and all_keys()[key].default is None:
         return None
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
@@ -144,9 +139,7 @@ _ReadableDumper.add_representer(str, _str)
 
 
 def default_run_dir(config_path: Path | None, overrides: Sequence[str | tuple[str, Any]]) -> Path:
-    """Where a run goes without --out: runs/<CONFIG's name> (runs/default without one), and with
-    data.path on the command line (--data) runs/<the data's name>, or runs/<CONFIG>-<data> with a
-    CONFIG: a second text gets a folder of its own instead of meeting the first text's run."""
+    """Where a run goes without --out: runs/<CONFIG>, runs/<data>, runs/<CONFIG>-<data> or runs/default."""
     data = None
     for item in overrides:
         key, value = parse_override(item)
@@ -173,8 +166,7 @@ def config_text(cfg: Config) -> str:
 
 
 def value_text(value: Any) -> str:
-    """A config value as YAML and the command line spell it: true/false, null, a text with line
-    breaks or edge spaces in double quotes ("\\n"), anything else as str() writes it."""
+    """A config value as YAML and the command line spell it (true, null, "\\n" quoted, else str())."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:

@@ -1,6 +1,4 @@
-"""Typed, validated run configuration: one frozen dataclass per YAML section, each field with a
-one-line help text, each mistake a `UserError` naming the source and the key. The defaults are the
-built-in default run (`configs/default.yaml` spells them out; a test keeps the two equal)."""
+"""One frozen dataclass per YAML section; defaults equal `configs/default.yaml` (a test keeps them so)."""
 
 from __future__ import annotations
 
@@ -320,9 +318,7 @@ ALIAS_NOTES = {"train.max_steps": "minigpt counts optimizer steps, not passes ov
 
 
 def closest_key(key: str) -> str | None:
-    """The key a mistyped or borrowed `key` most likely means, in any section: a name from another
-    tool (`learning_rate`, `epochs`), a key of another section (`train.lr`), a near spelling of a
-    key's name (`n_layers`), else the nearest whole dotted key."""
+    """The key a mistyped `key` most likely means: an alias, a near name, else the nearest dotted key."""
     keys = all_keys()
     section, _, tail = key.rpartition(".")
     tail = tail.lower()
@@ -345,8 +341,7 @@ def keys_with(rule: str) -> tuple[str, ...]:
 
 
 def _suggest(key: str) -> str:
-    """ " (did you mean 'optim.lr'?)", saying where the key lives and what it is when the section
-    written was another one (or none)."""
+    """ " (did you mean 'optim.lr'?)", with its section and help when the section written differs."""
     found = closest_key(key)
     if found is None:
         return ""
@@ -437,8 +432,7 @@ def check_value(key: str, value: Any, source: str) -> None:
 
 
 def config_from_dict(raw: Any, source: str, check: bool = True) -> Config:
-    """Build a Config from nested plain data (YAML or a checkpoint): types always checked, values
-    and combinations too unless `check` is False (when overrides are still to come)."""
+    """A Config from nested plain data; types always checked, values and combinations unless not `check`."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

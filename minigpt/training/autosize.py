@@ -1,7 +1,4 @@
-"""The right run for the text, the machine and the time: the advisor's lines before a run starts
-(what it is set up to do, and what is likely wasted), and `--auto` (`train.auto`), which chooses
-the model and optimizer for `train.max_time` from the corpus and a short speed probe. The rules
-and the runs they were fitted to are in docs/auto.md."""
+"""The advisor's lines before a run, and `--auto`, which sizes a run for `train.max_time` (docs/auto.md)."""
 
 from __future__ import annotations
 
@@ -25,9 +22,7 @@ from minigpt.runtime.mfu import flops_per_token
 from minigpt.training.loop import Loop
 from minigpt.training.optim import build_optimizer
 
-# (n_layer, n_embd, n_head, block_size, batch_size), smallest first. The anchor is
-# configs/cpu_4min.yaml's shape, the winner of a measured grid (docs/benchmarks.md);
-# the 6 x 384 rung is the GPU recipe (configs/shakespeare_char.yaml).
+# (n_layer, n_embd, n_head, block_size, batch_size), smallest first; the anchor is configs/cpu_4min.yaml's shape
 LADDER = (
     (2, 64, 4, 64, 16),
     (2, 96, 4, 128, 16),
@@ -71,9 +66,7 @@ PROBE = (LADDER[0], LADDER[3], LADDER[5])  # a small, the anchor and a large sha
 
 @dataclass(frozen=True)
 class Probe:
-    """How fast this machine trains: the measured seconds a step of each PROBE shape took, by its
-    FLOPs; another shape's time is read off the line through them on log-log axes (a small model
-    on a CPU is far from FLOP-bound, so no single rate fits all)."""
+    """Measured seconds a step of each PROBE shape, by FLOPs; other shapes interpolate on log-log axes."""
 
     points: tuple[tuple[float, float], ...]  # (FLOPs a step, seconds a step), by FLOPs
     anchor_step_s: float
@@ -103,8 +96,7 @@ def time_steps(
     seconds: float,
     recipe: Config = RECIPE,
 ) -> float:
-    """Seconds an optimizer step of a shape takes on random ids: the median step over about
-    `seconds`, after two warm-up steps (a median, as one slow step is common on a busy machine)."""
+    """Median seconds of an optimizer step of a shape on random ids, over about `seconds` after two warm-ups."""
     torch.manual_seed(0)
     enable_fast_matmul(device)  # TF32 on, as the trainer will train
     model = GPT(m, vocab).to(device)
@@ -128,9 +120,7 @@ def time_steps(
 
 
 def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, seconds: float = 0.4) -> Probe:
-    """Time the PROBE shapes for about `seconds` each, and the anchor once more with dropout (the
-    CPU draws its random masks one number at a time, and attention with dropout leaves the flash
-    kernel: there it halves the step rate)."""
+    """Time the PROBE shapes for about `seconds` each, and the anchor once more with dropout."""
     points = []
     for rung in PROBE:
         m = model_of(rung, cfg.model)
@@ -141,9 +131,7 @@ def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, sec
 
 
 def budget_steps(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, started: float) -> int | None:
-    """The steps train.max_time leaves room for, from this run's own step timed here (about 0.3 s),
-    for the advisor; None without a time budget, or compiled (the first steps would time the
-    compiler)."""
+    """The steps train.max_time leaves room for, from a timed step; None without a budget or compiled."""
     t = cfg.train
     if not t.max_time or t.compile:
         return None
@@ -172,9 +160,7 @@ class Candidate:
 
 
 def candidates(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget: float, speed: Probe) -> list:
-    """Each rung of LADDER whose context the text has room for, with its steps in the budget.
-    Dropout only where the run would still overfit at the slower steps dropout takes (on a CPU,
-    half as many: a run just past its turn learns more from twice the steps), by its passes."""
+    """Each LADDER rung the text has room for, its steps in the budget, dropout where it would overfit."""
     out = []
     for rung in LADDER:
         m = model_of(rung, cfg.model)
@@ -194,11 +180,7 @@ def candidates(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budg
 
 
 def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s: float, speed: Probe) -> Choice:
-    """The config for `budget_s` seconds of training: the largest rung of LADDER that sees
-    TOKENS_PER_PARAM tokens per block parameter in the budget, with dropout by its passes over
-    the text, and patience to stop it where it is expected to overfit before the budget ends (a
-    bigger model stopped at its best beats a smaller one trained to the end: docs/auto.md). The
-    optimizer is the four-minute recipe's, on its schedule over the budget."""
+    """The config for `budget_s` seconds: the largest rung seeing TOKENS_PER_PARAM, patience if it overfits."""
     found = candidates(cfg, vocab, train_tokens, val_tokens, budget_s * (1 - FINAL_EVAL_SHARE), speed)
     if not found:
         raise ValueError("no rung fits")  # the caller checked the text's length for the smallest context
@@ -237,16 +219,14 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
     return Choice(values, c.steps, why)
 
 
-# the val loss turns after about OVERFIT_PASSES * sqrt(training tokens per block parameter) passes
-# over the text, times (1 + DROPOUT_GAIN * dropout): fitted in docs/auto.md
+# val loss turns after OVERFIT_PASSES * sqrt(tokens per block parameter) * (1 + DROPOUT_GAIN * dropout) passes
 OVERFIT_PASSES = 20.0
 DROPOUT_GAIN = 20.0
 SHORT_DOCUMENTS = 1.0  # documents shorter than this share of the context on average: said so (docs/auto.md)
 
 
 def per_block_parameter(tokens: float, params: int, unit: str) -> str:
-    """'0.25 chars per block parameter': the one rounding and wording of the ratio the advisor's
-    rules use (two significant figures below 10, so a ratio under one never shows as 0 or 1)."""
+    """'0.25 chars per block parameter': the advisor's one wording of the ratio (2 figures below 10)."""
     ratio = tokens / max(params, 1)
     shown = f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.2g}"
     return f"{shown} {unit}{'' if shown == '1' else 's'} per block parameter"
@@ -259,10 +239,7 @@ def turn_step(m: ModelConfig, batch: int, train_tokens: int) -> int:
 
 
 def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, allowed: int | None = None) -> list[str]:
-    """The advisor's lines, three at most: what the run is set up to do; then, when they apply,
-    the step where it will likely overfit, a model too big for its tokens, what train.max_time
-    does to the schedule, and a context longer than most documents. `allowed`: the steps the time
-    budget allows, when known (--auto's probe, or budget_steps)."""
+    """The advisor's lines, three at most; `allowed`: the steps the time budget allows, when known."""
     t, m = cfg.train, cfg.model
     steps = min(t.max_steps, allowed) if allowed else t.max_steps
     n, train_tokens = block_params(m), len(corpus.train)
@@ -299,9 +276,7 @@ def advice(cfg: Config, vocab: int, corpus: Corpus, unit: str, allowed: int | No
 
 
 def schedule_advice(cfg: Config, allowed: int | None) -> list[str]:
-    """When train.max_time and the schedule disagree: the time runs out early in a decay planned
-    over train.max_steps, train.max_steps ends a decay planned over the time, or the warm-up takes
-    much of the steps the time allows."""
+    """A line when train.max_time and the schedule (decay or warm-up) disagree."""
     t, o = cfg.train, cfg.optim
     if not allowed:
         return []
@@ -334,8 +309,7 @@ def run_advice(
     started: float,
     timed: bool,
 ) -> list[str]:
-    """The advisor's lines for a new run: `steps` those --auto expects, else (`timed`: one process)
-    those a timed step says train.max_time allows."""
+    """The advisor's lines for a new run: `steps` from --auto, else (`timed`) from a timed step."""
     if not cfg.log.advice:
         return []
     if steps is None and timed:
@@ -352,9 +326,7 @@ def auto_size(
     dtype: torch.dtype,
     started: float,
 ) -> tuple[Config, int | None]:
-    """--auto: the config sized for what is left of train.max_time (explicit keys win), and the
-    steps it is expected to take (None where your keys changed the shape or batch: the advisor
-    then times the run's own step)."""
+    """--auto: the sized config (explicit keys win) and its expected steps (None if keys set the shape)."""
     budget = parse_duration(str(cfg.train.max_time)) or 0.0
     speed = probe(cfg, tok.vocab_size, device, dtype)
     left = budget - (time.perf_counter() - started)

@@ -1,7 +1,4 @@
-"""What a training run is asked for, before torch is imported: the CONFIG file (or
-minigpt.train()'s dict), KEY=VALUE overrides and the flags that are shortcuts for keys, each
-checked in the config layer alone, so a mistyped key costs no start-up. `minigpt train` and
-`minigpt.train()` both start here."""
+"""What `minigpt train` and `minigpt.train()` ask for, checked before torch is imported."""
 
 from __future__ import annotations
 
@@ -19,8 +16,7 @@ Override = str | tuple[str, Any]  # 'KEY=VALUE' as typed, or a (key, value) pair
 
 
 class Resume(enum.Enum):
-    """--resume: NO starts a new run, YES continues the one in --out, AUTO (--resume auto) starts,
-    continues or finds it finished. `Resume(False)`, `Resume(True)`, `Resume("auto")`."""
+    """--resume: NO starts a run, YES continues --out's, AUTO starts, continues or finds it finished."""
 
     NO = False
     YES = True
@@ -30,8 +26,7 @@ class Resume(enum.Enum):
 def flag_items(
     data: str | Path | None, device: str | None, init_from: str | Path | None, auto: bool
 ) -> list[tuple[str, Any]]:
-    """The flags `train` and `sweep` share (--data, --device, --init-from, --auto) as the config keys
-    they stand for, those given."""
+    """The given flags `train` and `sweep` share, as (config key, value) pairs."""
     pairs = [("data.path", data), ("train.device", device), ("train.init_from", init_from)]
     return [(key, str(value)) for key, value in pairs if value is not None] + ([("train.auto", True)] if auto else [])
 
@@ -60,11 +55,7 @@ def train_request(
     resume: Resume = Resume.NO,
     python: bool = False,
 ) -> tuple[Path | None, list[Override]]:
-    """(the CONFIG file, the overrides): a dict config becomes overrides (after the defaults,
-    before `overrides`), then the flags' keys (--data is data.path, ...); each checked on its own
-    (the whole config is checked once the run is known: a resumed run's is its checkpoint's).
-    An error names where the key came from: the command line, or (`python`, for minigpt.train())
-    its `config`, its `overrides` or its keyword arguments."""
+    """(CONFIG file, overrides): dict config, `overrides`, flags; each checked, errors naming its source."""
     from minigpt.config import config_file
     from minigpt.config.files import check_overrides, read_yaml
 
@@ -83,9 +74,7 @@ def train_request(
 
 
 def write_request(path: Path | None, items: Sequence[Override], out: Path | None, resume: Resume) -> Path:
-    """`--nproc`: the request as a file every worker reads whole (`read_request`), so each rank runs
-    exactly what the launcher checked. A temporary file, not one in the run folder: that folder may
-    not exist yet, and nothing is written there before the workers have checked every input."""
+    """`--nproc`: the checked request as a temporary file every worker reads (`read_request`)."""
     request = {
         "config": None if path is None else str(path),
         "overrides": [item if isinstance(item, str) else list(item) for item in items],
@@ -99,8 +88,7 @@ def write_request(path: Path | None, items: Sequence[Override], out: Path | None
 
 
 def read_request(file: Path) -> tuple[Path | None, list[Override], Path | None, Resume]:
-    """What `write_request` wrote: (CONFIG, overrides, --out, --resume). Anything else (a missing
-    file, other JSON: `--request` is the launcher's, not a user's) is one `UserError`."""
+    """What `write_request` wrote: (CONFIG, overrides, --out, --resume); anything else is a `UserError`."""
     try:
         r = json.loads(file.read_text(encoding="utf-8"))
         items: list[Override] = [item if isinstance(item, str) else tuple(item) for item in r["overrides"]]

@@ -1,14 +1,4 @@
-"""`minigpt sweep`: one config trained at every point of a grid of values (or at N points drawn
-from it), one run after another, each an ordinary run in `OUT/<its values>` that every other
-command reads. The runs are started by `launch.start_run`, the one way a run starts.
-
-A sweep is one command a job script can repeat, like `minigpt train --resume auto`: the folder's
-`sweep.yaml` holds its definition (a different grid into the same folder is refused), and each run's
-own files say where it stands, so nothing else has to survive a crash between runs. A run is
-finished when `launch.why_finished` says so (its results.json records its last step and max_steps,
-patience or its own train.max_time ended it); one with a checkpoint is resumed; one without
-starts. A stop signal (SIGINT, SIGTERM, SIGUSR1) during a run lets the trainer save last.pt and
-ends the sweep with the trainer's exit code; between runs it ends the sweep at once."""
+"""`minigpt sweep`: one run per grid point in `OUT/<its values>`; repeating it continues (docs/runs.md)."""
 
 from __future__ import annotations
 
@@ -45,8 +35,7 @@ class Point:
 
 @dataclass(frozen=True)
 class Sweep:
-    """What a sweep is: the config, the keys every run shares and each varying key's values (as
-    written on the command line), and which points of the grid run."""
+    """The config, the fixed keys, each varying key's values (as written), and which points run."""
 
     out: Path
     config: Path | None
@@ -61,8 +50,7 @@ class Sweep:
         return list(self.grid)
 
     def points(self) -> list[Point]:
-        """Every point of the grid in order (the last key changing fastest), or `random` of them
-        drawn with `seed`, kept in grid order."""
+        """Every grid point (last key fastest), or `random` of them drawn with `seed`, in grid order."""
         combos = list(itertools.product(*self.grid.values()))
         if self.random is not None:
             if self.random > len(combos):
@@ -80,8 +68,7 @@ class Sweep:
         ]
 
     def overrides(self, point: Point) -> list[str | tuple[str, Any]]:
-        """A run's overrides: the HParams keys (so a fixed log.hparam_keys may still replace them),
-        the fixed keys, then the point's values."""
+        """The HParams keys first (a fixed log.hparam_keys may replace them), the fixed keys, the point's values."""
         fixed = [f"{key}={value}" for key, value in self.fixed.items()]
         return [("log.hparam_keys", self.varying), *fixed, *point.overrides()]
 
@@ -94,8 +81,7 @@ class Sweep:
 
 
 def split_values(text: str) -> list[str]:
-    """'1e-3,3e-3' -> ['1e-3', '3e-3']. Only top-level commas split: one inside brackets or braces
-    ('[a,b]', a glob's '{a,b}') or inside a value that starts with a quote ('"a,b"') stays in it."""
+    """'1e-3,3e-3' -> ['1e-3', '3e-3']; commas inside brackets, braces or a leading quote do not split."""
     values, depth, quote, start = [], 0, "", 0
     for i, c in enumerate(text):
         if quote:
@@ -113,9 +99,7 @@ def split_values(text: str) -> list[str]:
 
 
 def parse_grid(items: list[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """['optim.lr=1e-3,3e-3', 'train.max_steps=500'] -> ({'train.max_steps': '500'}, {'optim.lr':
-    ['1e-3', '3e-3']}): the fixed keys and the grid, each value checked on its own (key, type,
-    bounds, choices) as a KEY=VALUE override is."""
+    """KEY=V1,V2 items -> (fixed keys, grid), each value checked as a KEY=VALUE override is."""
     fixed: dict[str, str] = {}
     grid: dict[str, list[str]] = {}
     for item in items:
@@ -145,8 +129,7 @@ def parse_grid(items: list[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
 
 
 def same_value(key: str, value: str) -> Any:
-    """What `value` means for `key`, for telling two values apart: 1e-3 and 0.001 are one number
-    (YAML reads 1e-3 as text; the config's check makes it a float)."""
+    """`value` as parsed for `key`, so 1e-3 and 0.001 compare equal."""
     parsed = parse_override(f"{key}={value}")[1]
     if isinstance(parsed, str):
         try:
@@ -163,8 +146,7 @@ def short_keys(keys: list[str]) -> dict[str, str]:
 
 
 def value_labels(values: list[str]) -> dict[str, str]:
-    """Each value as a run's name shows it: letters, digits and . _ + - kept, anything else '_',
-    and past MAX_VALUE_CHARS (or where two values would look alike) a hash of the value added."""
+    """Each value as a run's name shows it: unsafe characters '_', a hash added when long or ambiguous."""
 
     def tag(v: str) -> str:
         return hashlib.sha1(v.encode("utf-8")).hexdigest()[:6]
@@ -178,8 +160,7 @@ def value_labels(values: list[str]) -> dict[str, str]:
 
 
 def plan_sweep(config: Path | None, items: list[str], out: Path | None, draw: int | None, seed: int) -> Sweep:
-    """The sweep the command line describes, every point's whole config checked (before anything
-    is written or any run starts), and the folder checked against what it already holds."""
+    """The sweep the command line describes, every point's config and the folder checked before any run."""
     fixed, grid = parse_grid(items)
     name = config.stem if config is not None else "default"
     sweep = Sweep(out if out is not None else Path("runs") / f"{name}-sweep", config, fixed, grid, draw, seed)
@@ -218,9 +199,7 @@ def sweep_of(folder: Path) -> Sweep | None:
 
 
 def check_folder(sweep: Sweep) -> None:
-    """A folder holds one grid: the same config, fixed keys and values again continue it (another
-    --random draw of it included: each run's name says its values); a different one, or runs
-    that are not a sweep's, are refused (a new grid goes into another --out)."""
+    """A folder holds one grid: the same definition continues it; another grid, or non-sweep runs, are refused."""
     before = read_definition(sweep.out)
     if before is not None:
         now = sweep.definition()
@@ -265,9 +244,7 @@ class Outcome:
 
 
 def run_sweep(sweep: Sweep, max_total: float | None, started: float) -> list[Outcome]:
-    """Train every point not finished yet, one at a time, into `sweep.out / point.name`.
-    `max_total`: seconds for the whole command from `started` (a perf_counter time): the run in
-    progress when they run out is stopped (`RunBudget`), and the runs after it are not started."""
+    """Train every unfinished point in turn; past `max_total` seconds from `started`, stop and start no more."""
     from minigpt.runtime.device import log
 
     if max_total is not None and not hasattr(signal, "setitimer"):
@@ -285,8 +262,7 @@ def run_sweep(sweep: Sweep, max_total: float | None, started: float) -> list[Out
 
 
 def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
-    """Start, resume or skip one point's run, as `--resume auto` decides; `left`: the seconds
-    left to the sweep (under one: the run is not started). What happened, in a few words."""
+    """Start, resume or skip one point's run as `--resume auto` would, within `left` seconds; what happened."""
     from minigpt.checkpoint import LAST, Checkpoint, find_checkpoint
     from minigpt.runtime.device import forget_compiled, log
     from minigpt.training.launch import start_run, why_finished
@@ -319,10 +295,7 @@ def train_point(sweep: Sweep, point: Point, left: float | None) -> str:
 
 
 class RunBudget:
-    """The seconds one run may take: when they run out, the run is stopped as SIGUSR1 stops it
-    (the trainer finishes its step, saves last.pt and raises TrainingInterrupted; the next command
-    resumes it). A timer rather than a train.max_time override, which the run would keep in its
-    config and obey again when resumed by hand. None: no limit."""
+    """The seconds one run may take (None: no limit); then it is stopped as SIGUSR1 stops it (docs/runs.md)."""
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
@@ -357,9 +330,7 @@ class RunBudget:
 
 @contextlib.contextmanager
 def stop_between_runs(sweep: Sweep, points: list[Point], outcomes: list[Outcome]) -> Iterator[None]:
-    """A stop signal while no run is training (between runs, or while one starts up) ends the
-    sweep at once; during a run, the trainer's own handler saves last.pt first. Either way the
-    sweep ends with the trainer's exit code, 128 + the signal's number, saying how to go on."""
+    """A stop signal between runs ends the sweep at once (during one, the trainer saves first), exit 128 + signum."""
     from minigpt.training.interrupts import STOP_SIGNALS
 
     def stop(signum: int, frame: Any) -> None:
