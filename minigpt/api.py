@@ -179,10 +179,8 @@ def train(
     auto: bool = False,
     callbacks: Sequence[Callback] = (),
 ) -> Run:
-    """Train as `minigpt train` does, through the same path: `config` a YAML file or a dict of
-    sections ({"model": {"n_layer": 4}}), `overrides` "KEY=VALUE" strings or a dict of dotted keys,
-    and the command's options (`resume="auto"` as `--resume auto`). `callbacks` (subclasses of
-    minigpt.training.callbacks.Callback) get every event after the built-in ones."""
+    """Train as `minigpt train` does: `config` a YAML file, a shipped config's name or a dict of sections,
+    `overrides` "KEY=VALUE" strings or a dict; `callbacks` (minigpt.Callback) get every event too."""
     from minigpt.config.files import default_run_dir
     from minigpt.training.launch import start_run
     from minigpt.training.plan import Resume, train_request

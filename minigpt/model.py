@@ -22,10 +22,7 @@ SINUSOIDAL_SCALE = 0.02 * math.sqrt(2)  # the fixed position table's scale (GPT.
 
 
 def parameter_count(m: ModelConfig, vocab_size: int) -> int:
-    """The GPT's parameters, counted from the config (a test holds it to the model's own count): the
-    tied embedding/head, learned positions, and per block a LayerNorm, qkv and the projection, then
-    (unless model.attn_only) a second LayerNorm and the 4x MLP, biases where model.bias; a final
-    LayerNorm in pre-norm models; value embeddings."""
+    """The GPT's parameters counted from the config, the tied head once (a test holds it to the model's count)."""
     C, b = m.n_embd, int(m.bias)
     norm = C * (1 + b)
     attn = norm + (3 * C * C + 3 * C * b) + (C * C + C * b)
@@ -281,11 +278,8 @@ class GPT(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx (B, T) token ids -> logits (B, T, V) and the mean cross-entropy if targets (B, T) given.
-
-        With a KVCache, idx holds the next T positions after those already cached; the cache is
-        extended and only the last position's logits (B, 1, V) are returned.
-        """
+        """idx (B, T) ids -> logits (B, T, V), and the mean cross-entropy if targets (B, T) are given. With
+        a KVCache, idx is the next T positions; the cache grows and only the last logits (B, 1, V) return."""
         x, rope = self.embed(idx, cache.length if cache is not None else 0)
         x = self.ln_f(self.run_blocks(x, idx, rope, cache=cache))
         if cache is not None:

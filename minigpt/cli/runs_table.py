@@ -1,8 +1,5 @@
-"""`minigpt runs`: the run directories under a folder, one row each from their checkpoints (no weights
-read) and results.json, a sweep's sorted by loss; and `--html`: the runs on one offline page, their val
-loss curves together (against step or wall time), a table of their configs and results that sorts by any
-column and marks the keys that differ between runs, and one run's whole config on a click (the page
-itself is inspect/web/runs.html and runs.js, inlined by `pages.render`)."""
+"""`minigpt runs`: a folder's runs, one row each from their checkpoints (no weights read) and
+results.json; `--html`: the runs on one offline page, curves, configs and differences."""
 
 from __future__ import annotations
 

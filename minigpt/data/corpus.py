@@ -184,15 +184,9 @@ def load_corpus(
 
 
 class Batcher:
-    """Random windows of `block_size + 1` tokens from one split, drawn from its own seeded generator,
-    so the sequence of batches depends only on the seed (and is saved/restored for exact resume).
-    `data` may be a memory map: only the drawn windows are read, never the whole split.
-
-    With several ranks, every rank draws the same `batch_size` window starts and keeps its own
-    contiguous share of them: the ranks see different data, and together exactly the batches a
-    single process with the same seed would see. (That the batch splits evenly over the ranks is
-    config.schema.batch_split_error's rule, checked before training starts.)
-    """
+    """Random windows of `block_size + 1` tokens from one split (a memory map: only drawn windows are
+    read), from its own seeded generator, saved and restored for exact resume. Every rank draws the
+    same window starts and keeps its contiguous share: together, one process's batches."""
 
     def __init__(
         self,

@@ -1,7 +1,5 @@
-"""Encoding a corpus once, in bounded memory, into a flat binary file of the smallest integer type, read back
-as a memory map; the cache key is the content and the tokenizer (docs/data.md#the-cache). The cache: one
-entry per key (`<key>.<kind>.bin` ids, `.json` what they are), written once, locked while made, checked on
-every load and re-encoded when damaged."""
+"""Encoding a corpus once, in bounded memory, into a flat binary cache read back as a memory map,
+keyed by the content and the tokenizer, locked while made and checked on load (docs/data.md#the-cache)."""
 
 from __future__ import annotations
 

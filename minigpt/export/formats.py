@@ -1,15 +1,6 @@
-"""The formats an export writes: the Hugging Face folder (weights, config, tokenizer, generation config, card),
-loaded without remote code; and the ONNX file (model.onnx: ids (batch, sequence) -> logits (batch, sequence,
-vocab), both dynamic, sequence at most block_size; every model option) with tokenizer.json and minigpt.json
-for onnxruntime.
-
-Which `transformers` architecture (GPT-NeoX, GPT-2, OPT) computes exactly what a minigpt model computes,
-its config.json, and minigpt's weights renamed onto it; options none computes are refused, one line each
-(plain dicts and tensors, no transformers import; the mapping's table is in docs/export.md). minigpt's
-tokenizers as `tokenizers` library tokenizers (tokenizer.json), with the same ids: a char model's unseen
-characters are dropped, a byte model's ids are the bytes (docs/export.md#the-tokenizer). The facts an
-export states about its model (data, steps, validation loss, size), shared with the ONNX export: only what
-travels, counts and sizes of the training files, never their paths."""
+"""The formats an export writes: the Hugging Face folder (a `transformers` architecture that computes
+exactly what the model computes, its config, weights, tokenizer.json and card) and the ONNX file with
+tokenizer.json and minigpt.json; the mapping and what each refuses are in docs/export.md."""
 
 from __future__ import annotations
 

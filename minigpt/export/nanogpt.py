@@ -1,7 +1,5 @@
-"""A character-level nanoGPT checkpoint (its ckpt.pt and its dataset's meta.pkl) written as a minigpt run.
-nanoGPT's GPT is minigpt's with learned positions: the same modules in the same layout (q, k, v side by
-side in c_attn, a tied head), so the import renames weights and copies none. Both files are read as data:
-the checkpoint with `weights_only`, meta.pkl through an unpickler that builds no object but plain ones."""
+"""A character-level nanoGPT checkpoint (ckpt.pt and meta.pkl) written as a minigpt run: the same
+layout, so weights are renamed, not copied; both files read as data, never run (docs/nanogpt.md)."""
 
 from __future__ import annotations
 

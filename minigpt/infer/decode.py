@@ -1,14 +1,8 @@
 """Text generation: a pure next-token sampler and a KV-cached generation loop.
 
-Past `block_size` the cached loop slides its window: when the cache is full it is refilled from
-the last half window (block_size // 2 tokens, re-encoded at positions 0..), and generation goes
-on from there. This costs one half-window forward every block_size // 2 tokens instead of a
-whole-window forward every token. Unlike recomputing the whole window each step, the model then
-sees between block_size // 2 and block_size tokens of context rather than always block_size, so
-text past the first window can differ slightly from what the uncached path would produce.
-Within block_size the two paths produce exactly the same tokens (in float32; a bf16 model rounds
-the two differently).
-"""
+Past `block_size` the cache is refilled from the last half window (re-encoded at positions 0..):
+one half-window forward every block_size // 2 tokens, with between half and a whole context seen.
+Within block_size the cached and uncached paths give the same tokens (in float32)."""
 
 from __future__ import annotations
 

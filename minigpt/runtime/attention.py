@@ -1,7 +1,5 @@
-"""The attention form, applied to a built model from outside it: `set_attention` gives every
-attention layer the function it calls. On the CPU, bf16 queries are attended in float32 (the
-CPU's bf16 flash kernels are slower than its float32 ones), or, where `attends_by_products`
-measures it faster, as explicit bf16 products that run on the CPU's matrix engine."""
+"""The attention form, set on a built model from outside (`set_attention`): on the CPU, bf16 attended in
+float32, or as bf16 products on the matrix engine where `attends_by_products` measures that faster."""
 
 from __future__ import annotations
 
@@ -75,10 +73,8 @@ def attention_speed(heads: int, context: int, head_size: int) -> float:
 
 
 def attends_by_products(cfg: Any, device: torch.device, dtype: torch.dtype, sequences: int) -> Choice | None:
-    """Whether bf16 attention on this CPU runs as explicit products rather than the float32 flash
-    kernel: measured for the run's shape (`sequences` per micro-step on this rank) and cached per
-    machine like the precision; never below PRODUCTS_FROM or past PRODUCTS_CONTEXT_MAX. None
-    where it is not measured."""
+    """Whether bf16 attention runs as products rather than the float32 flash kernel, measured for the
+    run's shape and cached like the precision; None where it is not measured (PRODUCTS_FROM and _MAX)."""
     m = cfg.model
     size = m.n_embd // m.n_head
     if device.type != "cpu" or dtype != torch.bfloat16 or size < PRODUCTS_FROM[0]:

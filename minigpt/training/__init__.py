@@ -1,4 +1,2 @@
-"""Training a model: what is asked (plan), the run it becomes, new, resumed or fine-tuned (launch),
-the Trainer and its loop (trainer), the callbacks that watch it (callbacks; progress and
-tensorboard, where tqdm and TensorBoard live), the state it carries (state), the optimizers
-(optim), the schedule and the preflights."""
+"""Training a model: the plan (plan, launch), the loop (loop) and the run around it (trainer), its
+components (callbacks, progress, tensorboard), optimizers, schedule and preflights."""

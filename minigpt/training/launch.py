@@ -257,10 +257,8 @@ def saved_init_from(saved: Config, cfg: Config) -> Config:
 def fine_tuning_config(
     from_file: Config | None, overrides: Sequence[Override], start: Config, source: Path, origin: str
 ) -> Config:
-    """A fine-tuning run's config: without a CONFIG file (`from_file`: its config with the
-    overrides), the model section is the starting checkpoint's (everything else the defaults, then
-    the overrides); with one, its model section must match. Only model.dropout may differ: it is
-    not part of the weights."""
+    """A fine-tuning run's config: the model section is the starting checkpoint's, or must match it with
+    a CONFIG file (`from_file`); only model.dropout, not part of the weights, may differ."""
     if from_file is None:
         model_keys = [(k, v) for k, v in start.flat().items() if k.startswith("model.")]
         cfg = with_overrides(Config(), model_keys + list(overrides), None, origin)

@@ -16,12 +16,8 @@ import torch
 
 
 def lr_at(step: int, cfg: Any, max_steps: int, progress: float | None = None) -> float:
-    """Learning rate for optimizer step `step` (0-based) of a `max_steps` run, from the optim config.
-
-    Warm-up rises linearly to `lr` at step `warmup_steps` (never exactly 0 at step 0);
-    the decay then reaches `min_lr` at the last step and stays there. With `progress` (0 to 1,
-    optim.schedule_by=time: the fraction of the time budget used) the decay follows it instead.
-    """
+    """Learning rate for step `step` (0-based) of `max_steps`: a linear warm-up to `lr` (never 0), then
+    the decay to `min_lr` at the last step, or following `progress` (0 to 1, a time budget's share)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
     if cfg.schedule == "constant":
