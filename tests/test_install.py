@@ -61,20 +61,6 @@ def test_every_third_party_import_is_a_declared_dependency_or_behind_its_extra()
             assert hint, f"nothing in {folder} tells the user to install minigpt[{guarding[0]}] for {module}"
 
 
-def test_a_command_measures_the_core_load_from_mains_start(tmp_path: Path, cli, monkeypatch) -> None:
-    """main() takes the CoreLoad before torch loads and the command uses that one, through no
-    import of click (typer 0.29 carries its own: click's context was never the command's)."""
-    from minigpt.cli import options
-    from minigpt.runtime.cores import CoreLoad
-
-    seen = []
-    monkeypatch.setattr("minigpt.training.launch.start_run", lambda *a, **k: seen.append(k["load"]))
-    data = tmp_path / "t.txt"
-    data.write_text("hello " * 100, encoding="utf-8")
-    assert cli("train", "--data", data, "--dry-run").code == 0
-    assert isinstance(seen[0], CoreLoad) and seen[0] is options.START_LOAD
-
-
 def test_result_objects_show_a_short_table_in_a_notebook(trained_run: Path) -> None:
     """Model.heads(), .lens() and .score() are a cell's value in Jupyter: a table, not a screen of lists."""
     import minigpt

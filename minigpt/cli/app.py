@@ -18,7 +18,6 @@ import typer
 from typer.core import TyperOption
 
 from minigpt.cli import help as cli_help
-from minigpt.cli import options
 from minigpt.cli.heads import ROLE_HELP, heads_cmd
 from minigpt.cli.help import ExportDtype, ExportFormat, PlaygroundDtype, epilog
 from minigpt.cli.lens import lens_cmd
@@ -27,7 +26,6 @@ from minigpt.cli.sample import sample
 from minigpt.cli.sweep import sweep_cmd
 from minigpt.cli.train import train_cmd
 from minigpt.errors import TrainingInterrupted, UserError
-from minigpt.runtime.cores import CoreLoad
 
 _display_type_rich = getattr(TyperOption, "display_type_rich", None)  # typer 0.29's; other releases lack it
 
@@ -390,7 +388,6 @@ def _exit_without_teardown(code: int) -> NoReturn:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
-    options.START_LOAD = CoreLoad()  # the cores others keep busy, measured from here (before torch) to their use
     honour_named_shell(args)
     try:
         result = app(args=argv, standalone_mode=False, prog_name="minigpt")

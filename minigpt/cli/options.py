@@ -75,14 +75,11 @@ HtmlOpt = Annotated[
 UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
 
 
-START_LOAD = None  # the `CoreLoad` main() takes as a command begins, before torch loads
-
-
 def start_load():
-    """The `CoreLoad` main() took when this command began (a fresh one outside a command)."""
+    """The cores others keep busy, measured from now to their use (docs/runs.md)."""
     from minigpt.runtime.cores import CoreLoad
 
-    return START_LOAD or CoreLoad()
+    return CoreLoad()
 
 
 def inference_device(name: str, threads: int):
