@@ -395,9 +395,9 @@ def model_vocabulary(
     return corpus.tokenizer
 
 
-def check_process_layout(cfg: Config, world_size: int, resuming: bool) -> None:
+def check_process_layout(cfg: Config, world_size: int, resuming: bool, label: str = "the number of processes") -> None:
     """Refuse what the run's processes (one, or --nproc ranks) cannot train, before any work."""
-    split = batch_split_error(cfg.train, world_size)
+    split = batch_split_error(cfg.train, world_size, label)
     if split:
         raise UserError(split)
     if cfg.optim.schedule_by == "time" and world_size > 1:
@@ -406,7 +406,7 @@ def check_process_layout(cfg: Config, world_size: int, resuming: bool) -> None:
             "use optim.schedule_by=steps with --nproc"
         )
     if cfg.train.auto and world_size > 1 and not resuming:
-        raise UserError("train.auto (--auto) sizes a run for one process; with --nproc, set the model's keys")
+        raise UserError("--auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)")
 
 
 def run_training(

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from minigpt.config.files import check_overrides, load_config, parse_override
+from minigpt.config.files import check_overrides, parse_override
 from minigpt.config.schema import Config
 from minigpt.errors import Diverged, TrainingInterrupted, UserError
 
@@ -73,7 +73,13 @@ class Sweep:
         return [("log.hparam_keys", self.varying), *fixed, *point.overrides()]
 
     def config_of(self, point: Point) -> Config:
-        return load_config(self.config, self.overrides(point))
+        """The point's config as `minigpt train` resolves it for its folder (`plan_run`, as --resume auto)."""
+        from minigpt.runtime.device import log_sink
+        from minigpt.training.launch import plan_run
+        from minigpt.training.plan import Resume
+
+        with log_sink(lambda line: None):  # what the run will say when it starts
+            return plan_run(self.config, self.overrides(point), self.out / point.name, Resume.AUTO, True).cfg
 
     def definition(self) -> dict[str, Any]:
         config = str(self.config.resolve()) if self.config is not None else None
