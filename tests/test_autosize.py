@@ -188,3 +188,17 @@ def test_auto_fits_its_heads_to_an_explicit_width(monkeypatch) -> None:
         cfg, frozenset({"model.n_embd"}), corpus, corpus.tokenizer, torch.device("cpu"), None, time.perf_counter()
     )
     assert (sized.model.n_embd, sized.model.n_head, sized.model.n_layer) == (256, 8, 12)
+
+
+def test_step_estimates_timed_under_load_say_so(tmp_path: Path, cli, monkeypatch) -> None:
+    from minigpt.runtime.cores import CoreLoad
+
+    data = tmp_path / "text.txt"
+    data.write_text(make_text(60_000), encoding="utf-8")
+    args = ["train", "--data", str(data), "--dry-run", "train.max_time=20s", "train.device=cpu", *TINY]
+    for busy, said in ((1.5, True), (0.0, False), (None, False)):  # None: no /proc/stat to read
+        monkeypatch.setattr(CoreLoad, "others", lambda self, busy=busy: busy)
+        r = cli(*args)
+        assert r.code == 0, r.err
+        assert ("timed while other processes kept 1.5 of" in r.err) is said, r.err
+        assert "allows about" in r.err or "plan: " in r.err  # the estimate itself is still given

@@ -17,6 +17,7 @@ from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.model import GPT, parameter_count
 from minigpt.runtime.attention import set_attention
+from minigpt.runtime.cores import allowed_cores
 from minigpt.runtime.device import autocast, enable_fast_matmul, log, synchronize
 from minigpt.runtime.mfu import flops_per_token
 from minigpt.training.loop import Loop
@@ -315,6 +316,16 @@ def run_advice(
     if steps is None and timed:
         steps = budget_steps(cfg, tok.vocab_size, device, dtype, started)
     return advice(cfg, tok.vocab_size, corpus, tok.unit, steps)
+
+
+def timed_under_load(busy: float | None) -> list[str]:
+    """A line when the steps were timed while other processes kept this process's cores busy."""
+    if busy is None or busy < 0.5:
+        return []
+    return [
+        f"note: the step counts above are estimates timed while other processes kept {busy:.1f} of this process's "
+        f"{allowed_cores()} cores busy; on a quiet machine the run takes more steps (results.json records its own)"
+    ]
 
 
 def auto_size(

@@ -43,7 +43,7 @@ from minigpt.runtime.cores import CoreLoad
 from minigpt.runtime.device import configure_threads, log, precision_lines, resolve_device, resolve_dtype
 from minigpt.runtime.memory import keep_freed_memory
 from minigpt.training import disk, preflight
-from minigpt.training.autosize import AUTO_KEYS, auto_size, run_advice
+from minigpt.training.autosize import AUTO_KEYS, auto_size, run_advice, timed_under_load
 from minigpt.training.callbacks import Callback
 from minigpt.training.disk import write_run_file
 from minigpt.training.plan import Override, Resume
@@ -447,6 +447,8 @@ def run_training(
     advised = precision_lines(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # once every check passed
     if resume_from is None:
         advised += run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled)
+        if cfg.train.max_time and device.type == "cpu":  # the estimates above come from timed steps
+            advised += timed_under_load((load or CoreLoad()).others())
     if dry_run:
         for line in advised:
             log(line)
