@@ -100,8 +100,7 @@ def resume_mode(args: list[str], resume: bool) -> tuple[list[str], Resume]:
 def launch_processes(
     nproc: int, path: Path | None, items: list, out: Path | None, resume: Resume, dry_run: bool
 ) -> None:
-    """`--nproc N`: the plan every worker will make (`plan_run`), checked once here for N processes;
-    then become torchrun with N workers. --dry-run launches nothing."""
+    """`--nproc N`: the plan each worker makes (`plan_run`), checked here for N; then torchrun. Not on --dry-run."""
     from minigpt.config import MPS_PROCESSES
     from minigpt.training.launch import Mode, check_process_layout, plan_run
 

@@ -340,14 +340,11 @@ def starting_weights(fresh: dict[str, Any], start: dict[str, Any]) -> dict[str, 
     return out
 
 
-LOCK_NAME = ".lock"
-
-
 def lock_run_dir(out_dir: Path) -> FileLock:
     """RUN/.lock, held for the life of one training process through the package's one file lock
     (`minigpt.io.lock`): a second training is refused at once, told the holder's pid; the kernel
     releases the lock when the process ends in any way (kill -9 included)."""
-    lock = FileLock(out_dir / LOCK_NAME, blocking=False)
+    lock = FileLock(out_dir / ".lock", blocking=False)
     try:
         lock.acquire()
     except LockHeld as held:
