@@ -179,3 +179,47 @@ def test_a_callback_that_fails_on_one_rank_stops_every_rank_with_last_pt_saved(t
     assert proc.returncode != 0
     assert "callback Boom failed in on_step_end at step 3 on rank 1: boom on rank 1; saved" in proc.stderr, proc.stderr
     assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == 5  # saved where the ranks met
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_dry_run_with_nproc_checks_the_memory_of_each_process(
+    device: str, text_file: Path, tmp_path: Path, cli, monkeypatch
+) -> None:
+    """--dry-run --nproc 4 sizes each process's micro-batch (a quarter of the batch): on four GPUs
+    of their own, a batch that one would not hold fits; four CPU processes share one machine's memory,
+    so a batch that one process holds may not fit four times over."""
+    from minigpt.config.files import load_config
+    from minigpt.model import parameter_count
+    from minigpt.training import preflight
+
+    run = [*TINY, "train.batch_size=4096", "train.dtype=float32", f"data.path={text_file}"]
+    vocab = len(set(text_file.read_text(encoding="utf-8")))
+    cfg = load_config(None, run)
+    est = preflight.estimate(cfg, vocab, parameter_count(cfg.model, vocab), torch.float32)
+    whole, quarter = est.total(4096), est.total(1024)
+    available = {"cuda": (whole + quarter) / 2, "cpu": (whole + 4 * quarter) / 2}[device] / 0.9
+    assert quarter < 0.9 * available < whole if device == "cuda" else whole < 0.9 * available < 4 * quarter
+    monkeypatch.setattr(preflight, "available_bytes", lambda d: (int(available), "free here"))
+    if device == "cuda":  # four GPUs, as far as the dry run asks
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    r = cli("train", "--nproc", "4", "--dry-run", "--device", device, "--out", tmp_path / "r", *run)
+    if device == "cuda":
+        assert r.code == 0 and "batch_size: 4096" in r.out, r
+    else:
+        assert r.code == 2 and r.err.startswith("error: train.batch_size=4096 in micro-batches of 1024 "), r
+        assert "train.grad_accum_steps=" in r.err and len(r.err.splitlines()) == 1
+
+
+def test_the_time_advice_for_nproc_times_one_process_share_of_the_batch(monkeypatch) -> None:
+    """train.max_time's step count under --nproc 4: a quarter of the batch on each GPU; on a CPU,
+    whose cores the four processes share, the whole batch on all of them."""
+    from minigpt.config.files import load_config
+    from minigpt.training import autosize
+
+    timed: list[int] = []
+    monkeypatch.setattr(autosize, "time_steps", lambda model, vocab, rows, *rest: timed.append(rows) or 0.01)
+    cfg = load_config(None, [*TINY, "train.batch_size=64", "train.max_time=1m"])
+    for device in ("cuda", "cpu"):
+        assert autosize.budget_steps(cfg, 65, torch.device(device), torch.float32, time.perf_counter(), 4) > 1000
+    assert timed == [16, 64]
