@@ -133,9 +133,8 @@ def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, sec
 def budget_steps(
     cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, started: float, processes: int = 1
 ) -> int | None:
-    """The steps train.max_time leaves room for, from a timed step (of one of `processes`' share of
-    the batch, each on its own device; CPU processes share the cores: the whole batch on all of them);
-    None without a budget or compiled."""
+    """The steps train.max_time leaves room for, from a timed step of one of `processes`' share of the
+    batch (CPU processes share the cores: the whole batch); None without a budget or compiled."""
     t = cfg.train
     if not t.max_time or t.compile:
         return None
