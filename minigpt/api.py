@@ -153,10 +153,9 @@ class Model:
 
 @dataclass
 class Run:
-    """What `minigpt.train()` trained: the run folder, the numbers of this training (`result`:
-    steps, best_val_loss, val_loss, full.loss on the whole validation split, stopped), None when
-    `resume="auto"` found the run already finished, and its model as `minigpt.load` gives it (under
-    torchrun: None on ranks other than 0, unless `model_on_every_rank`)."""
+    """What `minigpt.train()` trained: the run folder, the numbers of this training (`result`: steps,
+    best_val_loss, val_loss, full.loss on the whole validation split, stopped; None when `resume="auto"` found
+    the run finished), and its model as `minigpt.load` gives it (under torchrun, None on ranks but 0)."""
 
     path: Path
     result: TrainResult | None
@@ -183,8 +182,7 @@ def train(
 ) -> Run:
     """Train as `minigpt train` does: `config` a YAML file, a shipped config's name or a dict of sections,
     `overrides` "KEY=VALUE" strings or a dict; `callbacks` (minigpt.Callback) get every event too. Under
-    torchrun every rank returns once rank 0 has saved; only rank 0 loads the model, unless
-    `model_on_every_rank` (each onto its own device)."""
+    torchrun every rank returns after rank 0's last save; rank 0 alone loads the model, unless `model_on_every_rank`."""
     from minigpt.config.files import default_run_dir
     from minigpt.runtime.distributed import launched
     from minigpt.training.launch import start_run

@@ -138,10 +138,8 @@ def budget_steps(
     t = cfg.train
     if not t.max_time or t.compile:
         return None
-    share = processes if device.type != "cpu" else 1
-    step_s = t.grad_accum_steps * time_steps(
-        cfg.model, vocab, t.batch_size // t.grad_accum_steps // share, device, dtype, 0.3, cfg
-    )
+    rows = t.batch_size // t.grad_accum_steps // (processes if device.type != "cpu" else 1)
+    step_s = t.grad_accum_steps * time_steps(cfg.model, vocab, rows, device, dtype, 0.3, cfg)
     left = (parse_duration(str(t.max_time)) or 0.0) - (time.perf_counter() - started)
     return max(int(left * (1 - FINAL_EVAL_SHARE) / step_s), 1)
 

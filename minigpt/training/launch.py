@@ -97,9 +97,9 @@ def start_run(
     origin: str = "command line",
     processes: int = 1,
 ) -> TrainResult | None:
-    """`minigpt train` and `minigpt.train()`: the plan, then the training (None when there is nothing
-    to do, or `dry_run`). train.max_time counts from `started`; `origin` names the overrides' source;
-    `processes`: --dry-run --nproc N's N."""
+    """`minigpt train` and `minigpt.train()`: the plan, then the training (None when there is nothing to do,
+    or `dry_run`, of `processes` with --nproc). train.max_time counts from `started`; `origin` names the
+    overrides' source."""
     load = load or CoreLoad()
     plan = plan_run(config_path, overrides, out_dir, resume, dry_run, origin)
     if plan.mode is Mode.FINISHED:
