@@ -95,11 +95,10 @@ def start_run(
     callbacks: Sequence[Callback] = (),
     load: CoreLoad | None = None,
     origin: str = "command line",
-    processes: int = 1,
+    processes: int = 1,  # --dry-run --nproc N: N
 ) -> TrainResult | None:
-    """`minigpt train` and `minigpt.train()`: the plan, then the training (None when there is nothing to do,
-    or `dry_run`, of `processes` with --nproc). train.max_time counts from `started`; `origin` names the
-    overrides' source."""
+    """`minigpt train` and `minigpt.train()`: the plan, then the training (None when there is nothing
+    to do, or `dry_run`). train.max_time counts from `started`; `origin` names the overrides' source."""
     load = load or CoreLoad()
     plan = plan_run(config_path, overrides, out_dir, resume, dry_run, origin)
     if plan.mode is Mode.FINISHED:

@@ -227,13 +227,12 @@ class Trainer(Loop):
         self.init_from = state.get("init_from")
 
     def save(self, *names: str) -> None:
-        """Write the current state as each of `names` (last.pt, best.pt) in the run directory; every rank's
-        `on_save` (and `minigpt.train()`'s return) comes after the files exist."""
+        """Write the current state as each of `names` (last.pt, best.pt) in the run directory."""
         ckpt = self.checkpoint()
         if self.dist.is_main:
             for name in names:
                 ckpt.save(self.out_dir / name)
-        distributed.all_sum(torch.ones(1, device=self.device), self.dist).item()  # DDP: wait for rank 0's files
+        distributed.all_sum(torch.ones(1, device=self.device), self.dist).item()  # DDP: on_save after the files exist
         self.emit("on_save", [self.out_dir / name for name in names])
 
     def _out_of_memory(self) -> UserError:
