@@ -153,13 +153,13 @@ class Model:
 
 @dataclass
 class Run:
-    """What `minigpt.train()` trained: the run folder, the numbers of this training (`result`:
-    steps, best_val_loss, val_loss, full.loss on the whole validation split, stopped), None when
-    `resume="auto"` found the run already finished, and its model as `minigpt.load` gives it."""
+    """What `minigpt.train()` trained: the run folder, the numbers of this training (`result`: steps,
+    best_val_loss, val_loss, full.loss on the whole validation split, stopped; None when `resume="auto"` found
+    the run finished), and its model as `minigpt.load` gives it (under torchrun, None on ranks but 0)."""
 
     path: Path
     result: TrainResult | None
-    model: Model
+    model: Model | None
 
     def __repr__(self) -> str:
         r = self.result
@@ -178,10 +178,13 @@ def train(
     init_from: str | Path | None = None,
     auto: bool = False,
     callbacks: Sequence[Callback] = (),
+    model_on_every_rank: bool = False,
 ) -> Run:
     """Train as `minigpt train` does: `config` a YAML file, a shipped config's name or a dict of sections,
-    `overrides` "KEY=VALUE" strings or a dict; `callbacks` (minigpt.Callback) get every event too."""
+    `overrides` "KEY=VALUE" strings or a dict; `callbacks` (minigpt.Callback) get every event too. Under
+    torchrun every rank returns after rank 0's last save; rank 0 alone loads the model, unless `model_on_every_rank`."""
     from minigpt.config.files import default_run_dir
+    from minigpt.runtime.distributed import launched
     from minigpt.training.launch import start_run
     from minigpt.training.plan import Resume, train_request
 
@@ -195,7 +198,9 @@ def train(
     result = start_run(
         path, items, out_dir, Resume(resume), started, callbacks=callbacks, load=cores, origin="minigpt.train()"
     )
-    return Run(out_dir, result, load(out_dir))
+    dist = launched()  # under torchrun, each rank's own device
+    model = load(out_dir, str(resolve_device("auto", dist))) if dist.is_main or model_on_every_rank else None
+    return Run(out_dir, result, model)
 
 
 def load(target: str | Path = "runs/default", device: str = "auto") -> Model:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -155,27 +157,145 @@ def test_interrupt_and_a_failing_rank_stop_the_whole_job(text_file: Path, tmp_pa
     load_checkpoint(failing / "last.pt")  # what rank 0 saved before the failure is intact
 
 
+def torchrun_script(tmp_path: Path, text: Path, body: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`body` (after `import minigpt`, with `OVERRIDES`, a run of `text`, and `RANK`) run by two gloo
+    processes through torchrun, its run in tmp_path / "run"; killed, and the test failed, past `timeout`."""
+    script = tmp_path / "train.py"
+    overrides = [*RUN, "log.interval=5", f"data.path={text}"]
+    script.write_text(
+        f"import os\nimport sys\nimport time\n\nimport minigpt\n\nOVERRIDES = {overrides!r}\n"
+        f"RANK = int(os.environ['RANK'])\nOUT = sys.argv[1]\n\n{body}"
+        # torch's DDP keeps gloo's threads alive past destroy_process_group, and the interpreter's
+        # teardown then aborts now and then (SIGABRT, "terminate called without an active exception")
+        "sys.stdout.flush()\nos._exit(0)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    proc = subprocess.Popen(
+        [*cmd, str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers
+        out, err = proc.communicate()
+        pytest.fail(f"the two processes were still running after {timeout} s: {err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+# rank 0 writes its checkpoints a second late: a rank that reads one before it exists finds nothing
+SLOW_SAVE = """
+import minigpt.checkpoint
+
+real_save = minigpt.checkpoint.Checkpoint.save
+def slow_save(self, path):
+    time.sleep(1)
+    real_save(self, path)
+minigpt.checkpoint.Checkpoint.save = slow_save
+"""
+
+
 @pytest.mark.slow  # a torchrun launch (10-20 s); .ci/run runs it
 def test_a_callback_that_fails_on_one_rank_stops_every_rank_with_last_pt_saved(text_file: Path, tmp_path: Path) -> None:
     """minigpt.train() under torchrun (two gloo processes), a user's callback raising on rank 1 only:
     the ranks agree at the next sync point, rank 0 saves last.pt, and the line names the callback
     and the rank; nothing waits for the process group's timeout."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "train.py"
-    script.write_text(
-        "import sys\nimport minigpt\n\n"
+    body = (
         "class Boom(minigpt.Callback):\n"
         "    def on_step_end(self, trainer, stats):\n"
         "        if trainer.dist.rank == 1 and trainer.state.step == 3:\n"
         "            raise RuntimeError('boom on rank 1')\n\n"
-        f"overrides = {[*RUN, 'log.interval=5', f'data.path={text_file}']!r}\n"
-        "minigpt.train(None, overrides, out=sys.argv[1], callbacks=[Boom()])\n"
+        "minigpt.train(None, OVERRIDES, out=OUT, callbacks=[Boom()])\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
-    proc = subprocess.run([*cmd, str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=150)
+    proc = torchrun_script(tmp_path, text_file, body, timeout=150)
     assert proc.returncode != 0
     assert "callback Boom failed in on_step_end at step 3 on rank 1: boom on rank 1; saved" in proc.stderr, proc.stderr
     assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == 5  # saved where the ranks met
+
+
+@pytest.mark.slow  # a torchrun launch (10-20 s); .ci/run runs it
+def test_stop_on_one_rank_stops_every_rank_and_on_save_finds_the_file(text_file: Path, tmp_path: Path) -> None:
+    """trainer.stop() called on rank 1 alone: the ranks agree at the next sync point (step 5, a log
+    step), where the weights are scored and rank 0 saves last.pt; every rank's on_save reads the file
+    it is told of, though rank 0 writes it slowly; the job ends, without an error, well within 60 s."""
+    body = SLOW_SAVE + (
+        "from minigpt.checkpoint import load_checkpoint\n\n"
+        "class StopOnRank1(minigpt.Callback):\n"
+        "    def on_step_end(self, trainer, stats):\n"
+        "        if RANK == 1 and trainer.state.step == 3:\n"
+        "            trainer.stop('rank 1 has seen enough')\n\n"
+        "    def on_save(self, trainer, paths):\n"
+        "        steps = [load_checkpoint(p)['step'] for p in paths]\n"
+        "        print(f'rank {RANK} read {[p.name for p in paths]} of steps {steps}', flush=True)\n\n"
+        "run = minigpt.train(None, OVERRIDES, out=OUT, callbacks=[StopOnRank1()])\n"
+        "print(f'rank {RANK} returned at step {run.result.step}: {run.result.stopped}', flush=True)\n"
+    )
+    proc = torchrun_script(tmp_path, text_file, body)
+    assert proc.returncode == 0, proc.stderr
+    assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == 5
+    for rank in (0, 1):
+        assert f"rank {rank} read ['last.pt', 'best.pt'] of steps [5, 5]" in proc.stdout, proc.stdout
+    assert "rank 1 returned at step 5: rank 1 has seen enough" in proc.stdout
+    assert "rank 0 returned at step 5: stopped at step 5: another process asked to stop" in proc.stdout
+    assert proc.stdout.count(" read ") == 2  # the one save, at the step the ranks agreed on
+
+
+@pytest.mark.slow  # a torchrun launch (10-20 s); .ci/run runs it
+def test_train_returns_on_every_rank_after_the_final_save(text_file: Path, tmp_path: Path) -> None:
+    """minigpt.train() under torchrun, a run whose only save is its last step (written slowly by
+    rank 0): every rank returns after it, rank 0 with the model, rank 1 with none (the default)."""
+    body = SLOW_SAVE + (
+        "from minigpt.checkpoint import load_checkpoint\n\n"
+        "run = minigpt.train(None, [*OVERRIDES, 'train.eval_interval=1000'], out=OUT)\n"
+        "step = load_checkpoint(run.path / 'last.pt')['step']\n"
+        "print(f'rank {RANK}: step {run.result.step}, last.pt at step {step}, model {run.model is not None}')\n"
+    )
+    proc = torchrun_script(tmp_path, text_file, body)
+    assert proc.returncode == 0, proc.stderr
+    assert "rank 0: step 12, last.pt at step 12, model True" in proc.stdout, proc.stdout
+    assert "rank 1: step 12, last.pt at step 12, model False" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_dry_run_with_nproc_checks_the_memory_of_each_process(
+    device: str, text_file: Path, tmp_path: Path, cli, monkeypatch
+) -> None:
+    """--dry-run --nproc 4 sizes each process's micro-batch (a quarter of the batch): on four GPUs
+    of their own, a batch that one would not hold fits; four CPU processes share one machine's memory,
+    so a batch that one process holds may not fit four times over."""
+    from minigpt.config.files import load_config
+    from minigpt.model import parameter_count
+    from minigpt.training import preflight
+
+    run = [*TINY, "train.batch_size=4096", "train.dtype=float32", f"data.path={text_file}"]
+    vocab = len(set(text_file.read_text(encoding="utf-8")))
+    cfg = load_config(None, run)
+    est = preflight.estimate(cfg, vocab, parameter_count(cfg.model, vocab), torch.float32)
+    whole, quarter = est.total(4096), est.total(1024)
+    available = {"cuda": (whole + quarter) / 2, "cpu": (whole + 4 * quarter) / 2}[device] / 0.9
+    assert quarter < 0.9 * available < whole if device == "cuda" else whole < 0.9 * available < 4 * quarter
+    monkeypatch.setattr(preflight, "available_bytes", lambda d: (int(available), "free here"))
+    if device == "cuda":  # four GPUs, as far as the dry run asks
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    r = cli("train", "--nproc", "4", "--dry-run", "--device", device, "--out", tmp_path / "r", *run)
+    if device == "cuda":
+        assert r.code == 0 and "batch_size: 4096" in r.out, r
+    else:
+        assert r.code == 2 and r.err.startswith("error: train.batch_size=4096 in micro-batches of 1024 "), r
+        assert "train.grad_accum_steps=" in r.err and len(r.err.splitlines()) == 1
+
+
+def test_the_time_advice_for_nproc_times_one_process_share_of_the_batch(monkeypatch) -> None:
+    """train.max_time's step count under --nproc 4: a quarter of the batch on each GPU; on a CPU,
+    whose cores the four processes share, the whole batch on all of them."""
+    from minigpt.config.files import load_config
+    from minigpt.training import autosize
+
+    timed: list[int] = []
+    monkeypatch.setattr(autosize, "time_steps", lambda model, vocab, rows, *rest: timed.append(rows) or 0.01)
+    cfg = load_config(None, [*TINY, "train.batch_size=64", "train.max_time=1m"])
+    for device in ("cuda", "cpu"):
+        assert autosize.budget_steps(cfg, 65, torch.device(device), torch.float32, time.perf_counter(), 4) > 1000
+    assert timed == [16, 64]

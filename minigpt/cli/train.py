@@ -73,7 +73,7 @@ def train_cmd(
         launch_processes(nproc, path, items, out, mode, dry_run)
     from minigpt.training.launch import start_run
 
-    start_run(path, items, out, mode, started, dry_run=dry_run, load=start_load())
+    start_run(path, items, out, mode, started, dry_run=dry_run, load=start_load(), processes=nproc or 1)
 
 
 def split_args(args: list[str]) -> tuple[Path | None, list[str]]:

@@ -450,7 +450,7 @@ def export_onnx_graph(model: GPT, path: Path, dtype: torch.dtype) -> None:
         # fused kernel's is_causal flag cannot depend on a dynamic sequence length in torch.export
         blk.attn.pattern.register_forward_hook(lambda *_: None)
     wrapped = _Logits(copied)
-    example = torch.zeros((2, block), dtype=torch.long)
+    example = torch.zeros((2, block), dtype=torch.long, device=model.device)
     batch, seq = torch.export.Dim("batch", min=1), torch.export.Dim("sequence", min=1, max=block)
     quiet = logging.getLogger("torch.onnx")  # e.g. "torchvision is not installed", once per process
     level = quiet.level

@@ -153,16 +153,16 @@ def _batch(model: GPT, T: int) -> int:
 
 
 def _text_batches(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_tokens: int) -> Iterator[torch.Tensor]:
-    """Windows (B, T) of `ids` on the model's device, T = min(block_size, SCORE_CONTEXT): an evenly
-    spread sample of max_tokens positions (a text shorter than one window is read as one)."""
+    """Windows (B, T) of `ids` on the CPU, T = min(block_size, SCORE_CONTEXT): an evenly spread sample
+    of max_tokens positions (a text shorter than one window is read as one)."""
     T = min(model.cfg.block_size, SCORE_CONTEXT)
     n_pred = len(ids) - 1
     if n_pred < T:
         row = np.asarray(ids[: T + 1])
-        yield torch.from_numpy(table[row] if table is not None else row.astype(np.int64))[None].to(model.device)
+        yield torch.from_numpy(table[row] if table is not None else row.astype(np.int64))[None]
         return
     starts = spread_starts(n_pred, T, max_tokens) or list(range(0, n_pred - T + 1, T))
-    for x, _ in text_windows(ids, T, table, starts, _batch(model, T), model.device):
+    for x, _ in text_windows(ids, T, table, starts, _batch(model, T)):
         yield x
 
 
@@ -186,9 +186,9 @@ def score_text(
     counts = torch.zeros(model.vocab_size, dtype=torch.int64)
 
     def counted() -> Iterator[torch.Tensor]:
-        for x in _text_batches(model, ids, table, max_tokens):
-            counts.add_(torch.bincount(x.flatten(), minlength=model.vocab_size).cpu())
-            yield x
+        for x in _text_batches(model, ids, table, max_tokens):  # counted on the CPU (MPS's bincount is slow)
+            counts.add_(torch.bincount(x.flatten(), minlength=model.vocab_size))
+            yield x.to(model.device)
 
     sums = pattern_sums(_maps(model, counted()), prefix=2)
     scores, positions, uniform = text_scores(sums)

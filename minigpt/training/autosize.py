@@ -131,14 +131,16 @@ def probe(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, sec
     return Probe(tuple(points), points[1][1], max(with_dropout / points[1][1], 1.0))
 
 
-def budget_steps(cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, started: float) -> int | None:
-    """The steps train.max_time leaves room for, from a timed step; None without a budget or compiled."""
+def budget_steps(
+    cfg: Config, vocab: int, device: torch.device, dtype: torch.dtype, started: float, processes: int = 1
+) -> int | None:
+    """The steps train.max_time leaves room for, from a timed step of one of `processes`' share of the
+    batch (CPU processes share the cores: the whole batch); None without a budget or compiled."""
     t = cfg.train
     if not t.max_time or t.compile:
         return None
-    step_s = t.grad_accum_steps * time_steps(
-        cfg.model, vocab, t.batch_size // t.grad_accum_steps, device, dtype, 0.3, cfg
-    )
+    rows = t.batch_size // t.grad_accum_steps // (processes if device.type != "cpu" else 1)
+    step_s = t.grad_accum_steps * time_steps(cfg.model, vocab, rows, device, dtype, 0.3, cfg)
     left = (parse_duration(str(t.max_time)) or 0.0) - (time.perf_counter() - started)
     return max(int(left * (1 - FINAL_EVAL_SHARE) / step_s), 1)
 
@@ -309,12 +311,13 @@ def run_advice(
     steps: int | None,
     started: float,
     timed: bool,
+    processes: int = 1,
 ) -> list[str]:
     """The advisor's lines for a new run: `steps` from --auto, else (`timed`) from a timed step."""
     if not cfg.log.advice:
         return []
     if steps is None and timed:
-        steps = budget_steps(cfg, tok.vocab_size, device, dtype, started)
+        steps = budget_steps(cfg, tok.vocab_size, device, dtype, started, processes)
     return advice(cfg, tok.vocab_size, corpus, tok.unit, steps)
 
 

@@ -98,7 +98,7 @@ class EarlyStopping(Callback):
         if not t.patience or state.evals_since_best < t.patience:
             return
         what = "a new best" if not t.min_delta else f"an improvement of more than {t.min_delta:g} (min_delta)"
-        trainer.stop(
+        trainer.stopped = trainer.stopped or (  # every rank decides alike (the agreed val loss): stop now
             f"early stop at step {state.step}: {state.evals_since_best} evaluations without {what} "
             f"(train.patience {t.patience}); the best, {state.best_val_loss:.4f}, was at step {state.best_step}"
         )

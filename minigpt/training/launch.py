@@ -95,6 +95,7 @@ def start_run(
     callbacks: Sequence[Callback] = (),
     load: CoreLoad | None = None,
     origin: str = "command line",
+    processes: int = 1,  # --dry-run --nproc N: N
 ) -> TrainResult | None:
     """`minigpt train` and `minigpt.train()`: the plan, then the training (None when there is nothing
     to do, or `dry_run`). train.max_time counts from `started`; `origin` names the overrides' source."""
@@ -103,7 +104,7 @@ def start_run(
     if plan.mode is Mode.FINISHED:
         return None
     started = (started or time.perf_counter()) - plan.earlier_seconds
-    return run_training(plan, started=started, dry_run=dry_run, callbacks=callbacks, load=load)
+    return run_training(plan, started, dry_run, callbacks, load, processes)
 
 
 def plan_run(
@@ -412,6 +413,7 @@ def run_training(
     dry_run: bool = False,
     callbacks: Sequence[Callback] = (),
     load: CoreLoad | None = None,
+    processes: int = 1,
 ) -> TrainResult | None:
     """Train the plan: fresh, continuing its checkpoint, or starting from its weights (fine-tuning).
     Every input is checked before anything is written. Launched by torchrun, every rank runs
@@ -425,17 +427,18 @@ def run_training(
     tok = model_vocabulary(cfg, corpus, resume_from, init_from)
     corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
     dist = distributed.launched()
+    world = max(dist.world_size, processes)  # --dry-run --nproc N checks each of the N processes
     configure_threads(cfg.train.threads, (load or CoreLoad()).others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
     if device.type == "cpu":
         keep_freed_memory()  # each step's activations reuse the last step's pages, not fresh ones
-    rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * dist.world_size) * cfg.model.block_size
+    rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * world) * cfg.model.block_size
     trained = resume_from.precision if resume_from is not None else None  # a resume keeps its run's
     dtype = resolve_dtype(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # auto: measured on the CPU
     steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
     if cfg.train.auto and resume_from is None:
         cfg, steps = auto_size(cfg, plan.explicit, corpus, tok, device, dtype, t_start)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     too_big = preflight.check(cfg, tok.vocab_size, device, dtype, local)
     if too_big:
         raise UserError(too_big)
@@ -443,7 +446,7 @@ def run_training(
     disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
     advised = precision_lines(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # once every check passed
     if resume_from is None:
-        advised += run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled)
+        advised += run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled, world)
         if cfg.train.max_time and device.type == "cpu":  # the estimates above come from timed steps
             advised += timed_under_load((load or CoreLoad()).others())
     if dry_run:

@@ -84,8 +84,8 @@ class Callback:
     `on_eval`, `on_save` (after last.pt or best.pt is written) and `on_step_end` (every step);
     `on_train_end` once, with the `TrainResult`, or with None when the run failed or was
     interrupted. Under DDP every rank gets every event (`trainer.dist.is_main` is the one that
-    writes). Stop a run with `trainer.request_stop(reason)` or, from a decision every rank makes
-    alike (an evaluation's), `trainer.stop(reason)`."""
+    writes). Stop a run with `trainer.request_stop(reason)` (or `stop`, the same): under DDP, a
+    call on any rank stops every rank at the next sync point (docs/distributed.md)."""
 
     def due(self, step: int, last: bool) -> bool:
         """Whether `on_due` runs after optimizer step `step` (`last`: the run's final step). A pure

@@ -232,6 +232,7 @@ class Trainer(Loop):
         if self.dist.is_main:
             for name in names:
                 ckpt.save(self.out_dir / name)
+        distributed.all_sum(torch.ones(1, device=self.device), self.dist).item()  # DDP: on_save after the files exist
         self.emit("on_save", [self.out_dir / name for name in names])
 
     def _out_of_memory(self) -> UserError:
@@ -268,14 +269,12 @@ class Trainer(Loop):
             f"{resume_command(self.out_dir)}",
         )
 
-    def stop(self, reason: str) -> None:
-        """End the run after this step, for a decision every rank makes alike (an evaluation's)."""
-        self.stopped = self.stopped or reason
-
     def request_stop(self, reason: str) -> None:
         """End the run at the next point the ranks agree on (at once on one process), after scoring
         and saving the weights trained last."""
         self._request = self._request or reason
+
+    stop = request_stop  # one rank's call must reach every rank: never at once under DDP
 
     def emit(self, event: str, *args: Any, to: Sequence[Callback] | None = None) -> None:
         """Call `event` on every callback (or those `to`), in order. A user's callback that raises
