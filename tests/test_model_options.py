@@ -227,3 +227,22 @@ def test_attention_images_in_tensorboard(trained_run: Path) -> None:
     assert "attention" in acc.Tags()["images"]
     images = acc.Images("attention")
     assert [i.step for i in images] == [30, 60] and images[0].width > 300
+
+
+def test_a_training_draws_its_attention_pictures_without_matplotlib(text_file: Path, tmp_path: Path) -> None:
+    """TensorBoard's attention picture is drawn with Pillow: matplotlib's import costs a run seconds."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "r"
+    args = ["train", "--data", str(text_file), "--out", str(out), *TINY, "train.max_steps=4", "train.eval_interval=2"]
+    args.append("log.attention_probe=the king, now")
+    code = f"import sys; from minigpt.cli.app import main; main({args!r})"
+    code += "; print(sorted(m for m in sys.modules if m.startswith('matplotlib')))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(out), size_guidance={"images": 0})
+    acc.Reload()
+    assert [i.step for i in acc.Images("attention")] == [2, 4] and acc.Images("attention")[0].width > 300

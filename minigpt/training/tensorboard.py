@@ -160,7 +160,6 @@ class TensorBoard(Callback):
             self.writer.add_summaries([experiment, session_start], start)
         probe = tok.encode_checked(cfg.log.attention_probe, "log.attention_probe", unknown="skip")
         self.probe = probe[: cfg.model.block_size].tolist()
-        self.figure: Any = None
 
     def on_log(self, trainer: Any, logs: dict[str, Any]) -> None:
         step, add = logs["step"], self.writer.add_scalar
@@ -192,14 +191,13 @@ class TensorBoard(Callback):
                 self.raw.add_embedding(weight, self.rows, global_step=step, tag="embeddings", metadata_header=header)
 
     def _attention(self, model: GPT, tok: Any, step: int) -> None:
-        from minigpt.inspect.attention import AttentionFigure
+        from minigpt.inspect.attention import attention_grid
 
         with evaluating(model):
             maps = model.attention_maps(torch.tensor([self.probe], device=model.device))[:, 0]
-        if self.figure is None:
-            layers, heads = list(range(model.cfg.n_layer)), list(range(model.cfg.n_head))
-            self.figure = AttentionFigure(tok.pieces(self.probe), layers, heads, light=True)
-        self.writer.add_figure("attention", self.figure.update(maps, f"step {step}"), step, close=False)
+        self.writer.add_image(
+            "attention", attention_grid(maps, tok.pieces(self.probe), f"step {step}"), step, dataformats="HWC"
+        )
 
     def on_train_end(self, trainer: Any, result: Any) -> None:
         """The whole-split loss and the HParams session's end with success (none for a stopped run: TensorBoard
@@ -211,8 +209,6 @@ class TensorBoard(Callback):
             if result is not None and self.session_end is not None:
                 self.writer.add_summaries([self.session_end], result.step)
         finally:
-            if self.figure is not None:
-                self.figure.close()
             try:
                 self.writer.close()
             except WriteError:
