@@ -61,7 +61,7 @@ class Checkpoint:
     scaler: dict[str, Any] | None = None  # the fp16 GradScaler, when one is used
     rng: dict[str, Any] | None = None  # this process's torch RNG states and the batch generator
     rng_ranks: list[dict[str, Any]] | None = None  # every rank's torch RNG states under DDP
-    precision: dict[str, str] | None = None  # {"device": "cpu", "dtype": "bfloat16"}: what it trained in
+    precision: dict[str, Any] | None = None  # {"device": "cpu", "dtype": "bfloat16", ...}: what it trained in
     init_from: dict[str, Any] | None = None  # fine-tuned: {"path", "step", "val_loss"} of the starting checkpoint
     checksums: dict[str, str] | None = None  # xxh3-64 of each tensor by dotted name (save recomputes them)
 
