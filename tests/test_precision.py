@@ -21,7 +21,7 @@ from minigpt.runtime import device as runtime
 from minigpt.runtime import precision
 from minigpt.runtime.attention import causal_attention
 from minigpt.runtime.device import sampling_dtype
-from tests.helpers import TINY
+from tests.helpers import ROOT, TINY
 
 CPU = torch.device("cpu")
 
@@ -307,3 +307,32 @@ def test_auto_keeps_a_resumed_bf16_only_on_a_gpu_with_bf16_in_hardware(capabilit
     kept = dtype == torch.bfloat16
     assert ("kept on resume" in why) is kept and ("not the bfloat16 the run trained in so far" in why) is not kept
     assert runtime.resolve_dtype("bfloat16", gpu, trained=trained)[0] == torch.bfloat16  # set by the user: kept
+
+
+@pytest.mark.slow  # a torchrun launch (10-20 s): `uv run pytest -m slow`
+def test_every_rank_trains_in_rank_0s_precision_whatever_its_own_probe_says(text_file, tmp_path) -> None:
+    """Two gloo processes whose probes answer differently (rank 0: bf16 3x faster, rank 1: 2x slower):
+    rank 0 decides, rank 1 measures nothing and takes its dtype, Muon's Newton-Schulz dtype and threads."""
+    script = tmp_path / "train.py"
+    overrides = [*TINY, "train.max_steps=2", "train.eval_interval=2", "optim.optimizer=muon", f"data.path={text_file}"]
+    script.write_text(
+        "import os, sys\nfrom pathlib import Path\nimport torch, minigpt\n"
+        "from minigpt.runtime import device, precision\n"
+        "from minigpt.training.launch import start_run\nfrom minigpt.training.plan import Resume\n"
+        "rank = int(os.environ['RANK'])\n"
+        "device.cpu_has_native_bf16 = lambda: True\nprecision.machine_busy = lambda: False\n"
+        "precision.measure = lambda rows, width: print('measured on rank', rank) or (3.0 if rank == 0 else 0.5)\n\n"
+        "class Record(minigpt.Callback):\n"
+        "    def on_train_start(self, trainer):\n"
+        "        used = f'{trainer.dtype} {trainer.optimizer.ns_dtype} {torch.get_num_threads()}'\n"
+        "        Path(sys.argv[1] + f'.rank{rank}').write_text(used)\n\n"
+        f"start_run(None, {overrides!r}, Path(sys.argv[1]), Resume.NO, callbacks=[Record()])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MINIGPT_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    proc = subprocess.run([*cmd, str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("measured on rank") == 1 and "measured on rank 0" in proc.stdout, proc.stdout
+    used = [(tmp_path / f"run.rank{rank}").read_text() for rank in (0, 1)]
+    assert used == ["torch.bfloat16 torch.bfloat16 1"] * 2
+    assert "dtype: bfloat16" in (tmp_path / "run" / "config.yaml").read_text()
