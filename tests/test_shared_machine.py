@@ -247,7 +247,7 @@ def test_a_log_file_gets_plain_lines_not_a_bar(text_file: Path, tmp_path: Path) 
         and "| lr " in progress[-1]
         and "ETA 0:00:00" in progress[-1]
     )
-    assert any(ln.startswith("step 15: val loss") for ln in lines) and any(
+    assert any(ln.startswith("step 15: val est") for ln in lines) and any(
         ln.startswith("done: 30 steps") for ln in lines
     )
 

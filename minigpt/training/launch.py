@@ -466,7 +466,7 @@ def run_training(
             log(line)
         if resume_from is not None:
             trainer.load_state_dict(resume_from.to_dict())
-            log(f"resuming {out_dir} from step {trainer.state.step} (best val loss {trainer.state.best_val_loss:.4f})")
+            log(f"resuming {out_dir} from step {trainer.state.step} (best val est {trainer.state.best_val_loss:.4f})")
         if init_from is not None:
             _start_from(trainer, *init_from)
         if dist.is_main:

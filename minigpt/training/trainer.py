@@ -386,7 +386,7 @@ class Trainer(Loop):
             "wall_s": round(result.wall_seconds, 3),
             "tokens": self.state.tokens_seen,
             "best_step": self.state.best_step,
-            "best_val_loss": result.best_val_loss,
+            "best_val_loss_est": result.best_val_loss,  # train.eval_steps batches; val_loss_full: the whole split
             "val_loss_full": full.loss if full else None,
             "val_bpc_full": full.bpc if full else None,
             "tokens_per_s": result.tokens_per_s,
