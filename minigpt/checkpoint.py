@@ -348,8 +348,8 @@ def _snapshot_advice(run_dir: Path) -> str:
 
 
 def val_loss_text(val_loss: object) -> str:
-    """', in-training val loss 2.7069' (the fixed-batch estimate) for a header, or '' without one."""
-    return f", in-training val loss {val_loss:.4f}" if isinstance(val_loss, float) else ""
+    """', val est 2.7069' (the in-training estimate on fixed batches) for a header, or '' without one."""
+    return f", val est {val_loss:.4f}" if isinstance(val_loss, float) else ""
 
 
 MAX_RUNS_NAMED = 6  # a folder of runs given for one run: the first few are named

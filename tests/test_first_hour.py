@@ -111,11 +111,11 @@ def test_a_wrong_run_path_gets_a_did_you_mean_and_a_folder_of_runs_lists_them(tr
 
 def test_every_header_with_a_val_loss_says_which_one(trained_run: Path, cli) -> None:
     r = cli("sample", trained_run, "--max-new-tokens", "3")
-    assert r.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}\)", r.err), r
+    assert r.code == 0 and re.search(r"\(step \d+, val est \d\.\d{4}\)", r.err), r
     lens = cli("lens", trained_run, "--text", "KING:")
-    assert lens.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}; ", lens.out.splitlines()[0]), lens
+    assert lens.code == 0 and re.search(r"\(step \d+, val est \d\.\d{4}; ", lens.out.splitlines()[0]), lens
     heads = cli("heads", trained_run)
-    assert heads.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}; ", heads.out), heads
+    assert heads.code == 0 and re.search(r"\(step \d+, val est \d\.\d{4}; ", heads.out), heads
 
 
 def test_lens_is_compact_by_default_and_explains_a_layer_worse_than_uniform(
