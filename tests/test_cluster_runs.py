@@ -161,6 +161,8 @@ def test_the_final_evaluation_scores_a_spread_sample_past_its_bound(text_file: P
     row = json.loads(cli("runs", tmp_path, "--json").out)
     assert row["val_loss_full"] == results["val_loss_full"] and row["val_full_sampled"] is True
     assert row["best_val_loss_est"] == results["best_val_loss_est"]
+    table = cli("runs", tmp_path).out.splitlines()
+    assert table[1].split()[3].endswith("~") and table[-1].startswith("~: val full on a spread sample"), table
 
     # minigpt eval scores everything unless told otherwise; told, it scores the same sample
     whole = json.loads(cli("eval", out, "--json").out)

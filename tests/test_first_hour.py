@@ -89,7 +89,8 @@ def test_runs_shows_the_data_when_it_differs_explains_its_marks_and_pluralizes(
     lines = table.out.splitlines()
     assert lines[0].split()[:3] == ["run", "data", "steps"]
     assert lines[1].split()[:2] == ["a", "text.txt"] and lines[2].split()[:2] == ["b", "notes.txt"]
-    assert "~" in lines[2] and lines[-1].startswith("~: an estimate (the in-training loss")
+    assert lines[0].split()[3:7] == ["val", "est", "val", "full"]  # the two numbers, each under its own name
+    assert lines[2].split()[3] != "-" and lines[2].split()[4] == "-"  # b: no final evaluation, only the estimate
     one = cli("runs", tmp_path / "runs" / "a")
     assert one.code == 0 and "data" not in one.out.splitlines()[0] and "~:" not in one.out  # one text, no marks
     page = cli("runs", tmp_path / "runs", "--html", tmp_path / "runs.html")
