@@ -163,7 +163,7 @@ class Run:
 
     def __repr__(self) -> str:
         r = self.result
-        done = "finished already" if r is None else f"{r.step:,} steps, best val loss {r.best_val_loss:.4f}"
+        done = "finished already" if r is None else f"{r.step:,} steps, best val est {r.best_val_loss:.4f}"
         return f"<minigpt.Run {self.path}: {done}>"
 
 

@@ -61,7 +61,7 @@ class Checkpoint:
     scaler: dict[str, Any] | None = None  # the fp16 GradScaler, when one is used
     rng: dict[str, Any] | None = None  # this process's torch RNG states and the batch generator
     rng_ranks: list[dict[str, Any]] | None = None  # every rank's torch RNG states under DDP
-    precision: dict[str, str] | None = None  # {"device": "cpu", "dtype": "bfloat16"}: what it trained in
+    precision: dict[str, Any] | None = None  # {"device": "cpu", "dtype": "bfloat16", ...}: what it trained in
     init_from: dict[str, Any] | None = None  # fine-tuned: {"path", "step", "val_loss"} of the starting checkpoint
     checksums: dict[str, str] | None = None  # xxh3-64 of each tensor by dotted name (save recomputes them)
 
@@ -348,8 +348,8 @@ def _snapshot_advice(run_dir: Path) -> str:
 
 
 def val_loss_text(val_loss: object) -> str:
-    """', in-training val loss 2.7069' (the fixed-batch estimate) for a header, or '' without one."""
-    return f", in-training val loss {val_loss:.4f}" if isinstance(val_loss, float) else ""
+    """', val est 2.7069' (the in-training estimate on fixed batches) for a header, or '' without one."""
+    return f", val est {val_loss:.4f}" if isinstance(val_loss, float) else ""
 
 
 MAX_RUNS_NAMED = 6  # a folder of runs given for one run: the first few are named

@@ -22,7 +22,7 @@ from minigpt.training.trainer import Trainer
 from .helpers import TINY, make_text, one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
-SCALAR_TAGS = {"train/loss", "val/loss", "val/bpc", "lr", "grad_norm", "tokens_per_sec"}
+SCALAR_TAGS = {"train/loss", "val/loss_est", "val/bpc_est", "lr", "grad_norm", "tokens_per_sec"}
 
 
 def event_tags(run: Path) -> dict[str, list[str]]:
@@ -52,11 +52,11 @@ def test_tensorboard_tags(trained_run: Path) -> None:
     assert any(t.startswith("sample") for t in tags["tensors"])  # the text sample
     acc = EventAccumulator(str(trained_run))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("val/loss")] == [30, 60]
+    assert [e.step for e in acc.Scalars("val/loss_est")] == [30, 60]
     losses = [e.value for e in acc.Scalars("train/loss")]
     assert losses[-1] < losses[0]  # it learned something
-    val = acc.Scalars("val/loss")[-1].value
-    assert acc.Scalars("val/bpc")[-1].value == pytest.approx(val / math.log(2), rel=1e-5)
+    val = acc.Scalars("val/loss_est")[-1].value
+    assert acc.Scalars("val/bpc_est")[-1].value == pytest.approx(val / math.log(2), rel=1e-5)
 
 
 def test_training_learns_the_text(trained_run: Path) -> None:
@@ -223,7 +223,7 @@ def test_resume_can_extend_a_finished_run(text_file: Path, tmp_path: Path, cli) 
 
     acc = EventAccumulator(str(out))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("val/loss")] == [5, 10, 15, 20]  # the resume step's events survive
+    assert [e.step for e in acc.Scalars("val/loss_est")] == [5, 10, 15, 20]  # the resume step's events survive
 
 
 def test_a_run_out_of_time_goes_on_only_with_a_larger_budget(text_file: Path, tmp_path: Path, cli) -> None:

@@ -127,7 +127,7 @@ def test_snapshots_are_kept_small_and_every_command_reads_them(text_file: Path, 
     assert r.code == 0 and "from " + str(snaps[0]) in r.err, r
     row = json.loads(cli("runs", out.parent, "--json").out.splitlines()[0])
     assert row["run"] == "watch" and row["snapshots"] == 2
-    assert cli("runs", out.parent).out.splitlines()[0].split()[6] == "snapshots"
+    assert cli("runs", out.parent).out.splitlines()[0].split()[8] == "snapshots"  # after "val est", "val full"
 
     # a resume may change keep_every, and keeps what was written
     assert cli("train", "--out", out, "--resume", "train.max_steps=12", "train.keep_every=6").code == 0
@@ -159,7 +159,10 @@ def test_the_final_evaluation_scores_a_spread_sample_past_its_bound(text_file: P
     results = json.loads((out / "results.json").read_text())
     assert results["val_tokens_scored"] == 496 and results["val_tokens"] == 1999
     row = json.loads(cli("runs", tmp_path, "--json").out)
-    assert row["best_val_loss"] == results["val_loss_full"] and row["best_val_loss_is_full"] is False
+    assert row["val_loss_full"] == results["val_loss_full"] and row["val_full_sampled"] is True
+    assert row["best_val_loss_est"] == results["best_val_loss_est"]
+    table = cli("runs", tmp_path).out.splitlines()
+    assert table[1].split()[3].endswith("~") and table[-1].startswith("~: val full on a spread sample"), table
 
     # minigpt eval scores everything unless told otherwise; told, it scores the same sample
     whole = json.loads(cli("eval", out, "--json").out)
@@ -175,11 +178,11 @@ def test_the_final_evaluation_scores_a_spread_sample_past_its_bound(text_file: P
     r = cli("train", "--out", out, "--resume", "train.final_eval_tokens=1999")
     assert r.code == 0, r
     done = next(line for line in r.err.splitlines() if line.startswith("done: "))
-    assert "; whole val split " in done and "sample" not in done, done
+    assert "on the whole split" in done and "sample" not in done, done
     results = json.loads((out / "results.json").read_text())
     assert results["val_tokens_scored"] == results["val_tokens"] == 1999
     assert results["val_loss_full"] == pytest.approx(whole["loss"], rel=1e-6)
-    assert json.loads(cli("runs", tmp_path, "--json").out)["best_val_loss_is_full"] is True
+    assert json.loads(cli("runs", tmp_path, "--json").out)["val_full_sampled"] is False
 
 
 def test_a_spread_sample_is_the_same_windows_the_whole_evaluation_reads() -> None:

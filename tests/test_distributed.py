@@ -44,7 +44,7 @@ def test_two_processes_match_one_and_checkpoints_move_between_them(text_file: Pa
     assert [n for n in names if not n.startswith("events") and n not in projector] == expected
     assert "projector_config.pbtxt" in projector and len(projector) > 1
     assert sum(n.startswith("events.out.tfevents") for n in names) == 1
-    assert err.count("data: ") == 1 and err.count("step 12: val loss") == 1
+    assert err.count("data: ") == 1 and err.count("step 12: val est") == 1
     assert "2 processes (cpu, DDP)" in err
     assert not list((tmp_path / "cache" / "tmp").glob("minigpt-train-*"))  # the request file is gone
 

@@ -233,12 +233,24 @@ def test_runs_lists_each_run(trained_run: Path, other_text: Path, tmp_path: Path
     r = cli("runs", root)
     assert r.code == 0, r
     lines = r.out.splitlines()
-    assert lines[0].split() == ["run", "steps", "best", "val", "params", "wall", "snapshots", "started", "from"]
+    assert lines[0].split() == [
+        "run",
+        "steps",
+        "val",
+        "est",
+        "val",
+        "full",
+        "params",
+        "wall",
+        "snapshots",
+        "started",
+        "from",
+    ]
     assert lines[1].startswith("broken") and "unreadable" in lines[1]
     assert lines[2].split()[:2] == ["ft", "2"] and lines[2].endswith(str((trained_run / "best.pt").resolve()))
     rows = [json.loads(line) for line in cli("runs", root, "--json").out.splitlines()]
     ft = rows[1]
-    assert ft["steps"] == 2 and ft["best_val_loss_is_full"] is False and ft["params"] > 10_000
+    assert ft["steps"] == 2 and ft["val_loss_full"] is None and ft["params"] > 10_000
     listed = json.loads(cli("runs", trained_run.parent, "--json").out.splitlines()[0])
-    assert listed["run"] == "run" and listed["best_val_loss_is_full"] is True
+    assert listed["run"] == "run" and listed["val_loss_full"] is not None and listed["val_full_sampled"] is False
     assert "not a directory of runs" in one_error_line(cli("runs", tmp_path / "nothing"))

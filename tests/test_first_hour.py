@@ -89,7 +89,8 @@ def test_runs_shows_the_data_when_it_differs_explains_its_marks_and_pluralizes(
     lines = table.out.splitlines()
     assert lines[0].split()[:3] == ["run", "data", "steps"]
     assert lines[1].split()[:2] == ["a", "text.txt"] and lines[2].split()[:2] == ["b", "notes.txt"]
-    assert "~" in lines[2] and lines[-1].startswith("~: an estimate (the in-training loss")
+    assert lines[0].split()[3:7] == ["val", "est", "val", "full"]  # the two numbers, each under its own name
+    assert lines[2].split()[3] != "-" and lines[2].split()[4] == "-"  # b: no final evaluation, only the estimate
     one = cli("runs", tmp_path / "runs" / "a")
     assert one.code == 0 and "data" not in one.out.splitlines()[0] and "~:" not in one.out  # one text, no marks
     page = cli("runs", tmp_path / "runs", "--html", tmp_path / "runs.html")
@@ -111,11 +112,11 @@ def test_a_wrong_run_path_gets_a_did_you_mean_and_a_folder_of_runs_lists_them(tr
 
 def test_every_header_with_a_val_loss_says_which_one(trained_run: Path, cli) -> None:
     r = cli("sample", trained_run, "--max-new-tokens", "3")
-    assert r.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}\)", r.err), r
+    assert r.code == 0 and re.search(r"\(step \d+, val est \d\.\d{4}\)", r.err), r
     lens = cli("lens", trained_run, "--text", "KING:")
-    assert lens.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}; ", lens.out.splitlines()[0]), lens
+    assert lens.code == 0 and re.search(r"\(step \d+, val est \d\.\d{4}; ", lens.out.splitlines()[0]), lens
     heads = cli("heads", trained_run)
-    assert heads.code == 0 and re.search(r"\(step \d+, in-training val loss \d\.\d{4}; ", heads.out), heads
+    assert heads.code == 0 and re.search(r"\(step \d+, val est \d\.\d{4}; ", heads.out), heads
 
 
 def test_lens_is_compact_by_default_and_explains_a_layer_worse_than_uniform(

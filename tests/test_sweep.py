@@ -27,7 +27,7 @@ NAMES = ["n_layer=1,lr=1e-3", "n_layer=1,lr=3e-3", "n_layer=2,lr=1e-3", "n_layer
 
 def loss_column(table: str) -> list[float]:
     header, *rows = table.strip().splitlines()
-    at = header.split().index("best")  # "best val" is one column of two words
+    at = header.split().index("full") - 2  # "val est" and "val full": two columns of two words each
     return [float(row.split()[at].rstrip("~")) for row in rows]
 
 
@@ -75,7 +75,7 @@ def test_a_sweep_stopped_in_its_third_run_goes_on_where_it_stopped(tmp_path: Pat
     assert lines[0].split()[:3] == ["run", "n_layer", "lr"] and len(lines) == 5
     losses = loss_column(again.out)
     assert losses == sorted(losses)
-    notes = {line.split()[0]: " ".join(line.split()[7:]) for line in lines[1:]}
+    notes = {line.split()[0]: " ".join(line.split()[8:]) for line in lines[1:]}
     assert notes == {NAMES[0]: "finished before", NAMES[1]: "finished before", NAMES[2]: "resumed", NAMES[3]: "trained"}
     hparams = Checkpoint.load(out / NAMES[3] / "last.pt").config["log"]["hparam_keys"]
     assert hparams == ["model.n_layer", "optim.lr"]
@@ -135,18 +135,18 @@ def test_random_draws_distinct_points_the_same_way_each_time(tmp_path: Path, tex
     listed = cli("runs", out)
     assert listed.code == 0, listed
     header, *rows = listed.out.strip().splitlines()
-    assert header.split() == ["run", "n_layer", "lr", "steps", "best", "val", "params", "wall"]
+    assert header.split() == ["run", "n_layer", "lr", "steps", "val", "est", "val", "full", "params", "wall"]
     assert sorted(row.split()[0] for row in rows) == sorted(chosen) and len(rows) == 2
     losses = loss_column(listed.out)
     assert losses == sorted(losses)
     objects = [json.loads(line) for line in cli("runs", out, "--json").out.splitlines()]
-    assert [o["best_val_loss"] for o in objects] == sorted(o["best_val_loss"] for o in objects)
+    assert [o["val_loss_full"] for o in objects] == sorted(o["val_loss_full"] for o in objects)
     assert set(objects[0]["values"]) == {"model.n_layer", "optim.lr"} and objects[0]["steps"] == 6
 
     # the whole grid now, with no time for a run: the two drawn are finished, the others not started
     r = cli("sweep", *args, "--max-total-time", "1s")
     assert r.code == 0, r
-    notes = [" ".join(row.split()[7:]) for row in r.out.strip().splitlines()[1:]]
+    notes = [" ".join(row.split()[8:]) for row in r.out.strip().splitlines()[1:]]
     assert notes == ["finished before"] * 2 + ["not run: --max-total-time ran out"] * 2, r.out
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(chosen)
 

@@ -16,7 +16,7 @@ from minigpt.training.trainer import Trainer
 
 from .helpers import TINY, make_text
 
-METRICS = ["val/loss", "val/bpc", "val/loss_full", "val/bpc_full"]
+METRICS = ["val/loss_est", "val/bpc_est", "val/loss_full", "val/bpc_full"]
 # characters make_text lacks: a digit, a tab, a caseless letter, a symbol, a vertical tab (unprintable)
 EXTRA = "Act 3:\tExit, pursued by a bear. \u4e2d\u20ac\x0b\n"
 

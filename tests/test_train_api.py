@@ -64,13 +64,13 @@ def test_train_from_python_tells_every_event_and_trains_what_the_cli_trains(text
 
     results = json.loads((run.path / "results.json").read_text())
     end = events[-1]
-    assert end == ("end", 12, results["best_val_loss"], results["val_loss_full"])
-    assert results["best_val_loss"] == evals[1][2] and results["steps"] == 12
+    assert end == ("end", 12, results["best_val_loss_est"], results["val_loss_full"])
+    assert results["best_val_loss_est"] == evals[1][2] and results["steps"] == 12
     train_loss = scalar_curve(run.path, "train/loss")
     assert train_loss["step"] == [4, 8, 12]
     assert train_loss["value"] == pytest.approx([e[2] for e in logs], rel=1e-6)
     assert scalar_curve(run.path, "lr")["value"] == pytest.approx([e[3] for e in logs], rel=1e-6)
-    val = scalar_curve(run.path, "val/loss")
+    val = scalar_curve(run.path)  # the val estimate's curve, val/loss_est
     assert val["step"] == [6, 12] and val["value"] == pytest.approx([e[2] for e in evals], rel=1e-6)
     assert scalar_curve(run.path, "val/loss_full")["value"] == pytest.approx([results["val_loss_full"]], rel=1e-6)
 
@@ -174,6 +174,6 @@ def test_train_takes_a_shipped_configs_name_from_any_folder(text_file: Path, tmp
     run = minigpt.train("cpu_4min", overrides=tiny, data=text_file, out="r")
     saved = (tmp_path / "r" / "config.yaml").read_text(encoding="utf-8")
     assert run.result.step == 2 and "max_time: 232s" in saved and "n_embd: 32" in saved  # the file, then overrides
-    assert repr(run) == f"<minigpt.Run r: 2 steps, best val loss {run.result.best_val_loss:.4f}>"  # a notebook's view
+    assert repr(run) == f"<minigpt.Run r: 2 steps, best val est {run.result.best_val_loss:.4f}>"  # a notebook's view
     with pytest.raises(minigpt.UserError, match=r"config file cpu_5min does not exist \(the shipped configs"):
         minigpt.train("cpu_5min")

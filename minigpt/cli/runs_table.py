@@ -22,8 +22,9 @@ from minigpt.training.sweep import Sweep, short_keys
 class RunInfo:
     run: str  # the directory, relative to the folder listed
     steps: int | None
-    best_val_loss: float | None  # the final evaluation's number when results.json has it, else the estimate
-    best_val_loss_is_full: bool
+    best_val_loss_est: float | None  # the best in-training estimate (train.eval_steps batches), the checkpoint's
+    val_loss_full: float | None  # the final evaluation's, on the whole validation split (results.json)
+    val_full_sampled: bool  # that evaluation scored a spread sample of the split (train.final_eval_tokens)
     params: int | None
     wall_s: float | None
     started_from: str | None  # a fine-tuned run's starting checkpoint
@@ -45,19 +46,18 @@ def read_run(run_dir: Path, name: str) -> RunInfo:
         cfg = config_from_dict(ckpt.config, name)
         params = parameter_count(cfg.model, ckpt.model["wte.weight"].shape[0])
     except UserError as e:
-        return RunInfo(name, None, None, False, None, None, None, problem=str(e))
+        return RunInfo(name, None, None, None, False, None, None, None, problem=str(e))
     full = results.get("val_loss_full")
-    best = full if isinstance(full, (int, float)) else ckpt.best_val_loss
-    if best is not None and not math.isfinite(best):
-        best = None
+    full = float(full) if isinstance(full, (int, float)) and math.isfinite(full) else None
+    best = ckpt.best_val_loss if ckpt.best_val_loss is not None and math.isfinite(ckpt.best_val_loss) else None
     started = (ckpt.init_from or {}).get("path")
-    # a final evaluation past train.final_eval_tokens scored a sample: an estimate too (marked ~)
-    exact = isinstance(full, (int, float)) and results.get("val_tokens_scored") == results.get("val_tokens")
+    sampled = full is not None and results.get("val_tokens_scored") != results.get("val_tokens")
     return RunInfo(
         name,
         ckpt.step,
         best,
-        exact,
+        full,
+        sampled,
         params,
         results.get("wall_s"),
         started,
@@ -78,13 +78,11 @@ def format_runs(runs: list[RunInfo]) -> str:
     """The table of runs (a data column when their texts differ: losses compare only on one) and what a ~ marks."""
     data = {r.run: data_name(r.config["data.path"]) for r in runs if r.config}
     with_data = len(set(data.values())) > 1
-    rows = [
-        ("run", *(["data"] if with_data else []), "steps", "best val", "params", "wall", "snapshots", "started from")
-    ]
+    rows = [("run", *(["data"] if with_data else []), *HEADS, "snapshots", "started from")]
     for r in runs:
         first = (r.run, data.get(r.run, "-")) if with_data else (r.run,)
         if r.problem:
-            rows.append((*first, "-", "-", "-", "-", "-", f"unreadable: {r.problem}"))
+            rows.append((*first, *("-",) * 6, f"unreadable: {r.problem}"))
             continue
         rows.append((*first, *run_cells(r), str(r.snapshots), r.started_from or "-"))
     return "\n".join([*_aligned(rows), *estimate_legend(runs)])
@@ -98,10 +96,8 @@ def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
 
 def estimate_legend(runs: list[RunInfo]) -> list[str]:
     """The line under a table that explains its ~, when a loss carries one."""
-    if any(r.best_val_loss is not None and not r.best_val_loss_is_full and not r.problem for r in runs):
-        return [
-            "~: an estimate (the in-training loss, or a sample of the split); without it, the whole validation split"
-        ]
+    if any(r.val_full_sampled and not r.problem for r in runs):
+        return ["~: val full on a spread sample of the validation split (train.final_eval_tokens)"]
     return []
 
 
@@ -113,12 +109,16 @@ def data_name(path: str | list[str]) -> str:
     return name + (f" +{len(items) - 1}" if len(items) > 1 else "")
 
 
-def run_cells(r: RunInfo) -> tuple[str, str, str, str]:
-    """steps, best val (~: an estimate), params and wall time as the tables show them."""
-    val = "-" if r.best_val_loss is None else f"{r.best_val_loss:.4f}" + ("" if r.best_val_loss_is_full else "~")
+HEADS = ("steps", "val est", "val full", "params", "wall")  # run_cells'
+
+
+def run_cells(r: RunInfo) -> tuple[str, ...]:
+    """steps, the two val losses (val full ~: on a sample of the split), params and wall time, as shown."""
+    est = "-" if r.best_val_loss_est is None else f"{r.best_val_loss_est:.4f}"
+    full = "-" if r.val_loss_full is None else f"{r.val_loss_full:.4f}" + ("~" if r.val_full_sampled else "")
     params = "-" if r.params is None else f"{r.params / 1e6:.2f}M"
     wall = "-" if r.wall_s is None else f"{r.wall_s:.0f}s"
-    return str(r.steps), val, params, wall
+    return str(r.steps), est, full, params, wall
 
 
 @dataclass
@@ -135,8 +135,8 @@ class SweepRow:
 
 
 def sweep_rows(sweep: Sweep, notes: dict[str, str] | None = None) -> list[SweepRow]:
-    """The sweep's runs, best whole-split val loss first (estimates, marked ~, among them by
-    their value), then the runs with no loss yet, then the points of its last draw not run.
+    """The sweep's runs, best whole-split val loss first (where there is none, the best estimate's),
+    then the runs with no loss yet, then the points of its last draw not run.
     `notes`: what the command that just ran did with each run."""
     notes = notes or {}
     drawn = {point.name for point in sweep.points()}
@@ -153,7 +153,7 @@ def sweep_rows(sweep: Sweep, notes: dict[str, str] | None = None) -> list[SweepR
     def order(row: SweepRow) -> tuple[int, float]:
         if row.info is None:
             return (2, 0.0)
-        loss = row.info.best_val_loss
+        loss = row.info.val_loss_full if row.info.val_loss_full is not None else row.info.best_val_loss_est
         return (0, loss) if loss is not None else (1, 0.0)
 
     return sorted(rows, key=order)
@@ -162,12 +162,12 @@ def sweep_rows(sweep: Sweep, notes: dict[str, str] | None = None) -> list[SweepR
 def format_sweep(rows: list[SweepRow]) -> str:
     keys = list(rows[0].values) if rows else []
     short = short_keys(keys)
-    table = [("run", *(short[k] for k in keys), "steps", "best val", "params", "wall", "")]
+    table = [("run", *(short[k] for k in keys), *HEADS, "")]
     for row in rows:
         r, values = row.info, [value_text(row.values[k]) for k in keys]
         if r is None or r.problem:
             note = row.note if r is None else f"unreadable: {r.problem}"
-            table.append((row.run, *values, "-", "-", "-", "-", note))
+            table.append((row.run, *values, *("-",) * 5, note))
             continue
         table.append((row.run, *values, *run_cells(r), row.note))
     return "\n".join(_aligned(table) + estimate_legend([row.info for row in rows if row.info is not None]))
@@ -208,9 +208,9 @@ def finite(value: Any) -> Any:
 
 def runs_html(folder: str, runs: list[dict[str, Any]]) -> HtmlPage:
     """The page of `runs`: one dict each with `run` (its name), `config` (flat, or None when the run
-    could not be read), `results` (results.json or None), `steps`, `best_val_loss`,
-    `best_val_loss_is_full`, `params`, `wall_s`, `problem` and `curve` ({step, seconds, value} lists,
-    or None without event files)."""
+    could not be read), `results` (results.json or None), `steps`, `best_val_loss_est`, `val_loss_full`,
+    `val_full_sampled`, `params`, `wall_s`, `problem` and `curve` ({step, seconds, value} lists, or None
+    without event files)."""
     differ = differing_keys([r["config"] for r in runs if r.get("config")])
     data = {"folder": folder, "runs": finite(runs), "differ": differ}
     curves = sum(1 for r in runs if r.get("curve") and r["curve"]["step"])

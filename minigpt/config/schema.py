@@ -133,16 +133,27 @@ class TrainConfig:
     dtype: str = config_field(
         "auto",
         "compute precision: auto (bf16 autocast on CUDA where supported, else fp16; on a CPU with bf16 "
-        "hardware (AVX512-BF16 or AMX) bf16 autocast where the run's products measure faster, else fp32), "
-        "float32, bfloat16, float16",
+        "hardware (AVX512-BF16 or AMX) bf16 autocast where the run's products measure faster, else fp32; "
+        "the run's config.yaml records the choice), float32, bfloat16, float16",
         ("auto", "float32", "bfloat16", "float16"),
+        on_resume=True,
+    )
+    attention: str = config_field(
+        "auto",
+        "bf16 attention on a CPU: flash (torch's kernel, in float32) or products (bf16 matrix products); "
+        "auto measures which is faster for the run's shape (config.yaml records the choice)",
+        ("auto", "flash", "products"),
         on_resume=True,
     )
     compile: bool = config_field(
         False, "torch.compile the model (falls back to eager if compilation fails)", on_resume=True
     )
     threads: int = config_field(
-        0, "CPU threads for training (0 = the cores this process may use)", ge=0, on_resume=True
+        0,
+        "CPU threads for training (0 = the cores this process may use, less those others keep busy at the "
+        "start; a CPU run's config.yaml records the count)",
+        ge=0,
+        on_resume=True,
     )
     init_from: str | None = config_field(
         None, "a run directory or checkpoint whose weights this new run starts from (fine-tuning; --init-from)"

@@ -8,7 +8,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from minigpt.runtime.device import dtype_name
 from minigpt.runtime.precision import Choice, cached_choice, interleaved_medians
 
 PRODUCTS_FROM = (32, 128)  # head size, context: below either, the float32 flash kernel won where measured
@@ -87,21 +86,25 @@ def attends_by_products(cfg: Any, device: torch.device, dtype: torch.dtype, sequ
 
 
 def attention_form(
-    cfg: Any, device: torch.device, dtype: torch.dtype, distributed: bool, trained: dict | None
-) -> tuple[bool, str | None]:
-    """Whether the run attends by products, and the line that says so: a resume's recorded form on
-    the same device and dtype, else `attends_by_products`' measurement (one process only, so that
-    every rank computes alike)."""
+    cfg: Any, device: torch.device, dtype: torch.dtype, sequences: int, trained: dict | None
+) -> tuple[str, str | None]:
+    """train.attention decided ("flash" or "products") and the line that says why, where it is not the
+    default: a resume's recorded form on the same device and dtype, else `attends_by_products`' measurement
+    for `sequences` per micro-batch."""
     kept = trained or {}
-    if kept.get("attention") and kept.get("device") == device.type and kept.get("dtype") == dtype_name(dtype):
-        products = kept["attention"] == "products"  # said only where it is not the default
-        return products, "attention: bf16 products, as this run trained so far" if products else None
-    t = cfg.train
-    choice = None if distributed else attends_by_products(cfg, device, dtype, t.batch_size // t.grad_accum_steps)
+    if cfg.train.attention != "auto":
+        products = cfg.train.attention == "products"
+        return cfg.train.attention, "attention: bf16 products (set by train.attention)" if products else None
+    if (
+        kept.get("attention")
+        and kept.get("device") == device.type
+        and kept.get("dtype") == str(dtype).removeprefix("torch.")
+    ):
+        products = kept["attention"] == "products"
+        return kept["attention"], "attention: bf16 products (kept on resume: the run trained so)" if products else None
+    choice = None if cfg.train.auto else attends_by_products(cfg, device, dtype, sequences)  # --auto times flash
     if choice is None:
-        return False, None
-    form = "bf16 products" if choice.bf16 else "the float32 flash kernel"
-    return (
-        choice.bf16,
-        f"attention: {form} (products measured at {choice.ratio:.2f}x the flash kernel's speed for this shape)",
-    )
+        return "flash", None
+    form, how = ("bf16 products", "products") if choice.bf16 else ("the float32 flash kernel", "flash")
+    why = f"{'cached' if choice.cached else 'measured'}: products at {choice.ratio:.2f}x the flash kernel's speed"
+    return how, f"attention: {form} (auto, {why} for this shape)"

@@ -1,5 +1,5 @@
-"""The cores this process may use, how busy other processes keep them, and the thread count that follows.
-Speed trick: trainings sharing a machine do not collapse; benchmark `scripts/bench.py share`."""
+"""The cores this process may use, how busy other processes keep them, and the thread count that leaves
+them their share (decided once, at the start: a count that changes mid-run changes the numbers)."""
 
 from __future__ import annotations
 
@@ -53,27 +53,3 @@ class CoreLoad:
             return None
         hz = os.sysconf("SC_CLK_TCK")
         return max(0.0, (busy - self.busy0 - (_own_ticks() - self.own0)) / hz / seconds)
-
-
-class CoreShare:
-    """A CPU training's thread count, one per core other processes leave it, measured every `every` seconds."""
-
-    def __init__(self, threads: int, cores: int, every: float = 5.0) -> None:
-        self.threads, self.cores, self.every = threads, cores, every
-        self.window = CoreLoad()
-        self.busy: float | None = None  # what the last window measured (None before the first)
-
-    def check(self) -> tuple[int, float] | None:
-        """(new thread count, others' busy cores) when the count should change, else None."""
-        if time.monotonic() - self.window.t0 < self.every:
-            return None
-        busy = self.window.others()
-        self.window = CoreLoad()
-        if busy is None:
-            return None
-        self.busy = busy
-        want = cores_left(self.cores, busy)
-        if want == self.threads:
-            return None
-        self.threads = want
-        return want, busy

@@ -16,7 +16,7 @@ import torch
 from minigpt.runtime import distributed
 
 if TYPE_CHECKING:
-    from minigpt.runtime.cores import CoreShare
+    from minigpt.config.schema import Config
     from minigpt.runtime.precision import Choice
 from minigpt.config import DEVICE_NAMES, MPS_PROCESSES, is_device_name
 from minigpt.errors import UserError, first_line
@@ -78,13 +78,15 @@ def resolve_device(name: str, dist: distributed.Dist | None = None) -> torch.dev
     return torch.device("cpu")
 
 
-def configure_threads(requested: int = 0, busy: float | None = None) -> int:
-    """Set and return torch's intra-op thread count: `requested`; else (0) OMP_NUM_THREADS, else the
-    cores this process may run on less those other processes keep `busy` (inference: docs/runs.md)."""
+def configure_threads(requested: int = 0, busy: float | None = None, kept: int | None = None) -> int:
+    """Set and return torch's intra-op thread count: `requested`; else (0) OMP_NUM_THREADS, else a resumed
+    run's `kept` count, else the cores this process may run on less those other processes keep `busy`."""
     if requested > 0:
         count = requested
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         count = int(os.environ["OMP_NUM_THREADS"])
+    elif kept:
+        count = kept
     else:
         from minigpt.runtime.cores import allowed_cores, cores_left
 
@@ -92,25 +94,6 @@ def configure_threads(requested: int = 0, busy: float | None = None) -> int:
         count = cores_left(cores, busy) if busy is not None else cores
     torch.set_num_threads(count)
     return count
-
-
-def core_share(threads: int, device: torch.device, distributed: bool) -> CoreShare | None:
-    """A CoreShare for a one-process CPU training with automatic threads (train.threads 0, no OMP_NUM_THREADS)."""
-    from minigpt.runtime.cores import CoreShare, allowed_cores
-
-    auto = threads == 0 and not os.environ.get("OMP_NUM_THREADS")
-    if device.type != "cpu" or distributed or not auto:
-        return None
-    return CoreShare(torch.get_num_threads(), allowed_cores())
-
-
-def follow_core_load(share: CoreShare | None) -> None:
-    """Set torch's thread count to what `share` (if any) says other processes leave us, saying so."""
-    change = share.check() if share is not None else None
-    if change is not None:
-        threads, busy = change
-        torch.set_num_threads(threads)
-        log(f"sharing the cores: other processes keep {busy:.1f} of {share.cores} busy; now {threads} thread(s)")
 
 
 def cpu_has_native_bf16() -> bool:
@@ -137,49 +120,59 @@ def cpu_bf16_choice(shape: tuple[int, int] | None = None) -> Choice | None:
     return cached_choice(f"{rows}x{width}", lambda: measure(rows, width))
 
 
-def multiplies_bf16(device: torch.device, shape: tuple[int, int] | None = None) -> bool:
-    """Whether bf16 products beat float32 ones on `device` (a GPU's capability; a CPU's measurement)."""
-    if device.type == "cuda":
-        return cuda_has_native_bf16(device)
-    choice = cpu_bf16_choice(shape) if device.type == "cpu" else None
-    return choice is not None and choice.bf16
-
-
 PROBE_SHAPE = (512, 384)  # rows x width, where the caller has no shape of its own
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def resolve_dtype(
     name: str, device: torch.device, shape: tuple[int, int] | None = None, trained: dict | None = None
-) -> torch.dtype:
-    """The training autocast dtype (float32: no autocast). `auto` is bf16 on GPUs with bf16 (else fp16), and
-    on a CPU where bf16 products of `shape` (rows, width) measure faster; on the device kind a resumed run
-    `trained` on ({"device", "dtype"}, the checkpoint's), `auto` keeps that run's dtype."""
-    if name == "auto":
-        if kept_precision(name, device, trained):
-            return DTYPES[trained["dtype"]]
-        if device.type == "cuda":
-            return torch.bfloat16 if cuda_has_native_bf16(device) else torch.float16
-        choice = cpu_bf16_choice(shape) if device.type == "cpu" else None
-        return choice.dtype if choice is not None else torch.float32
-    dtype = DTYPES[name]
-    if dtype == torch.float16 and device.type == "cpu":
-        raise UserError("train.dtype float16 is not supported on the CPU; use bfloat16 or float32")
-    return dtype
+) -> tuple[torch.dtype, str]:
+    """The training autocast dtype (float32: no autocast) and why, for the run's one precision line.
+    `auto` keeps a resumed run's dtype (`trained`: the checkpoint's {"device", "dtype"}) on the same kind
+    of device, bf16 only where it is in hardware there; else bf16 on a GPU with it (fp16 without), bf16
+    on a CPU with it where products of `shape` (rows, width) measure faster, float32 elsewhere."""
+    if name != "auto":
+        if name == "float16" and device.type == "cpu":
+            raise UserError("train.dtype float16 is not supported on the CPU; use bfloat16 or float32")
+        return DTYPES[name], "set by train.dtype"
+    kept = (trained or {}).get("dtype") if (trained or {}).get("device") == device.type else None
+    native = cuda_has_native_bf16(device) if device.type == "cuda" else device.type == "cpu" and cpu_has_native_bf16()
+    if kept in DTYPES and (kept != "bfloat16" or native):
+        return DTYPES[kept], "train.dtype auto, kept on resume: the run trained in it so far"
+    dropped = f"; not the {kept} the run trained in so far" if kept in DTYPES else ""
+    if device.type == "cuda":
+        return (
+            torch.bfloat16 if native else torch.float16
+        ), f"auto: bf16 {'in' if native else 'not in'} this GPU's hardware{dropped}"
+    choice = cpu_bf16_choice(shape) if native else None
+    if choice is None:
+        return torch.float32, f"auto: no bf16 in this {device.type.upper()}'s hardware{dropped}"
+    how = "cached" if choice.cached else "measured"
+    return choice.dtype, f"auto, {how}: bf16 products at {choice.ratio:.2f}x float32's speed on this CPU{dropped}"
 
 
-def kept_precision(name: str, device: torch.device, trained: dict | None) -> bool:
-    """Whether `auto` keeps the precision a resumed run `trained` in (same kind of device)."""
-    return name == "auto" and bool(trained) and trained.get("device") == device.type and trained.get("dtype") in DTYPES
+def decide(
+    cfg: Config, device: torch.device, rows: int, trained: dict | None, dist: distributed.Dist, busy: float | None
+) -> tuple[dict[str, Any], list[str]]:
+    """What the run's numbers depend on, decided once before it trains: train.threads (on a CPU),
+    train.dtype and train.attention as concrete values for its config.yaml, and the lines that say
+    why; `trained` (a resume's checkpoint's `precision`) keeps the run's. Under DDP rank 0 decides
+    (the process group started) and every rank takes its choices."""
+    t, kept = cfg.train, trained if (trained or {}).get("device") == device.type else {}
+    threads = configure_threads(t.threads, busy, kept.get("threads") if device.type == "cpu" else None)
+    choices: dict[str, Any] | None = None
+    lines: list[str] = []
+    if dist.is_main:
+        from minigpt.runtime.attention import attention_form
 
-
-def precision_lines(name: str, device: torch.device, shape: tuple[int, int], trained: dict | None = None) -> list[str]:
-    """For a run's first lines: what `auto` chose on a CPU with bf16 hardware and the ratio it measured
-    (from the cache `resolve_dtype` filled), or that a resume kept its run's; nothing elsewhere."""
-    if kept_precision(name, device, trained) and device.type == "cpu":
-        return [f"precision: {trained['dtype']}, as this run trained so far (train.dtype auto keeps it on resume)"]
-    choice = cpu_bf16_choice(shape) if name == "auto" and device.type == "cpu" else None
-    return [choice.line()] if choice is not None else []
+        dtype, why = resolve_dtype(t.dtype, device, (rows, cfg.model.n_embd), trained)
+        form, note = attention_form(cfg, device, dtype, rows // cfg.model.block_size, trained)
+        choices = {"train.dtype": dtype_name(dtype), "train.attention": form}
+        choices.update({"train.threads": threads} if device.type == "cpu" else {})
+        lines = [f"precision: {choices['train.dtype']} ({why})", *([note] if note else [])]
+    choices = distributed.all_gather(choices, dist)[0]
+    torch.set_num_threads(choices.get("train.threads", threads))
+    return choices, lines
 
 
 def sampling_dtype(name: str, device: torch.device, width: int | None = None) -> torch.dtype:

@@ -38,11 +38,6 @@ class Choice:
 
         return torch.bfloat16 if self.bf16 else torch.float32
 
-    def line(self) -> str:
-        """One status line: the choice and its measured ratio."""
-        name = "bfloat16" if self.bf16 else "float32"
-        return f"precision: {name} (bf16 products measured at {self.ratio:.2f}x float32's speed on this CPU)"
-
 
 def machine_key(shape: str) -> str:
     """What the answer depends on: the CPU and its bf16 flags, torch, oneDNN's ISA limit, minigpt, threads, shape."""

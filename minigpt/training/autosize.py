@@ -105,7 +105,7 @@ def time_steps(
     cfg = replace(recipe, model=m, train=replace(recipe.train, batch_size=batch, grad_accum_steps=1))
     window = torch.randint(vocab, (batch, m.block_size + 1), device=device)
     batches = types.SimpleNamespace(next=lambda: (window[:, :-1], window[:, 1:]))
-    loop = Loop(cfg, model, build_optimizer(model, cfg, device), batches, autocast(device, dtype))
+    loop = Loop(cfg, model, build_optimizer(model, cfg, device, dtype), batches, autocast(device, dtype))
     times: list[float] = []
     end, warm_up = 0.0, 2
     while warm_up or len(times) < 3 or time.perf_counter() < end:

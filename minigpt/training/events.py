@@ -10,9 +10,10 @@ EVENTS = "events.out.tfevents.*"
 _SIZES = {"scalars": 0, "images": 1, "audio": 1, "histograms": 1, "compressedHistograms": 1, "tensors": 1}
 
 
-def scalar_curve(run_dir: Path, tag: str = "val/loss") -> dict[str, list[float]] | None:
-    """`tag`'s points in the run's event files: {"step", "seconds" (from the first event), "value"} lists;
-    None without event files, an empty curve without the tag."""
+def scalar_curve(run_dir: Path, *tags: str) -> dict[str, list[float]] | None:
+    """The points of the first of `tags` (the val estimate's when none: val/loss before it was renamed) in
+    the run's event files: {"step", "seconds" (from the first event), "value"} lists; None without event
+    files, an empty curve without the tags."""
     if not any(run_dir.glob(EVENTS)):
         return None
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -20,7 +21,8 @@ def scalar_curve(run_dir: Path, tag: str = "val/loss") -> dict[str, list[float]]
     acc = EventAccumulator(str(run_dir), size_guidance=_SIZES)
     acc.Reload()
     curve: dict[str, list[float]] = {"step": [], "seconds": [], "value": []}
-    if tag not in acc.Tags().get("scalars", []):
+    tag = next((t for t in tags or ("val/loss_est", "val/loss") if t in acc.Tags().get("scalars", [])), None)
+    if tag is None:
         return curve
     start = acc.FirstEventTimestamp()
     for event in acc.Scalars(tag):

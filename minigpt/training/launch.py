@@ -40,7 +40,7 @@ from minigpt.io.textfiles import read_json_dict
 from minigpt.model import parameter_count
 from minigpt.runtime import distributed
 from minigpt.runtime.cores import CoreLoad
-from minigpt.runtime.device import configure_threads, log, precision_lines, resolve_device, resolve_dtype
+from minigpt.runtime.device import DTYPES, decide, log, resolve_device
 from minigpt.runtime.memory import keep_freed_memory
 from minigpt.training import disk, preflight
 from minigpt.training.autosize import AUTO_KEYS, auto_size, run_advice, timed_under_load
@@ -428,13 +428,14 @@ def run_training(
     corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
     dist = distributed.launched()
     world = max(dist.world_size, processes)  # --dry-run --nproc N checks each of the N processes
-    configure_threads(cfg.train.threads, (load or CoreLoad()).others())  # cores busy with others are left to them
     device = resolve_device(cfg.train.device, dist)
     if device.type == "cpu":
         keep_freed_memory()  # each step's activations reuse the last step's pages, not fresh ones
+    distributed.init(dist, device)  # rank 0's choices reach every rank
     rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * world) * cfg.model.block_size
     trained = resume_from.precision if resume_from is not None else None  # a resume keeps its run's
-    dtype = resolve_dtype(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # auto: measured on the CPU
+    chosen, advised = decide(cfg, device, rows, trained, dist, (load or CoreLoad()).others())  # cores others keep
+    dtype = DTYPES[chosen["train.dtype"]]
     steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
     if cfg.train.auto and resume_from is None:
         cfg, steps = auto_size(cfg, plan.explicit, corpus, tok, device, dtype, t_start)
@@ -444,7 +445,6 @@ def run_training(
         raise UserError(too_big)
     kept = [disk.snapshot_plan(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)]
     disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
-    advised = precision_lines(cfg.train.dtype, device, (rows, cfg.model.n_embd), trained)  # once every check passed
     if resume_from is None:
         advised += run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled, world)
         if cfg.train.max_time and device.type == "cpu":  # the estimates above come from timed steps
@@ -454,7 +454,6 @@ def run_training(
             log(line)
         print(f"# {plan.describe()}\n" + dry_run_text(cfg, plan.explicit, steps), end="")
         return None
-    distributed.init(dist, device)
     lock: FileLock | None = None
     try:
         if dist.is_main:
@@ -463,17 +462,17 @@ def run_training(
             existing = find_checkpoint(out_dir, prefer=LAST)
             if resume_from is None and existing is not None:  # written while this process was starting
                 raise UserError(f"{out_dir} already holds a run ({existing.name}); pick another --out")
-        trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist, trained)  # says what the data and model are
-        for line in [*advised, trainer.attention_note]:  # then what the run will do with them
-            if line:
-                log(line)
+        products = chosen["train.attention"] == "products"
+        trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist, products)  # says what the data and model are
+        for line in advised:  # then what the run will do with them
+            log(line)
         if resume_from is not None:
             trainer.load_state_dict(resume_from.to_dict())
-            log(f"resuming {out_dir} from step {trainer.state.step} (best val loss {trainer.state.best_val_loss:.4f})")
+            log(f"resuming {out_dir} from step {trainer.state.step} (best val est {trainer.state.best_val_loss:.4f})")
         if init_from is not None:
             _start_from(trainer, *init_from)
         if dist.is_main:
-            write_run_file(out_dir / "config.yaml", config_text(cfg))
+            write_run_file(out_dir / "config.yaml", config_text(cfg.replace(**chosen)))  # the choices, concrete
         return trainer.train(started=t_start, callbacks=callbacks)
     finally:
         if lock is not None:

@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minigpt.runtime.device import multiplies_bf16
-
 if TYPE_CHECKING:
     from minigpt.config.schema import Config
 
@@ -322,9 +320,12 @@ def split_muon(named: Iterable[tuple[str, torch.Tensor]]) -> tuple[list[tuple[st
     return muon, rest
 
 
-def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -> Any:
+def build_optimizer(
+    model: torch.nn.Module, cfg: Config, device: torch.device, dtype: torch.dtype = torch.float32
+) -> Any:
     """AdamW with weight decay on matrices (Linear weights, embeddings) only, fused where supported;
-    with optim.optimizer=muon, Muon on the blocks' matrices and this AdamW on the rest (above)."""
+    with optim.optimizer=muon, Muon on the blocks' matrices (Newton-Schulz in bf16 when the run trains
+    in `dtype` bf16, else float32) and this AdamW on the rest (above)."""
     o = cfg.optim
     muon, params = split_muon(model.named_parameters()) if o.optimizer == "muon" else ([], list(model.parameters()))
     params = [p for p in params if p.requires_grad]
@@ -339,7 +340,7 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, device: torch.device) -
         adam = AdamW(groups, lr=o.lr, betas=betas)  # same update, less start-up (see above)
     if o.optimizer != "muon":
         return adam
-    ns_dtype = torch.bfloat16 if multiplies_bf16(device) else torch.float32
+    ns_dtype = torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
     return MuonAdamW(muon, adam, o.lr, o.muon_lr / o.lr if o.lr > 0 else 0.0, o.muon_momentum, ns_dtype)
 
 

@@ -119,7 +119,7 @@ class Progress(Callback):
 
     def on_eval(self, trainer: Any, val_loss: float, improved: bool) -> None:
         best = " *best" if improved else ""
-        log(f"step {trainer.state.step}: val loss {val_loss:.4f} ({val_loss / math.log(2):.3f} {self.bits}){best}")
+        log(f"step {trainer.state.step}: val est {val_loss:.4f} ({val_loss / math.log(2):.3f} {self.bits}){best}")
 
     def on_train_end(self, trainer: Any, result: Any) -> None:
         self.bar.close()
@@ -133,16 +133,16 @@ class Progress(Callback):
         exact = ""
         if full is not None:
             took = f"scored in {result.final_seconds:.1f}s"
-            exact = f"; whole val split {full.loss:.4f} ({full.bpc:.3f} {self.bits}, {took})"
+            exact = f"; val full {full.loss:.4f} ({full.bpc:.3f} {self.bits} on the whole split, {took})"
             if full.sampled:  # past train.final_eval_tokens
                 exact = (
-                    f"; val split {full.loss:.4f} ({full.bpc:.3f} {self.bits}) on a spread sample of "
+                    f"; val full {full.loss:.4f} ({full.bpc:.3f} {self.bits}) on a spread sample of "
                     f"{full.tokens:,} of its {full.of_tokens:,} {trainer.tok.unit}s (train.final_eval_tokens; "
                     f"{took}; minigpt eval scores them all)"
                 )
         out, best = self.out_dir, result.best_val_loss
         log(
-            f"done: {result.step} steps in {result.wall_seconds:.1f}s{speed}, best val loss {best:.4f} "
+            f"done: {result.step} steps in {result.wall_seconds:.1f}s{speed}, best val est {best:.4f} "
             f"({best / math.log(2):.3f} {self.bits}){exact}\n"
             f"  sample:      minigpt sample {out}\n"
             f"  evaluate:    minigpt eval {out}\n"

@@ -22,7 +22,12 @@ from minigpt.io.diskspace import write_errors
 from minigpt.model import GPT, evaluating
 from minigpt.training.callbacks import Callback
 
-HPARAM_METRICS = ("val/loss", "val/bpc", "val/loss_full", "val/bpc_full")  # scalars on_eval and on_train_end log
+HPARAM_METRICS = (
+    "val/loss_est",
+    "val/bpc_est",
+    "val/loss_full",
+    "val/bpc_full",
+)  # scalars on_eval and on_train_end log
 HPARAM_SECTIONS = ("model", "optim", "train")  # the keys shown unless log.hparam_keys names others
 
 
@@ -172,8 +177,8 @@ class TensorBoard(Callback):
 
     def on_eval(self, trainer: Any, val_loss: float, improved: bool) -> None:
         step, log, model, tok = trainer.state.step, trainer.cfg.log, trainer.model, trainer.tok
-        self.writer.add_scalar("val/loss", val_loss, step)
-        self.writer.add_scalar("val/bpc", val_loss / math.log(2), step)
+        self.writer.add_scalar("val/loss_est", val_loss, step)  # val/loss_full: the whole split, at the end
+        self.writer.add_scalar("val/bpc_est", val_loss / math.log(2), step)
         if log.sample_length > 0:
             ids = tok.encode_checked(log.sample_prompt, "log.sample_prompt", unknown="skip").tolist() or [0]
             gen = torch.Generator(device=model.device).manual_seed(trainer.cfg.train.seed)

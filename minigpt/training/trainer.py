@@ -30,14 +30,11 @@ from minigpt.infer.evaluate import EvalResult, evaluate_ids
 from minigpt.infer.windows import token_losses
 from minigpt.model import GPT, evaluating
 from minigpt.runtime import distributed
-from minigpt.runtime.attention import attention_form, set_attention
-from minigpt.runtime.cores import CoreShare
+from minigpt.runtime.attention import set_attention
 from minigpt.runtime.device import (
     autocast,
-    core_share,
     dtype_name,
     enable_fast_matmul,
-    follow_core_load,
     log,
     maybe_compile,
 )
@@ -94,20 +91,20 @@ class Trainer(Loop):
         dtype: torch.dtype,
         out_dir: Path,
         dist: distributed.Dist | None = None,
-        trained: dict | None = None,
+        products: bool = False,
     ) -> None:
-        """`trained`: a resumed checkpoint's `precision`, whose attention form the run keeps."""
+        """`products`: bf16 attention as products on a CPU (train.attention, decided before)."""
         self.corpus, self.tok, self.out_dir = corpus, tok, out_dir
         self.dtype, self.dist = dtype, dist or distributed.Dist()
         t, rank, world = cfg.train, self.dist.rank, self.dist.world_size
         torch.manual_seed(t.seed)  # weights (the same on every rank) and dropout
         enable_fast_matmul(device)
         model = GPT(cfg.model, tok.vocab_size).to(device)
-        self.products, self.attention_note = attention_form(cfg, device, dtype, self.dist.enabled, trained)
-        set_attention(model, self.products)
+        self.products = products
+        set_attention(model, products)
         if self.dist.enabled:
             torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
-        optimizer = build_optimizer(model, cfg, device)
+        optimizer = build_optimizer(model, cfg, device, dtype)
         micro = t.batch_size // t.grad_accum_steps  # sequences per micro-step, all ranks together
         block = cfg.model.block_size
         ids = {"rank": rank, "world_size": world, "id_map": corpus.id_map}
@@ -130,7 +127,6 @@ class Trainer(Loop):
         self._agreed_request = False  # some rank's request_stop(), agreed at a sync point
         self._agreed_signal: int | None = None  # under DDP: a stop signal every rank has seen
         self.time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
-        self._cores: CoreShare | None = None  # set by train()
         describe_run(self)
         wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
         self.train_model = maybe_compile(self.model, t.compile, wrap, self._compile_trial(micro // world), device)
@@ -208,6 +204,7 @@ class Trainer(Loop):
                 "device": self.device.type,
                 "dtype": dtype_name(self.dtype),
                 "attention": "products" if self.products else "flash",
+                "threads": torch.get_num_threads(),
             },
             init_from=self.init_from,
             **extra,
@@ -335,7 +332,6 @@ class Trainer(Loop):
         """`on_log` with the loss agreed at this step's sync point, averaged since the last log step."""
         self._loss_sum.zero_()
         self._loss_count = 0
-        follow_core_load(self._cores)
         now, tokens = time.perf_counter(), self.state.tokens_seen
         tps = (tokens - self._tokens_at_log) / max(now - self._t_log, 1e-9)
         self._t_log, self._tokens_at_log = now, tokens
@@ -389,7 +385,7 @@ class Trainer(Loop):
             "wall_s": round(result.wall_seconds, 3),
             "tokens": self.state.tokens_seen,
             "best_step": self.state.best_step,
-            "best_val_loss": result.best_val_loss,
+            "best_val_loss_est": result.best_val_loss,  # train.eval_steps batches; val_loss_full: the whole split
             "val_loss_full": full.loss if full else None,
             "val_bpc_full": full.bpc if full else None,
             "tokens_per_s": result.tokens_per_s,
@@ -401,14 +397,13 @@ class Trainer(Loop):
         write_run_file(self.out_dir / "results.json", json.dumps(results, indent=1) + "\n", kept)
 
     def _begin(self, started: float | None, callbacks: Sequence[Any]) -> None:
-        """The clocks, the time budget, the core share and the components of one `train()`."""
+        """The clocks, the time budget and the components of one `train()`."""
         t = self.cfg.train
         self.started = started or time.perf_counter()
         self.deadline = self.started + parse_duration(t.max_time) if t.max_time else None
         if self.cfg.optim.schedule_by == "time" and self.deadline is not None:
             # the rest of the decay (all of it, unless resumed) runs over what is left of max_time
             self.time_budget = (time.perf_counter(), self.state.time_progress, self.deadline)
-        self._cores = core_share(t.threads, self.device, self.dist.enabled)
         self._flops_per_token = flops_per_token(self.cfg.model, self.tok.vocab_size)
         self._peak = device_peak(self.device, self.cfg.log.peak_tflops)[0]
         self._t_log, self._tokens_at_log = time.perf_counter(), self.state.tokens_seen

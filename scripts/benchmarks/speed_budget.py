@@ -54,7 +54,8 @@ def budget_once(
     launched = time.time()
     train = run_timed(minigpt_train(data, run_dir, f"train.seed={seed}", *shorter, config=BUDGET_RECIPE), env)
     results = json.loads((run_dir / "results.json").read_text())
-    curve = [[e.step, round(e.wall_time - launched, 2), round(e.value, 4)] for e in read_scalars(run_dir, "val/loss")]
+    estimates = read_scalars(run_dir, "val/loss_est")
+    curve = [[e.step, round(e.wall_time - launched, 2), round(e.value, 4)] for e in estimates]
     curve.append([results["steps"], round(train.wall_s, 2), round(results["val_loss_full"], 4)])
     steps, calibration = reference_steps(ref, data, env, budget)
     progress(f"budget [{rep}]: reference, {steps} steps (about {budget:.0f} s)")

@@ -1,5 +1,5 @@
 // The runs page (`minigpt runs DIR --html`). DATA: folder, differ (the config keys whose values
-// differ between runs), runs [{run, steps, best_val_loss, best_val_loss_is_full, params, wall_s,
+// differ between runs), runs [{run, steps, best_val_loss_est, val_loss_full, val_full_sampled, params, wall_s,
 // problem, config (flat, or null), results (results.json, or null), curve ({step, seconds, value},
 // or null without event files)}].
 const RUNS = DATA.runs, DIFFER = DATA.differ;
@@ -8,12 +8,12 @@ const W = 760, H = 330, M = { l: 56, r: 16, t: 12, b: 42 };
 const colour = (i) => `rgb(${headColour(i).join(",")})`;
 let xKey = "step", sortCol = "loss", sortDir = 1, picked = null;
 
-// each run's points: its val/loss curve, or results.json's last point where it has no event files
+// each run's points: its val estimate curve (val/loss_est), or results.json's last point without event files
 const POINTS = RUNS.map((r) => {
   const c = r.curve;
   if (c && c.step.length) return c.step.map((s, k) => ({ step: s, seconds: c.seconds[k], value: c.value[k] }));
   const res = r.results || {};
-  const value = res.val_loss_full ?? r.best_val_loss;
+  const value = res.val_loss_full ?? r.best_val_loss_est;
   return value == null || r.steps == null ? [] : [{ step: r.steps, seconds: res.wall_s ?? null, value, only: true }];
 });
 
@@ -95,8 +95,10 @@ const COLUMNS = [
   { id: "run", label: "run", name: true, get: (r) => r.run },
   ...DIFFER.map((k, n) => ({ id: k, label: shortKey(k, n), title: k, diff: true, get: (r) => (r.config ? r.config[k] : null) })),
   { id: "steps", label: "steps", get: (r) => r.steps, show: (v) => num(v) },
-  { id: "loss", label: "val loss", title: "the whole validation split (~: an estimate)", get: (r) => r.best_val_loss,
-    show: (v, r) => v.toFixed(4) + (r.best_val_loss_is_full ? "" : "~") },
+  { id: "est", label: "val est", title: "the best estimate in training (train.eval_steps batches)", get: (r) => r.best_val_loss_est,
+    show: (v) => v.toFixed(4) },
+  { id: "loss", label: "val full", title: "the whole validation split (~: a spread sample of it)", get: (r) => r.val_loss_full ?? null,
+    show: (v, r) => v.toFixed(4) + (r.val_full_sampled ? "~" : "") },
   { id: "params", label: "params", get: (r) => r.params, show: (v) => (v / 1e6).toFixed(2) + "M" },
   { id: "wall", label: "wall", get: (r) => r.wall_s, show: (v) => duration(v) },
 ];
@@ -118,7 +120,7 @@ function drawTable() {
       const v = c.get(r);
       let shown = v == null ? "-" : c.show ? c.show(v, r) : valueText(v);
       if (c.id === "run") shown = `<span class="sw" style="background:${colour(i)}"></span>${esc(shown)}`;
-      else if (c.id === "loss" && v != null && !r.best_val_loss_is_full) shown = `<span class="est">${esc(shown)}</span>`;
+      else if (c.id === "est" || (c.id === "loss" && r.val_full_sampled)) shown = `<span class="est">${esc(shown)}</span>`;
       else shown = esc(shown);
       if (c.id === "run" && r.problem) shown += ` <span class="problem">unreadable</span>`;
       return `<td class="${c.name ? "name" : ""}${c.diff ? " diff" : ""}">${shown}</td>`;
@@ -144,9 +146,9 @@ function drawConfig() {
   const res = r.results || {};
   const facts = [];
   if (r.problem) facts.push(`<div class="problem">unreadable: ${esc(r.problem)}</div>`);
-  if (r.best_val_loss != null) {
-    const what = r.best_val_loss_is_full ? "whole validation split" : "estimate";
-    facts.push(`<div>val loss <b>${r.best_val_loss.toFixed(4)}</b> nats (${what}), ${(r.best_val_loss / Math.LN2).toFixed(4)} bits/char</div>`);
+  for (const [name, v, what] of [["val full", r.val_loss_full, r.val_full_sampled ? "a sample of the validation split" : "the whole validation split"],
+    ["val est", r.best_val_loss_est, "the best estimate in training"]]) {
+    if (v != null) facts.push(`<div>${name} <b>${v.toFixed(4)}</b> nats (${what}), ${(v / Math.LN2).toFixed(4)} bits/char</div>`);
   }
   if (r.steps != null) facts.push(`<div>${num(r.steps)} steps` + (res.best_step != null ? `, the best at step ${num(res.best_step)}` : "") + "</div>");
   if (res.stopped) facts.push(`<div>ended by ${esc(res.stopped)}</div>`);
@@ -179,8 +181,9 @@ const curves = POINTS.filter((p) => p.length > 1).length;
 byId("counts").textContent = `${RUNS.length} run${RUNS.length === 1 ? "" : "s"}, ${curves} with a curve; ` +
   (DIFFER.length ? `${DIFFER.length} config ${DIFFER.length === 1 ? "key differs" : "keys differ"} (marked)` : "every config key is the same");
 segmented(byId("xaxis"), ["step", "wall time"], 0, (k) => { xKey = k ? "seconds" : "step"; drawChart(); });
-byId("note").textContent = "The curves are the fixed-batch val loss at each evaluation (TensorBoard's val/loss); a run " +
-  "without event files shows results.json's last point. The table's val loss is the whole validation split after " +
-  "training (a ~ marks an estimate). Wall time counts from each run's first event: a resumed run's pause is in it.";
+byId("note").textContent = "The curves are the val estimate at each evaluation, on train.eval_steps fixed batches " +
+  "(TensorBoard's val/loss_est); a run without event files shows results.json's last point. The table's val full is " +
+  "the whole validation split after training (a ~ marks a sample of it), val est the best estimate. " +
+  "Wall time counts from each run's first event: a resumed run's pause is in it.";
 const LOSS = COLUMNS.find((c) => c.id === "loss");
 pick(RUNS.map((r, i) => i).sort((a, b) => compare(LOSS.get(RUNS[a]), LOSS.get(RUNS[b])) || a - b)[0]);

@@ -23,7 +23,7 @@ from minigpt.training.trainer import Trainer
 cfg = load_config(None, [f"data.path={sys.argv[1]}", "train.device=cpu", "log.tensorboard=false", *sys.argv[2:]])
 configure_threads(cfg.train.threads)
 corpus = load_corpus(cfg.data, cfg.model.block_size)
-dtype = resolve_dtype(cfg.train.dtype, torch.device("cpu"))
+dtype = resolve_dtype(cfg.train.dtype, torch.device("cpu"))[0]
 trainer = Trainer(cfg, corpus, corpus.tokenizer, torch.device("cpu"), dtype, Path(tempfile.mkdtemp()))
 before = process_rss()
 for _ in range(3):
