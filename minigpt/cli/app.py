@@ -157,8 +157,7 @@ def score(
     from minigpt.inspect.pages import check_output
     from minigpt.inspect.surprise import score_page
 
-    if html is not None:
-        check_output(html)
+    check_output(html)
     loaded = load_model(target, inference_device(device, threads))
     text, label = text_input(text, file, loaded.config.data)
     if html is not None:

@@ -11,6 +11,7 @@ import typer
 
 from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_device, wants_colour
 from minigpt.errors import UserError
+from minigpt.inspect.pages import check_output
 
 Ablation = Literal["mean", "zero", "none"]
 ROLES = (
@@ -27,68 +28,56 @@ ROLE_HELP = (
 ROLE_COLOURS = {"previous": "36", "induction": "35", "duplicate": "33", "first": "34", "local": "32", "mixed": "2"}
 
 
-MeasureDataOpt = Annotated[
-    Path | None,
-    typer.Option("--data", help="Measure on this file, folder or 'glob' instead of the run's validation split."),
-]
-TextOpt = Annotated[
-    str | None,
-    typer.Option("--text", help="Measure on this text instead (ablation needs block_size + 1 characters)."),
-]
-AblationOpt = Annotated[
-    Ablation,
-    typer.Option("--ablation", help="Replace a head's output by its mean over the sample, by zeros, or skip ablation."),
-]
-ExactOpt = Annotated[
-    str,
-    typer.Option(
-        "--exact",
-        help="How many heads, ranked by the estimate, get an exact ablation: a number, or 'all'; the rest are "
-        "estimates. auto: every head when that is cheap (small models), else the largest estimates and every head "
-        "whose patterns make it a candidate for a role.",
-    ),
-]
-AsJsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")]
-HeadsPageOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--html",
-        help="Write an offline page: the grid of heads, each head's pattern and the ablation bars.",
-        show_default=False,
-    ),
-]
-OverTrainingOpt = Annotated[
-    bool,
-    typer.Option(
-        "--over-training", help="Score every snapshot of the run (train.keep_every, best.pt, last.pt) instead."
-    ),
-]
-PngOpt = Annotated[
-    Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.", show_default=False)
-]
-NoColorOpt = Annotated[bool, typer.Option("--no-color", help="A plain table.")]
-
-
 def heads_cmd(
     target: TargetArg,
-    data: MeasureDataOpt = None,
-    text: TextOpt = None,
-    ablation: AblationOpt = "mean",
-    exact: ExactOpt = "auto",
-    as_json: AsJsonOpt = False,
-    html: HeadsPageOpt = None,
-    over_training: OverTrainingOpt = False,
-    png: PngOpt = None,
-    no_color: NoColorOpt = False,
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", help="Measure on this file, folder or 'glob' instead of the run's validation split."),
+    ] = None,
+    text: Annotated[
+        str | None,
+        typer.Option("--text", help="Measure on this text instead (ablation needs block_size + 1 characters)."),
+    ] = None,
+    ablation: Annotated[
+        Ablation,
+        typer.Option(
+            "--ablation", help="Replace a head's output by its mean over the sample, by zeros, or skip ablation."
+        ),
+    ] = "mean",
+    exact: Annotated[
+        str,
+        typer.Option(
+            "--exact",
+            help="How many heads, ranked by the estimate, get an exact ablation: a number, or 'all'; the rest are "
+            "estimates. auto: every head when that is cheap (small models), else the largest estimates and every head "
+            "whose patterns make it a candidate for a role.",
+        ),
+    ] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write an offline page: the grid of heads, each head's pattern and the ablation bars.",
+            show_default=False,
+        ),
+    ] = None,
+    over_training: Annotated[
+        bool,
+        typer.Option(
+            "--over-training", help="Score every snapshot of the run (train.keep_every, best.pt, last.pt) instead."
+        ),
+    ] = False,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.", show_default=False)
+    ] = None,
+    no_color: Annotated[bool, typer.Option("--no-color", help="A plain table.")] = False,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
     """What each attention head does: pattern scores on the run's own text, a role, and the loss its removal costs."""
-    from minigpt.inspect.pages import check_output
-
-    for path, flag in ((html, "--html"), (png, "--png")):
-        if path is not None:
-            check_output(path, flag)
+    check_output(html)
+    check_output(png, "--png")
     if png is not None and not over_training:
         raise UserError("--png draws the formation chart of --over-training; add --over-training")
     if over_training:
@@ -183,10 +172,7 @@ def by_position_command(loaded, data: Path | None, max_tokens: int, as_json: boo
     """`minigpt eval --by-position`: the loss at each context position and the ICL score."""
     from minigpt.infer.evaluate import eval_ids_for, icl_score, loss_by_position
 
-    if png is not None:
-        from minigpt.inspect.pages import check_output
-
-        check_output(png, "--png")
+    check_output(png, "--png")
     ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
     curve = loss_by_position(loaded.model, ids, table, max_tokens)
     score, late, early = icl_score(curve)

@@ -14,7 +14,7 @@ import typer
 
 from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
 from minigpt.errors import UserError
-from minigpt.inspect.pages import VISIBLE
+from minigpt.inspect.pages import VISIBLE, check_output
 
 if TYPE_CHECKING:
     from minigpt.inspect.lens import Lens
@@ -71,11 +71,9 @@ def lens_cmd(
     from minigpt.cli.pages import text_input
     from minigpt.infer.loading import load_model, source_line
     from minigpt.inspect.lens import lens_html, lens_of
-    from minigpt.inspect.pages import check_output
 
     text, label = text_input(text, file)
-    if html is not None:
-        check_output(html)
+    check_output(html)
     loaded = load_model(target, inference_device(device, threads))
     lens = lens_of(loaded, text, label, unknown)
     positions = detail_positions(len(lens.chars), at) if top or at else []

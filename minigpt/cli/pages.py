@@ -47,9 +47,8 @@ def write_attention_files(
     the whole text), every output checked before any work; returns one line per file written."""
     if out is None and html is None:
         raise UserError("give --out PICTURE.png, --html PAGE.html or both")
-    for path, flag in ((out, "--out"), (html, "--html")):
-        if path is not None:
-            check_output(path, flag)
+    check_output(out, "--out")
+    check_output(html)
     text = checked_text(loaded.tokenizer, text, label, unknown)
     done = []
     if html is not None:

@@ -25,79 +25,70 @@ DEFAULT = SampleOptions()  # the flags' defaults are the schema's
 SEPARATOR = "\n\n---\n"  # between samples on stdout
 
 
-PromptOpt = Annotated[str | None, typer.Option("--prompt", help="Text to continue (default: a newline).")]
-PromptFileOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--prompt-file",
-        metavar="FILE",
-        show_default=False,
-        help="The prompt is this UTF-8 file's whole text (- reads stdin).",
-    ),
-]
-PromptsFileOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--prompts-file",
-        metavar="FILE",
-        show_default=False,
-        help="One prompt per line (\\n: a line break), batched.",
-    ),
-]
-NumSamplesOpt = Annotated[int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")]
-MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")]
-TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")]
-TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")]
-TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")]
-StopOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--stop",
-        metavar="TEXT",
-        show_default=False,
-        help="End a sample where it writes this text (not shown; repeatable).",
-    ),
-]
-AsJsonOpt = Annotated[
-    bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, seed.")
-]
-InteractiveOpt = Annotated[
-    bool,
-    typer.Option(
-        "--interactive",
-        "-i",
-        help="Prompt after prompt on the terminal, the model kept loaded (:help for settings).",
-    ),
-]
-DtypeOpt = Annotated[
-    SampleDtype,
-    typer.Option(
-        "--dtype",
-        help="The weights' precision while sampling. auto is bfloat16 on a GPU with it in hardware, "
-        "and on a CPU where bf16 measures faster (minigpt --version shows the measured answers).",
-    ),
-]
-
-
 def sample(
     target: TargetArg,
-    prompt: PromptOpt = None,
-    prompt_file: PromptFileOpt = None,
-    prompts_file: PromptsFileOpt = None,
-    num_samples: NumSamplesOpt = DEFAULT.num_samples,
-    max_new_tokens: MaxNewTokensOpt = DEFAULT.max_new_tokens,
-    temperature: TemperatureOpt = DEFAULT.temperature,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    seed: SeedOpt = DEFAULT.seed,
-    stop: StopOpt = None,
-    as_json: AsJsonOpt = False,
-    interactive: InteractiveOpt = False,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="Text to continue (default: a newline).")] = None,
+    prompt_file: Annotated[
+        str | None,
+        typer.Option(
+            "--prompt-file",
+            metavar="FILE",
+            show_default=False,
+            help="The prompt is this UTF-8 file's whole text (- reads stdin).",
+        ),
+    ] = None,
+    prompts_file: Annotated[
+        str | None,
+        typer.Option(
+            "--prompts-file",
+            metavar="FILE",
+            show_default=False,
+            help="One prompt per line (\\n: a line break), batched.",
+        ),
+    ] = None,
+    num_samples: Annotated[
+        int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")
+    ] = DEFAULT.num_samples,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", help="Characters to generate.")
+    ] = DEFAULT.max_new_tokens,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")
+    ] = DEFAULT.temperature,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = DEFAULT.seed,
+    stop: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--stop",
+            metavar="TEXT",
+            show_default=False,
+            help="End a sample where it writes this text (not shown; repeatable).",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, seed.")
+    ] = False,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            "-i",
+            help="Prompt after prompt on the terminal, the model kept loaded (:help for settings).",
+        ),
+    ] = False,
     unknown: UnknownOpt = DEFAULT.unknown,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
-    dtype: DtypeOpt = DEFAULT.dtype,
+    dtype: Annotated[
+        SampleDtype,
+        typer.Option(
+            "--dtype",
+            help="The weights' precision while sampling. auto is bfloat16 on a GPU with it in hardware, "
+            "and on a CPU where bf16 measures faster (minigpt --version shows the measured answers).",
+        ),
+    ] = DEFAULT.dtype,
 ) -> int:
     """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
     from minigpt.infer.loading import cast_for_sampling, load_model
