@@ -51,13 +51,6 @@ def check_request(out: Path, fmt: str, dtype: str, force: bool) -> None:
         raise UserError(f"--format {fmt} needs {', '.join(missing)} (the export extra): {INSTALL}")
 
 
-def check_not_inside(out: Path, loaded: LoadedModel) -> None:
-    """Refuse an OUT that holds the checkpoint being exported: --force would delete the run."""
-    ckpt, target = loaded.path.resolve(), out.resolve()
-    if ckpt == target or target in ckpt.parents:
-        raise UserError(f"{out} holds the checkpoint being exported ({loaded.path}); give another folder")
-
-
 @contextlib.contextmanager
 def staging_folder(out: Path) -> Iterator[Path]:
     """A fresh folder beside `out`: renamed over `out` when the block ends, removed on any exception."""
@@ -109,8 +102,12 @@ def _swap_in(stage: Path, out: Path) -> None:
 
 def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = "float32", force: bool = False) -> str:
     """Export a loaded model to `out` in `fmt` ('hf' or 'onnx'); returns the line that says what was written."""
+    from minigpt.data.encoding import file_sha256
+
     check_request(out, fmt, dtype, force)
-    check_not_inside(out, loaded)
+    ckpt, target = loaded.path.resolve(), out.resolve()
+    if ckpt == target or target in ckpt.parents:  # --force would delete the run
+        raise UserError(f"{out} holds the checkpoint being exported ({loaded.path}); give another folder")
     if fmt == "hf":  # the architecture refuses a model with no exact mapping
         write, format_name = write_hf, ARCHITECTURES[architecture_for(loaded.config.model)]
     else:
@@ -118,19 +115,12 @@ def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = 
     try:
         with staging_folder(out) as stage:
             names = write(loaded, stage, dtype)
-            names.append(write_sha256sums(stage, names))
+            sums = [f"{file_sha256(stage / name)}  {name}\n" for name in sorted(names)]  # for sha256sum -c
+            (stage / "SHA256SUMS").write_text("".join(sums), encoding="utf-8")
+            names.append("SHA256SUMS")
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or first_line(e)}; nothing was written") from None
     return f"wrote {out}: {', '.join(names)} ({format_name}, {dtype}, from {loaded.path})"
-
-
-def write_sha256sums(folder: Path, names: list[str]) -> str:
-    """`SHA256SUMS` of the files `names` in `folder`, in the format `sha256sum -c SHA256SUMS` checks."""
-    from minigpt.data.encoding import file_sha256
-
-    lines = [f"{file_sha256(folder / name)}  {name}\n" for name in sorted(names)]
-    (folder / "SHA256SUMS").write_text("".join(lines), encoding="utf-8")
-    return "SHA256SUMS"
 
 
 def export_run(target: Path, out: Path, fmt: str = "hf", dtype: str = "float32", force: bool = False) -> str:

@@ -78,12 +78,6 @@ def weight_blob(loaded: LoadedModel, dtype: str) -> tuple[bytes, dict[str, list]
     return b"".join(parts), manifest
 
 
-def estimated_bytes(loaded: LoadedModel, dtype: str) -> int:
-    """The page's size from the parameter count alone (base64: 4 characters per 3 bytes), before encoding."""
-    n = sum(t.numel() for name, t in loaded.model.state_dict().items() if name != TIED)
-    return (n * (4 if dtype == "float32" else 2) * 4 + 2) // 3 + ASSETS_BYTES
-
-
 def page_data(loaded: LoadedModel, dtype: str) -> dict:
     """Everything the page needs, as plain data: the model's shape, the vocabulary, the weights and the run."""
     from minigpt.infer.decode import half_window
@@ -117,7 +111,8 @@ def page_data(loaded: LoadedModel, dtype: str) -> dict:
 def playground_page(loaded: LoadedModel, dtype: str = "float32") -> PlaygroundPage:
     """The page of `loaded`, refused with one line when it would pass MAX_PAGE_BYTES."""
     check_dtype(dtype)
-    check_size(estimated_bytes(loaded, dtype), dtype)
+    n = sum(t.numel() for name, t in loaded.model.state_dict().items() if name != TIED)
+    check_size((n * (4 if dtype == "float32" else 2) * 4 + 2) // 3 + ASSETS_BYTES, dtype)  # base64: 4 chars / 3 bytes
     data = page_data(loaded, dtype)
     title = f"playground: {data['run']}"
     page = render("playground", title, data)
