@@ -9,7 +9,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -111,19 +111,13 @@ class Layout:
 
     def identity(self) -> str:
         """The corpus's content key: a single file's SHA-256, else a hash of everything that decides the ids."""
-        if self._identity is None:
-            self._identity = self._key()
+        if self._identity is None and len(self.files) == 1 and self.n_train is None:
+            self._identity = self.hashes[0]
+        elif self._identity is None:
+            files = [[f.name, h] for f, h in zip(self.files, self.hashes)]
+            manifest = {"files": files, "n_train": self.n_train, "separator": self.separator}
+            self._identity = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode("utf-8")).hexdigest()
         return self._identity
-
-    def _key(self) -> str:
-        if len(self.files) == 1 and self.n_train is None:
-            return self.hashes[0]
-        manifest = {
-            "files": [[f.name, h] for f, h in zip(self.files, self.hashes)],
-            "n_train": self.n_train,
-            "separator": self.separator,
-        }
-        return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -234,31 +228,13 @@ def _open_entry(bin_path: Path, meta: dict) -> Encoded:
         raise DamagedCache(f"holds {size // dtype.itemsize} ids where {length} were stored")
     ids = np.memmap(bin_path, dtype=dtype, mode="r") if length else np.zeros(0, dtype)
     if tok.vocab_size < np.iinfo(dtype).max + 1:  # a byte model's uint8 ids are all valid
-        top = max_id(bin_path, dtype)
+        top = 0  # the largest id, read in chunks: no page of the entry stays mapped into this process
+        with open(bin_path, "rb") as f:
+            while chunk := f.read(CHUNK - CHUNK % dtype.itemsize):
+                top = max(top, int(np.frombuffer(chunk, dtype).max()))
         if top >= tok.vocab_size:
             raise DamagedCache(f"holds id {top} for a vocabulary of {tok.vocab_size}")
     return Encoded(tok, ids, meta.get("split"), int(meta.get("documents", 1)), list(meta.get("skipped", [])))
-
-
-def max_id(path: Path, dtype: np.dtype) -> int:
-    """The largest id in an entry, read in chunks (no page of it stays mapped into this process)."""
-    top = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK - CHUNK % dtype.itemsize):
-            top = max(top, int(np.frombuffer(chunk, dtype).max()))
-    return top
-
-
-@contextlib.contextmanager
-def _entry_lock(path: Path) -> Iterator[None]:
-    """One process encodes a new entry while others wait and read it; unlocked where the lock cannot be made."""
-    lock = FileLock(path)
-    with contextlib.suppress(OSError):
-        lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def load_or_encode(
@@ -282,7 +258,10 @@ def load_or_encode(
             file=sys.stderr,
         )
         return _encode_to_temp(layout, progress, desc, key, check_vocab)
-    with _entry_lock(cache_dir / f"{name}.lock"):
+    lock = FileLock(cache_dir / f"{name}.lock")  # one process encodes a new entry while others wait and read it
+    with contextlib.suppress(OSError):  # unlocked where the lock cannot be made
+        lock.acquire()
+    try:
         damaged = None
         if bin_path.exists() and meta_path.exists():
             try:
@@ -315,6 +294,8 @@ def load_or_encode(
             return _encode_to_temp(layout, progress, desc, key, check_vocab)
         warn_skipped(meta["skipped"], desc)
         return _open_entry(bin_path, meta)
+    finally:
+        lock.release()
 
 
 def _encode_to_temp(

@@ -323,14 +323,11 @@ class _CharWriter:
         return ids
 
     def _ascii(self, chunk: bytes) -> bytes | np.ndarray:
-        if self.translate is not None and self.dtype == np.uint8:
-            return chunk.translate(self.translate)
-        return self._ascii_ids(chunk)  # an array goes out as it is, not copied into bytes
-
-    def _ascii_ids(self, chunk: bytes) -> np.ndarray:
-        """Each byte's id as if it were ASCII (a writable array)."""
+        """Each byte's id as if it were ASCII; an array goes out as it is, not copied into bytes."""
         if self.translate is None:
             return self.ascii[np.frombuffer(chunk, np.uint8)]
+        if self.dtype == np.uint8:
+            return chunk.translate(self.translate)
         return np.frombuffer(chunk.translate(self.translate), np.uint8).astype(self.dtype)
 
 
@@ -364,7 +361,14 @@ def write_ids(
                 i = members[0][0]
                 put_text(sep if i and sep else b"")
                 split = written if i == split_at else split
-                _stream_one(put, large, char, tick)
+                decoder, size = codecs.getincrementaldecoder("utf-8")(), 0
+                for chunk in chunks(large.path):
+                    size += len(chunk)
+                    tick(len(chunk))
+                    put(chunk if char is None else char.encode(decoder, chunk))
+                if char is not None:
+                    put(char.encode(decoder, b"", final=True))
+                _check_unchanged(large, size)
                 continue
             cut = 0  # the separators are in the blob already: it goes out whole, or in two at the split
             for i, s, e in members:
@@ -374,20 +378,6 @@ def write_ids(
                     cut, split = s, written
             put_text(blob[cut:] if cut else blob)
     return written, split
-
-
-def _stream_one(
-    put: Callable[[bytes | np.ndarray], None], f: SourceFile, char: _CharWriter | None, tick: Callable[[int], None]
-) -> None:
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    size = 0
-    for chunk in chunks(f.path):
-        size += len(chunk)
-        tick(len(chunk))
-        put(chunk if char is None else char.encode(decoder, chunk))
-    if char is not None:
-        put(char.encode(decoder, b"", final=True))
-    _check_unchanged(f, size)
 
 
 def _check_unchanged(f: SourceFile, size_read: int) -> None:

@@ -224,20 +224,7 @@ def saved_dataset(folder: str, key: str) -> list[tuple[str, str, os.stat_result]
     return found
 
 
-def _glob_root(pattern: str) -> str:
-    """The folder a pattern's matches are named relative to: its part before the first wildcard."""
-    parts = Path(pattern).parts
-    fixed = parts[: next(i for i, p in enumerate(parts) if is_glob(p))]
-    return os.path.join(*fixed) if fixed else "."
-
-
 Found = tuple[str, str, os.stat_result, str]  # path, relative name, stat, how it was found (SourceFile.found)
-
-
-def _names_extension(pattern: str) -> bool:
-    """Whether a glob's last part names an extension (`*.csv`): its files are named on purpose."""
-    ext = os.path.splitext(os.path.basename(pattern))[1]
-    return len(ext) > 1 and not is_glob(ext)
 
 
 def _special(path: str, st: os.stat_result, key: str) -> UserError:
@@ -268,8 +255,11 @@ def _expand(item: str, key: str, skipped: Skipped) -> list[Found]:
         return [(path, os.path.basename(path), st, "named")]
     if not is_glob(item):
         raise UserError(f"{key}: {item} does not exist (pass --data FILE|FOLDER|'GLOB' or set {key})")
-    root = _glob_root(path)
-    how = "named" if _names_extension(path) else "globbed"
+    parts = Path(path).parts  # matches are named relative to the part before the first wildcard
+    fixed = parts[: next(i for i, p in enumerate(parts) if is_glob(p))]
+    root = os.path.join(*fixed) if fixed else "."
+    ext = os.path.splitext(os.path.basename(path))[1]
+    how = "named" if len(ext) > 1 and not is_glob(ext) else "globbed"  # `*.csv`: its files are named on purpose
     files: list[Found] = []
     for match in sorted(glob.glob(path, recursive=True)):
         rel = os.path.relpath(match, root)
