@@ -30,6 +30,7 @@ SNAPSHOT = re.compile(r"^step_(\d{7,})\.pt$")  # a snapshot's name
 RESUME_SECTIONS = ("optimizer", "scaler", "rng", "rng_ranks")  # the tensors a resume needs beyond the weights
 HASH_THREADS = 8  # at most: past a few cores the memory, not the hash, sets the pace
 PARALLEL_BYTES = 4 << 20  # tensors smaller than this in all are hashed on the calling thread
+MAX_RUNS_NAMED = 6  # a folder of runs given for one run: the first few are named
 
 
 class Damaged(UserError):
@@ -350,9 +351,6 @@ def _snapshot_advice(run_dir: Path) -> str:
 def val_loss_text(val_loss: object) -> str:
     """', in-training val loss 2.7069' (the fixed-batch estimate) for a header, or '' without one."""
     return f", in-training val loss {val_loss:.4f}" if isinstance(val_loss, float) else ""
-
-
-MAX_RUNS_NAMED = 6  # a folder of runs given for one run: the first few are named
 
 
 def runs_inside(folder: Path) -> list[Path]:

@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperOption
 
 from minigpt.cli import help as cli_help
-from minigpt.cli.heads import ROLE_HELP, heads_cmd
+from minigpt.cli.heads import ROLE_HELP, by_position_command, heads_cmd
 from minigpt.cli.help import ExportDtype, ExportFormat, PlaygroundDtype, epilog
 from minigpt.cli.lens import lens_cmd
 from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
@@ -67,13 +67,10 @@ def _options(
     """Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample."""
 
 
-app.command(name="train", epilog=cli_help.train_epilog())(train_cmd)  # its body: cli/train.py
-app.command(name="sweep", epilog=epilog("sweep") + "\n\n" + cli_help.shipped_line())(
-    sweep_cmd
-)  # its body: cli/sweep.py
-
-
-app.command(epilog=epilog("sample"))(sample)  # its body: cli/sample.py
+# the commands whose bodies are in their own modules: cli/train.py, cli/sweep.py, cli/sample.py, ...
+app.command(name="train", epilog=cli_help.train_epilog())(train_cmd)
+app.command(name="sweep", epilog=f"{epilog('sweep')}\n\n{cli_help.shipped_line()}")(sweep_cmd)
+app.command(epilog=epilog("sample"))(sample)
 
 
 @app.command(name="eval", epilog=epilog("eval"))
@@ -113,8 +110,6 @@ def eval_(
         raise UserError("--png draws the loss by position; add --by-position")
     loaded = load_model(target, inference_device(device, threads))
     if by_position:
-        from minigpt.cli.heads import by_position_command
-
         by_position_command(loaded, data, max_tokens, as_json, png)
         return
     result, label = evaluate(loaded, data, max_tokens)
@@ -168,8 +163,7 @@ def score(
     if as_json:
         print(json.dumps(result.to_dict()))
         return
-    colour = wants_colour(no_color)
-    print(score_terminal(result, colour, str(loaded.path)))
+    print(score_terminal(result, wants_colour(no_color), str(loaded.path)))
 
 
 @app.command(epilog=epilog("attention"))
@@ -255,7 +249,7 @@ def playground_cmd(
     print(playground_run(target, out, dtype), file=sys.stderr)
 
 
-app.command(name="heads", epilog=ROLE_HELP)(heads_cmd)  # its body: cli/heads.py
+app.command(name="heads", epilog=ROLE_HELP)(heads_cmd)
 
 import_app = typer.Typer(no_args_is_help=True, help="Open a model trained by another program as a minigpt run.")
 app.add_typer(import_app, name="import")
@@ -278,7 +272,7 @@ def import_nanogpt_cmd(
     print(import_nanogpt(ckpt, meta, out, data), file=sys.stderr)
 
 
-app.command(name="lens", epilog=epilog("lens"))(lens_cmd)  # its body: cli/lens.py
+app.command(name="lens", epilog=epilog("lens"))(lens_cmd)
 
 
 @app.command(epilog=epilog("runs"))
@@ -306,12 +300,10 @@ def runs(
     A ~ before a loss marks the fixed-batch estimate; without it, the loss is over the whole validation split.
     A sweep's folder (minigpt sweep) lists its runs best first, with the keys it varies as columns.
     """
-    from minigpt.cli.runs_table import format_runs, format_sweep, list_runs, sweep_rows
+    from minigpt.cli.runs_table import format_runs, format_sweep, list_runs, runs_page, sweep_rows
     from minigpt.training.sweep import sweep_of
 
     if html is not None:
-        from minigpt.cli.runs_table import runs_page
-
         print(runs_page(folder, html), file=sys.stderr)
         return
     sweep = sweep_of(folder) if folder.is_dir() else None

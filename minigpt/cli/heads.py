@@ -85,14 +85,14 @@ def heads_cmd(
 
         formation_report(target, inference_device(device, threads), png, as_json)
         return
-    n_exact = _exact_count(exact)
+    if exact not in ("all", "auto") and not exact.isdigit():
+        raise UserError(f"--exact must be a number of heads, 'all' or 'auto', got {exact!r}")
+    n_exact = None if exact == "all" else "auto" if exact == "auto" else int(exact)  # None: every head
     from minigpt.infer.loading import load_model
-    from minigpt.inspect.heads import heads_of
+    from minigpt.inspect.heads import heads_of, heads_page
 
     report = heads_of(load_model(target, inference_device(device, threads)), data, ablation, n_exact, text)
     if html is not None:
-        from minigpt.inspect.heads import heads_page
-
         page = heads_page(report, labels=report.meta.get("labels"))
         print(f"wrote {page.save(html)}: {page.summary}", file=sys.stderr)
     if as_json:
@@ -100,17 +100,7 @@ def heads_cmd(
             record = {"layer": h.layer, "head": h.head, "scores": h.scores, "probe": h.probe}
             print(json.dumps({**record, "ablation": h.ablation, "role": h.role}))
     elif html is None:
-        colour = wants_colour(no_color)
-        print(heads_table(report, colour))
-
-
-def _exact_count(exact: str) -> int | None | str:
-    """--exact: 'all' (None: every head), 'auto', or a count."""
-    if exact in ("all", "auto"):
-        return None if exact == "all" else "auto"
-    if not exact.isdigit():
-        raise UserError(f"--exact must be a number of heads, 'all' or 'auto', got {exact!r}")
-    return int(exact)
+        print(heads_table(report, wants_colour(no_color)))
 
 
 def heads_table(report, colour: bool) -> str:
@@ -146,10 +136,8 @@ def heads_table(report, colour: bool) -> str:
             f"predictions (loss {report.base_loss:.4f} with every head); {exact} of {len(report.heads)} measured "
             "exactly (± a standard error), ~ marks an estimate"
         )
-    header = (
-        f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  {'probe ind':>9}"
-    )
-    header += f"  {'role':<9}"
+    header = f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  "
+    header += f"{'probe ind':>9}  {'role':<9}"
     if report.base_loss is not None:
         header += f"  {'ablation (nats)':>18}"
     lines += ["", header]

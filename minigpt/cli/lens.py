@@ -129,8 +129,17 @@ def lens_terminal(
     pad = max(len(n) for n in names) + 2
     lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{lens.unit}"]
     lines += [f"{n:<{pad}}{b:>9.3f}" for n, b in zip(names, lens.bits_per_char)]
-    if vocab:
-        lines += uniform_lines(lens, pad, vocab)
+    if vocab:  # the uniform guess's row under the layers', and why a layer above it is no mistake
+        uniform = math.log2(vocab)
+        lines.append(f"{'uniform guess':<{pad}}{uniform:>9.3f}  (1 in {vocab}: a model that knows nothing)")
+        worse = [name for name, b in zip(lens.layers, lens.bits_per_char) if b > uniform]
+        if worse:
+            why = (
+                f"{' and '.join(worse)} {'scores' if len(worse) == 1 else 'score'} worse than uniform: the output "
+                "head is the embedding matrix (tied), so a stream still close to the embeddings guesses the "
+                "character it is on, confidently; the blocks move it toward the next one (docs/lens.md)"
+            )
+            lines += textwrap.wrap(why, 100)
     painted = " (on its surprise at the character that came)" if colour else ""
     lines += ["", f"each layer's top guess after each character, in line with the character that came{painted}"]
     lines += _grid(lens, names, pad, colour, max(8, width - pad))
@@ -145,21 +154,6 @@ def lens_terminal(
     for i in positions:
         lines += _detail(lens, names, pad, colour, i)
     return "\n".join(lines)
-
-
-def uniform_lines(lens: Lens, pad: int, vocab: int) -> list[str]:
-    """The uniform guess's row under the layers', and why a layer above it is no mistake."""
-    uniform = math.log2(vocab)
-    out = [f"{'uniform guess':<{pad}}{uniform:>9.3f}  (1 in {vocab}: a model that knows nothing)"]
-    worse = [name for name, b in zip(lens.layers, lens.bits_per_char) if b > uniform]
-    if worse:
-        why = (
-            f"{' and '.join(worse)} {'scores' if len(worse) == 1 else 'score'} worse than uniform: the output head "
-            "is the embedding matrix (tied), so a stream still close to the embeddings guesses the character it "
-            "is on, confidently; the blocks move it toward the next one (docs/lens.md)"
-        )
-        out += textwrap.wrap(why, 100)
-    return out
 
 
 def _grid(lens: Lens, names: list[str], pad: int, colour: bool, width: int) -> list[str]:

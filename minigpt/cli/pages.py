@@ -15,6 +15,8 @@ from minigpt.inspect.attention import attention_page, write_attention_png
 from minigpt.inspect.pages import check_output
 from minigpt.io.textfiles import check_regular, read_text
 
+SURPRISE_RAMP = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # ANSI 256 colours, dark green .. dark red
+
 
 def text_input(text: str | None, file: Path | None, data: DataConfig | None = None) -> tuple[str, str]:
     """The text of `--text TEXT` or `--file FILE` (exactly one), and how errors name it; a record
@@ -60,9 +62,6 @@ def write_attention_files(
             done.append(f"note: the picture shows the first {block} characters (block_size)")
         done.append(f"wrote {write_attention_png(loaded.model, loaded.tokenizer, text, out, layer, head)}")
     return done
-
-
-SURPRISE_RAMP = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # ANSI 256 colours, dark green .. dark red
 
 
 def paint(s: str, bits: float) -> str:

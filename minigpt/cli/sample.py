@@ -145,18 +145,6 @@ def _announce(loaded) -> None:
     print(f"sampling from {loaded.path} (step {step}{val_loss_text(val)})", file=sys.stderr)
 
 
-def _interactive(loaded, opts, stops: list[str]) -> int:
-    """--interactive: prompt after prompt on the terminal, the model kept loaded."""
-    from minigpt.infer.sample import check_stops, plan_samples, run_plan
-
-    def run(prompt: str, o, s: list[str]) -> None:
-        plan = plan_samples(loaded.tokenizer, [prompt], o, s)  # a prompt's unknown characters: an error line
-        for text in stdout_text(run_plan(loaded, plan), 1):
-            _write_stdout(text)
-
-    return repl(run, opts, stops, lambda s: check_stops(loaded.tokenizer, s))
-
-
 def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
     """The prompts of --prompt, the whole --prompt-file or each line of --prompts-file (one of them), and the flag."""
     given = [
@@ -259,13 +247,10 @@ def _repl_command(
     return opts
 
 
-def repl(
-    run: Callable[[str, SampleOptions, Sequence[str]], Any],
-    opts: SampleOptions,
-    stops: Sequence[str],
-    check_stop: Callable[[Sequence[str]], None],
-) -> int:
-    """The loop. `run(prompt, opts, stops)` generates one streamed sample."""
+def _interactive(loaded, opts: SampleOptions, stops: list[str]) -> int:
+    """The loop: a prompt runs one streamed sample, a ':' line a command."""
+    from minigpt.infer.sample import check_stops, plan_samples, run_plan
+
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("--interactive needs a terminal; to sample many prompts from a script use --prompts-file FILE")
     with contextlib.suppress(ImportError):
@@ -274,7 +259,6 @@ def repl(
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    stops = list(stops)
     say("type a prompt and press Enter; :help lists the commands; Ctrl-D quits")
     while True:
         try:
@@ -287,12 +271,14 @@ def repl(
             continue
         try:
             if line.startswith(":"):
-                new = _repl_command(line, opts, stops, check_stop, say)
+                new = _repl_command(line, opts, stops, lambda s: check_stops(loaded.tokenizer, s), say)
                 if new is None:
                     return 0
                 opts = new
                 continue
-            run(line.replace("\\n", "\n"), opts, stops)
+            plan = plan_samples(loaded.tokenizer, [line.replace("\\n", "\n")], opts, stops)
+            for text in stdout_text(run_plan(loaded, plan), 1):
+                _write_stdout(text)
             opts = dataclasses.replace(opts, seed=(opts.seed + 1) % 2**63)
         except UserError as e:
             say(f"error: {e}")

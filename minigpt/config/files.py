@@ -24,9 +24,10 @@ def parse_override(item: str | tuple[str, Any], source: str = "command line") ->
     key = key.strip()
     if not eq or not key:
         raise UserError(f"{source}: override '{item}' must look like KEY=VALUE, e.g. train.max_steps=500")
+    typ = _field_type(key)
     if takes_list(key) and text.strip().startswith("[") and text.strip().endswith("]"):
         text = text.strip()  # a list, as docs/data.md writes it: data.text_field=[title,body]
-    elif _is_text_key(key):
+    elif typ is str or (typing.get_origin(typ) in (typing.Union, types.UnionType) and str in typing.get_args(typ)):
         return key, _text_value(key, text)
     try:
         value = yaml.safe_load(text) if text.strip() else ""
@@ -105,11 +106,6 @@ def with_overrides(
         set_dotted(merged, *parse_override(item, origin), origin)
     both = f"{source} with the {origin.replace(' ', '-')} overrides" if path is not None else origin
     return config_from_dict(merged, both)
-
-
-def _is_text_key(key: str) -> bool:
-    typ = _field_type(key)
-    return typ is str or (typing.get_origin(typ) in (typing.Union, types.UnionType) and str in typing.get_args(typ))
 
 
 def _text_value(key: str, text: str) -> str | None:

@@ -20,6 +20,13 @@ from minigpt.data.tokenizer import CharTokenizer, Tokenizer
 from minigpt.errors import UserError
 
 CHUNK = 16 << 20  # bytes read at a time: memory stays flat whatever the corpus size
+BINARY_HEAD = 8000  # bytes looked at for a NUL: what git looks at to call a file binary (ripgrep: its first read)
+BATCH = 1 << 20  # small files are read whole and handled this many bytes at a time: a real source
+# tree has tens of thousands of files of a few KB, and per-file numpy and decoder calls cost more
+# than the bytes (benchmark `scripts/bench.py data --only tree`)
+NON_ASCII = bytes(range(128, 256))
+CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8's bytes after a character's first
+FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII ids, numbered first, are lower)
 
 
 def storage_dtype(vocab_size: int) -> np.dtype:
@@ -44,9 +51,6 @@ def chunks(path: str | Path, size: int = CHUNK, expect: int | None = None) -> It
         raise UserError(f"cannot read data file {path}: {e.strerror}") from None
 
 
-BINARY_HEAD = 8000  # bytes looked at for a NUL: what git looks at to call a file binary (ripgrep: its first read)
-
-
 def looks_binary(head: bytes | bytearray | memoryview) -> bool:
     """A NUL byte near the start: the test git and ripgrep make for a binary file (text has none)."""
     return b"\0" in head[:BINARY_HEAD]
@@ -56,14 +60,6 @@ def _utf8_error(e: UnicodeDecodeError, offset: int, raw: bytes) -> str:
     pos = offset + e.start
     line = raw.count(b"\n", 0, e.start) + 1  # within the chunk: exact for the first chunk, a hint after
     return f"byte 0x{raw[e.start]:02x} at offset {pos}" + (f" (line {line})" if offset == 0 else "")
-
-
-BATCH = 1 << 20  # small files are read whole and handled this many bytes at a time: a real source
-# tree has tens of thousands of files of a few KB, and per-file numpy and decoder calls cost more
-# than the bytes (benchmark `scripts/bench.py data --only tree`)
-NON_ASCII = bytes(range(128, 256))
-CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8's bytes after a character's first
-FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII ids, numbered first, are lower)
 
 
 def _read_whole(f: SourceFile) -> bytes:

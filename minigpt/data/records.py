@@ -35,6 +35,10 @@ EXTENSIONS = {
 }
 ARROW_EXTRA = "pip install 'minigpt[parquet]' (or uv sync --extra parquet)"
 JSON_READ = 1 << 20  # characters of a JSON array read at a time
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a JSON escape that is no character: UTF-8 cannot hold it
+JSONL_BATCH = 1 << 20  # bytes of lines parsed as one JSON array: one call into the C parser for
+# many records, faster than a call per line (benchmark `scripts/bench.py data --only jsonl`)
+SNIFFED = ("jsonl", "json", "csv", "tsv")  # the text formats a file found in a folder may only look like
 
 
 def file_format(path: str, setting: str) -> str | None:
@@ -86,9 +90,6 @@ class RecordRules:
         return self.field_separator.join(parts)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")  # a JSON escape that is no character: UTF-8 cannot hold it
-
-
 def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
@@ -109,10 +110,6 @@ def _fields_hint(name: str, have: Sequence[str]) -> str:
 
 
 # ---- readers: (where, record, how far through the file the record starts, 0..1) -------------
-
-
-JSONL_BATCH = 1 << 20  # bytes of lines parsed as one JSON array: one call into the C parser for
-# many records, faster than a call per line (benchmark `scripts/bench.py data --only jsonl`)
 
 
 def _jsonl(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
@@ -481,9 +478,6 @@ def text_files(
             file=sys.stderr,
         )
     return out, n_train
-
-
-SNIFFED = ("jsonl", "json", "csv", "tsv")  # the text formats a file found in a folder may only look like
 
 
 def holds_records(path: str, fmt: str, rules: RecordRules) -> bool:

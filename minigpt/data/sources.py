@@ -24,6 +24,7 @@ from minigpt.io.textfiles import not_a_file
 
 GLOB_CHARS = frozenset("*?[")
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+CACHE_FOLDERS = frozenset({"__pycache__"})  # besides any folder that holds a CACHEDIR.TAG file
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,6 @@ def _stat_file(path: str | Path, key: str) -> os.stat_result:
             target = os.readlink(path)
             raise UserError(f"{key}: {path} is a broken symlink (to {target}); remove or fix it") from None
         raise UserError(f"{key}: cannot read {path}: {e.strerror}") from None
-
-
-CACHE_FOLDERS = frozenset({"__pycache__"})  # besides any folder that holds a CACHEDIR.TAG file
 
 
 @dataclass
