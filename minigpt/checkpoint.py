@@ -187,22 +187,6 @@ def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return obj
 
 
-def _on_cpu(obj: Any) -> Any:
-    """`obj` with its tensors on the CPU, as torch.save would write them, one copy of a tensor that
-    appears twice (a tied head) so that it is still saved once and shared; CPU tensors are not copied."""
-    copies: dict[tuple, torch.Tensor] = {}
-
-    def cpu(t: torch.Tensor) -> torch.Tensor:
-        if t.device.type == "cpu":
-            return t
-        view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.size(), t.stride(), t.dtype)
-        if view not in copies:
-            copies[view] = t.detach().cpu()
-        return copies[view]
-
-    return _map_tensors(obj, cpu)
-
-
 def resume_command(run: Path, *overrides: str, auto: bool = False) -> str:
     """The command that continues the run in `run`, shell-quoted (`overrides`: KEY=VALUE words)."""
     words = ["minigpt", "train", "--out", str(run), "--resume", *(["auto"] if auto else []), *overrides]
@@ -222,7 +206,19 @@ def payload_bytes(obj: Any) -> int:
 
 def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
     """Atomically write `payload` to `path` with each tensor's checksum, computed on the CPU copy torch.save makes."""
-    payload = _on_cpu(payload)
+    copies: dict[tuple, torch.Tensor] = {}
+
+    def cpu(t: torch.Tensor) -> torch.Tensor:
+        """On the CPU, as torch.save would write it: one copy of a tensor that appears twice (a tied head), so
+        that it is still saved once and shared; a CPU tensor is not copied."""
+        if t.device.type == "cpu":
+            return t
+        view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.size(), t.stride(), t.dtype)
+        if view not in copies:
+            copies[view] = t.detach().cpu()
+        return copies[view]
+
+    payload = _map_tensors(payload, cpu)
     payload = {"format": FORMAT, "version": VERSION, **payload, "checksums": tensor_checksums(payload)}
     atomic.atomic_write(path, lambda f: torch.save(payload, f))
 

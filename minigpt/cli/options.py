@@ -45,8 +45,6 @@ AutoOpt = Annotated[
         "(shortcut for train.auto=true; keys you set win).",
     ),
 ]
-
-
 ThreadsOpt = Annotated[
     int,
     typer.Option(
@@ -64,8 +62,6 @@ TargetArg = Annotated[
         autocompletion=cli_help.complete_run_or_checkpoint,
     ),
 ]
-
-
 HtmlOpt = Annotated[
     Path | None,
     typer.Option(

@@ -69,15 +69,6 @@ def paint(s: str, bits: float) -> str:
     return f"\x1b[48;5;{SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(bits))]}m\x1b[97m{s}\x1b[0m"
 
 
-def surprise_legend() -> str:
-    """The colours' key under a coloured text: one swatch per bit of surprise, 0 to 8 and more."""
-    last = len(SURPRISE_RAMP) - 1
-    swatches = "".join(paint(f" {i}{'+' if i == last else ''} ", i) for i in range(last + 1))
-    return (
-        f"colours: {swatches} bits of surprise at a character (green expected, red surprising; the first is not scored)"
-    )
-
-
 def score_terminal(scores: Scores, colour: bool, source: str) -> str:
     """`minigpt score`'s text: the characters on green (expected) to red (surprising) backgrounds, one step
     per bit, or plain columns (position, character, bits); then the bits per character."""
@@ -86,7 +77,10 @@ def score_terminal(scores: Scores, colour: bool, source: str) -> str:
         for c, b in zip(scores.text[1:], scores.bits):
             mark = "\u21b5" if c == "\n" else c  # a line break shows as a coloured arrow, then breaks
             shown.append(paint(mark, b) + ("\n" if c == "\n" else ""))
-        lines = ["".join(shown), surprise_legend()]
+        last = len(SURPRISE_RAMP) - 1  # the colours' key: one swatch per bit of surprise, 0 to 8 and more
+        swatches = "".join(paint(f" {i}{'+' if i == last else ''} ", i) for i in range(last + 1))
+        legend = "bits of surprise at a character (green expected, red surprising; the first is not scored)"
+        lines = ["".join(shown), f"colours: {swatches} {legend}"]
     else:
         pairs = enumerate(zip(scores.text[1:], scores.bits), start=1)
         lines = ["pos\tchar\tbits", *(f"{i}\t{c!r}\t{b:.3f}" for i, (c, b) in pairs)]

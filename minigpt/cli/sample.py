@@ -8,7 +8,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -202,16 +202,6 @@ REPL_FIELDS = {
 }
 
 
-def _repl_value(field: str, text: str) -> Any:
-    if text in ("off", "none") and field in ("top_k", "top_p"):
-        return None
-    kind = int if field in ("top_k", "seed", "max_new_tokens") else float
-    try:
-        return kind(text)
-    except ValueError:
-        raise UserError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-
-
 def _repl_command(
     line: str,
     opts: SampleOptions,
@@ -237,11 +227,15 @@ def _repl_command(
             check_stop([stop])
             stops[:] = [stop]
     elif name in REPL_FIELDS:
+        field = REPL_FIELDS[name]
         if not arg:
-            raise UserError(f"{name} needs a value, e.g. {name} {getattr(opts, REPL_FIELDS[name])}")
-        opts = dataclasses.replace(
-            opts, **{REPL_FIELDS[name]: _repl_value(REPL_FIELDS[name], arg)}
-        )  # checked by SampleOptions
+            raise UserError(f"{name} needs a value, e.g. {name} {getattr(opts, field)}")
+        kind = int if field in ("top_k", "seed", "max_new_tokens") else float
+        try:
+            value = None if arg in ("off", "none") and field in ("top_k", "top_p") else kind(arg)
+        except ValueError:
+            raise UserError(f"{arg!r} is not {'an integer' if kind is int else 'a number'}") from None
+        opts = dataclasses.replace(opts, **{field: value})  # checked by SampleOptions
     else:
         raise UserError(f"unknown command {name}; :help lists them")
     return opts

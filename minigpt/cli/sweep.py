@@ -68,13 +68,15 @@ def sweep_cmd(
     from minigpt.training.sweep import plan_sweep
 
     started = time.perf_counter()  # --max-total-time counts from here: torch's import is in it
-    budget = None
-    if max_total_time is not None:
-        budget = parse_duration(max_total_time)
-        if budget is None:
-            raise UserError(f"--max-total-time must be a duration such as 90s, 30m or 2h, got {max_total_time!r}")
+    budget = parse_duration(max_total_time) if max_total_time is not None else None
+    if max_total_time is not None and budget is None:
+        raise UserError(f"--max-total-time must be a duration such as 90s, 30m or 2h, got {max_total_time!r}")
     config_path, items = split_args(args)
-    items += sweep_items(flag_items(data, device, init_from, auto), items)
+    for key, value in flag_items(data, device, init_from, auto):  # as items KEY=VALUE (a comma quoted: one value)
+        if any(item.partition("=")[0].strip() == key for item in items):
+            raise UserError(f"{key} is set twice, by its flag and by {key}=...; give one of them")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        items.append(f"{key}='{text}'" if "," in text else f"{key}={text}")
     if out is None:
         run_dir = default_run_dir(config_path, items)
         out = run_dir.with_name(f"{run_dir.name}-sweep")
@@ -85,14 +87,3 @@ def sweep_cmd(
     outcomes = run_sweep(sweep, budget, started)
     notes = {o.point.name: o.note for o in outcomes}
     print(format_sweep(sweep_rows(sweep, notes)))
-
-
-def sweep_items(pairs: list[tuple[str, object]], given: list[str]) -> list[str]:
-    """The shared flags as sweep items KEY=VALUE (a comma quoted: one value); a key `given` sets too is refused."""
-    items = []
-    for key, value in pairs:
-        if any(item.partition("=")[0].strip() == key for item in given):
-            raise UserError(f"{key} is set twice, by its flag and by {key}=...; give one of them")
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        items.append(f"{key}='{text}'" if "," in text else f"{key}={text}")
-    return items

@@ -134,7 +134,12 @@ def _walk(root: str, key: str, skipped: Skipped) -> list[tuple[str, str, os.stat
             skipped.caches.append(rel)
             return
         if any(e.name == ".gitignore" for e in entries):
-            rules = [*rules, (rel, _read_gitignore(os.path.join(folder, ".gitignore")))]
+            try:
+                with open(os.path.join(folder, ".gitignore"), encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                text = ""  # unreadable: as git does, nothing ignored by it
+            rules = [*rules, (rel, gitignore(text))]
         for entry in entries:
             name = f"{rel}{entry.name}"
             if entry.name.startswith("."):
@@ -178,14 +183,6 @@ def _pattern(line: str) -> GitIgnoreSpecPattern:
         return GitIgnoreSpecPattern(line)
     except ValueError:
         return GitIgnoreSpecPattern("")  # a malformed line: git passes over it too
-
-
-def _read_gitignore(path: str) -> GitIgnoreSpec:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return gitignore(f.read())
-    except OSError:
-        return gitignore("")  # unreadable: as git does, nothing ignored by it
 
 
 def ignored(rules: list[tuple[str, GitIgnoreSpec]], rel: str, is_folder: bool) -> bool:

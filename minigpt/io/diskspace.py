@@ -49,13 +49,6 @@ def size_text(n: int | None) -> str:
     return f"{n} bytes"
 
 
-def is_write_failure(e: BaseException) -> bool:
-    """An OSError, or torch's RuntimeError for a checkpoint write that did not complete."""
-    if isinstance(e, OSError):
-        return True
-    return isinstance(e, RuntimeError) and any(marker in str(e) for marker in _TORCH_WRITER)
-
-
 def write_error(path: Path, e: BaseException, needed: int | None, after: str = "") -> WriteError:
     """The one line for a failed write of `path` (`needed` bytes), with `after` (what was kept, how to go on)."""
     free = free_bytes(path.parent)
@@ -79,6 +72,6 @@ def write_errors(path: Path, needed: int | None, after: str = "") -> Iterator[No
     except WriteError:
         raise
     except (OSError, RuntimeError) as e:
-        if not is_write_failure(e):
-            raise
+        if not isinstance(e, OSError) and not any(marker in str(e) for marker in _TORCH_WRITER):
+            raise  # a RuntimeError that is not torch's for a checkpoint write that did not complete
         raise write_error(path, e, needed, after) from None
