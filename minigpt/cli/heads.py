@@ -104,9 +104,8 @@ def heads_cmd(
 
 
 def heads_table(report, colour: bool) -> str:
-    """One row per head: the pattern scores on the text, the mean distance, the probe's induction
-    score, the role and the ablation; the header says what each column is and what a perfect and a
-    uniform head score."""
+    """One row per head: the pattern scores on the text, the mean distance, the probe's induction score, the
+    role and the ablation; the header says what each column is and what a perfect and a uniform head score."""
     paint = (lambda text, code: f"\033[{code}m{text}\033[0m") if colour else (lambda text, code: text)
     meta, u, n, c, pu = report.meta, report.uniform, report.positions, report.ceilings, report.probe_uniform
     unit = "character" if meta.get("unit", "char") == "char" else meta.get("unit", "token")

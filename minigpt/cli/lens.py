@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
+from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
 from minigpt.errors import UserError
 from minigpt.inspect.pages import VISIBLE, check_output
 
@@ -33,12 +33,7 @@ def lens_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object: per layer, each position's top 5 and loss (nats).")
     ] = False,
-    html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html", help="Write one self-contained HTML page (opens offline), e.g. lens.html.", show_default=False
-        ),
-    ] = None,
+    html: HtmlOpt = None,
     at: Annotated[
         list[int] | None,
         typer.Option(
@@ -61,9 +56,7 @@ def lens_cmd(
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
-    """The logit lens: what the model would predict if it stopped after each layer. The final
-    LayerNorm and output head are applied to the residual stream after each block; the last layer
-    is the model's own output.
+    """The logit lens: what the model would predict if it stopped after each layer (the last is its output).
 
     Shows each layer's bits per character beside a uniform guess's, and its top guess after every
     character; --top or --at adds the top 5 guesses with their probabilities (docs/lens.md).

@@ -60,14 +60,8 @@ class HashIndex:
             self.entries = read_json_dict(self.path).get("files", {})
 
     def knows(self, f: SourceFile) -> bool:
-        known = self.entries.get(f.path)
-        return (
-            bool(known)
-            and len(known) > 4
-            and known[0] == f.size
-            and known[1] == f.mtime_ns
-            and known[3] - f.mtime_ns > RACY_NS
-        )
+        known = self.entries.get(f.path) or []
+        return len(known) > 4 and known[:2] == [f.size, f.mtime_ns] and known[3] - f.mtime_ns > RACY_NS
 
     def sha256(self, f: SourceFile, on_read: Callable[[int], None] | None = None) -> str:
         if self.knows(f):
@@ -127,9 +121,6 @@ class Encoded:
     split: int | None  # where validation starts when whole files were held out
     documents: int
     skipped: list[str]  # non-UTF-8 files left out (char mode)
-
-
-# ---- the streaming passes -------------------------------------------------------------------
 
 
 def _check_utf8(files: Sequence[SourceFile], bad: dict[int, str], key: str) -> list[str]:

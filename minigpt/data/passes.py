@@ -76,9 +76,7 @@ def _read_whole(f: SourceFile) -> bytes:
 
 
 def _batches(
-    files: Sequence[SourceFile],
-    tick: Callable[[int], None],
-    sep: bytes = b"",
+    files: Sequence[SourceFile], tick: Callable[[int], None], sep: bytes = b""
 ) -> Iterator[tuple[bytearray | None, list[tuple[int, int, int]], SourceFile | None]]:
     """Consecutive small files joined, `sep` before each but the corpus's first: (their bytes,
     [(file index, start, end) in the bytes], None); a large file alone, not read: (None,
@@ -254,8 +252,7 @@ def _hash_streamed(i: int, f: SourceFile, vocab: _Vocabulary, tick: Callable[[in
 
 
 def hashes_and_vocabulary(
-    files: Sequence[SourceFile],
-    tick: Callable[[int], None],
+    files: Sequence[SourceFile], tick: Callable[[int], None]
 ) -> tuple[list[str], set[str], dict[int, str], set[int]]:
     """Each file's SHA-256, `vocabulary`'s result and the files that look binary, from one read of every file."""
     vocab, hashes, binary = _Vocabulary(), [""] * len(files), set()

@@ -339,9 +339,6 @@ def joined_text(path: str, fmt: str, rules: RecordRules, separator: str) -> str:
     return separator.join(texts)
 
 
-# ---- extraction into the cache --------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Extract:
     """A record file's documents as plain text: training, and with a split the records of its last `val_share`."""

@@ -16,7 +16,6 @@ from minigpt.errors import UserError, first_line
 from minigpt.export.formats import ARCHITECTURES, architecture_for, write_hf, write_onnx
 from minigpt.infer.loading import LoadedModel
 
-FORMATS, DTYPES = EXPORT_FORMATS, EXPORT_DTYPES
 ONNX_DTYPES = ("float32", "float16")  # onnxruntime's CPU kernels have no bfloat16 matrix multiply
 EXTRA = {"hf": ("safetensors", "tokenizers"), "onnx": ("onnx", "onnxscript", "tokenizers")}
 INSTALL = "pip install 'minigpt[export]' (in a minigpt checkout: uv sync --extra export)"
@@ -24,10 +23,10 @@ INSTALL = "pip install 'minigpt[export]' (in a minigpt checkout: uv sync --extra
 
 def check_request(out: Path, fmt: str, dtype: str, force: bool) -> None:
     """Everything about the request that needs no model: the format, the dtype, OUT, the libraries."""
-    if fmt not in FORMATS:
-        raise UserError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
-    if dtype not in DTYPES:
-        raise UserError(f"--dtype {dtype!r} is not one of: {', '.join(DTYPES)}")
+    if fmt not in EXPORT_FORMATS:
+        raise UserError(f"--format {fmt!r} is not one of: {', '.join(EXPORT_FORMATS)}")
+    if dtype not in EXPORT_DTYPES:
+        raise UserError(f"--dtype {dtype!r} is not one of: {', '.join(EXPORT_DTYPES)}")
     if fmt == "onnx" and dtype not in ONNX_DTYPES:
         raise UserError(
             f"--format onnx supports --dtype {' or '.join(ONNX_DTYPES)}: onnxruntime has no "
