@@ -272,11 +272,8 @@ def _unreadable(path: Path, error: Exception) -> UserError:
 
 def find_checkpoint(run_dir: Path, prefer: str) -> Path | None:
     """A run directory's `prefer` checkpoint (LAST: resuming; BEST: sampling), else the other, else None."""
-    other = LAST if prefer == BEST else BEST
-    for name in (prefer, other):
-        if (run_dir / name).is_file():
-            return run_dir / name
-    return None
+    names = (prefer, LAST if prefer == BEST else BEST)
+    return next((run_dir / name for name in names if (run_dir / name).is_file()), None)
 
 
 def resolve_checkpoint(target: Path, prefer: str) -> Path:

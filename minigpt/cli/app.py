@@ -96,9 +96,7 @@ def eval_(
             "context, and the in-context-learning score (late positions minus early ones).",
         ),
     ] = False,
-    png: Annotated[
-        Path | None, typer.Option("--png", help="With --by-position: draw the loss curve.", show_default=False)
-    ] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="With --by-position: draw the loss curve.")] = None,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
@@ -289,7 +287,6 @@ def runs(
         typer.Option(
             "--html",
             metavar="PAGE",
-            show_default=False,
             help="Write one offline page instead: the val loss curves together (by step or wall time), a "
             "sortable table with the keys that differ marked, each run's config.",
         ),

@@ -48,9 +48,8 @@ def heads_cmd(
         str,
         typer.Option(
             "--exact",
-            help="How many heads, ranked by the estimate, get an exact ablation: a number, or 'all'; the rest are "
-            "estimates. auto: every head when that is cheap (small models), else the largest estimates and every head "
-            "whose patterns make it a candidate for a role.",
+            help="How many heads, ranked by the estimate, get an exact ablation: a number, 'all', or auto: every head "
+            "when that is cheap, else the largest estimates and the role candidates (docs/heads.md).",
         ),
     ] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")] = False,
@@ -59,7 +58,6 @@ def heads_cmd(
         typer.Option(
             "--html",
             help="Write an offline page: the grid of heads, each head's pattern and the ablation bars.",
-            show_default=False,
         ),
     ] = None,
     over_training: Annotated[
@@ -68,9 +66,7 @@ def heads_cmd(
             "--over-training", help="Score every snapshot of the run (train.keep_every, best.pt, last.pt) instead."
         ),
     ] = False,
-    png: Annotated[
-        Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.", show_default=False)
-    ] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.")] = None,
     no_color: Annotated[bool, typer.Option("--no-color", help="A plain table.")] = False,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,

@@ -8,22 +8,13 @@ import sys
 from collections.abc import Callable
 from typing import Literal
 
-from minigpt.config import (
-    DEVICE_METAVAR,
-    DEVICES,
-    EXPORT_DTYPES,
-    EXPORT_FORMATS,
-    PLAYGROUND_DTYPES,
-    SAMPLE_DTYPES,
-    UNKNOWN_CHARS,
-)
+from minigpt.config import DEVICES, EXPORT_DTYPES, EXPORT_FORMATS, PLAYGROUND_DTYPES, SAMPLE_DTYPES, UNKNOWN_CHARS
 
 SampleDtype = Literal[SAMPLE_DTYPES]  # minigpt sample --dtype (config.SampleOptions.dtype)
 UnknownChars = Literal[UNKNOWN_CHARS]  # minigpt sample --unknown (config.SampleOptions.unknown)
 ExportFormat = Literal[EXPORT_FORMATS]  # minigpt export --format
 ExportDtype = Literal[EXPORT_DTYPES]  # minigpt export --dtype
 PlaygroundDtype = Literal[PLAYGROUND_DTYPES]  # minigpt playground --dtype
-__all__ = ["DEVICE_METAVAR", "ExportDtype", "ExportFormat", "PlaygroundDtype", "SampleDtype", "UnknownChars"]
 
 EXAMPLES = {  # the end of each command's --help (rich markup: no square brackets)
     "minigpt": """minigpt train                         # the default model on tiny Shakespeare

@@ -33,7 +33,6 @@ def sample(
         typer.Option(
             "--prompt-file",
             metavar="FILE",
-            show_default=False,
             help="The prompt is this UTF-8 file's whole text (- reads stdin).",
         ),
     ] = None,
@@ -42,7 +41,6 @@ def sample(
         typer.Option(
             "--prompts-file",
             metavar="FILE",
-            show_default=False,
             help="One prompt per line (\\n: a line break), batched.",
         ),
     ] = None,
@@ -63,7 +61,6 @@ def sample(
         typer.Option(
             "--stop",
             metavar="TEXT",
-            show_default=False,
             help="End a sample where it writes this text (not shown; repeatable).",
         ),
     ] = None,

@@ -22,7 +22,6 @@ def sweep_cmd(
             help="A YAML config (default: the built-in one), then keys with the values to try, comma-separated "
             "(model.n_layer=2,4 optim.lr=1e-3,3e-3); a key with one value is fixed for every run. Only top-level "
             "commas separate: one inside [...], {...} or a quoted value stays in it.",
-            show_default=False,
         ),
     ],
     out: Annotated[
@@ -30,16 +29,13 @@ def sweep_cmd(
         typer.Option(
             "--out",
             autocompletion=cli_help.complete_directory,
-            show_default=False,
             help="The sweep's folder, one run directory per point in it (default: runs/<config name>-sweep; with "
             "--data, runs/<data name>-sweep).",
         ),
     ] = None,
     draw: Annotated[
         int | None,
-        typer.Option(
-            "--random", min=1, show_default=False, help="Train N distinct points of the grid, drawn by --seed."
-        ),
+        typer.Option("--random", min=1, help="Train N distinct points of the grid, drawn by --seed."),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="The seed of --random's draw.")] = 0,
     data: DataOpt = None,
@@ -51,7 +47,6 @@ def sweep_cmd(
         typer.Option(
             "--max-total-time",
             metavar="DURATION",
-            show_default=False,
             help="A budget for the whole command (90s, 30m, 2h): a run gets at most what is left as its "
             "train.max_time, and runs with nothing left are not started.",
         ),

@@ -17,7 +17,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 
 from minigpt.data.passes import BINARY_HEAD, CHUNK, chunks, looks_binary, storage_dtype, vocabulary, write_ids
-from minigpt.data.sources import SourceFile
+from minigpt.data.sources import SourceFile, shown
 from minigpt.data.tokenizer import ByteTokenizer, CharTokenizer, Tokenizer, tokenizer_from_dict
 from minigpt.errors import UserError
 from minigpt.io import atomic
@@ -141,9 +141,8 @@ def _check_utf8(files: Sequence[SourceFile], bad: dict[int, str], key: str) -> l
 
 def warn_skipped(skipped: Sequence[str], where: str) -> None:
     if skipped:
-        shown = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
         print(
-            f"warning: {where}: skipped {len(skipped)} file(s) that are not UTF-8 text: {shown} "
+            f"warning: {where}: skipped {len(skipped)} file(s) that are not UTF-8 text: {shown(skipped)} "
             "(data.tokenizer=byte reads them)",
             file=sys.stderr,
         )

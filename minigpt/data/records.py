@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from minigpt.data.encoding import ProgressFactory
-from minigpt.data.sources import SourceFile
+from minigpt.data.sources import SourceFile, shown
 from minigpt.errors import UserError, first_line
 from minigpt.io.atomic import atomic_open
 
@@ -104,8 +104,7 @@ def _json_kind(value: Any) -> str:
 
 def _fields_hint(name: str, have: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, [str(h) for h in have], n=1, cutoff=0.5)
-    shown = ", ".join(str(h) for h in list(have)[:12]) + (", ..." if len(have) > 12 else "")
-    hint = f"it has: {shown}" if have else "it has no fields"
+    hint = f"it has: {shown([str(h) for h in have], 12)}" if have else "it has no fields"
     return hint + (f"; did you mean data.text_field={close[0]}?" if close else "; set data.text_field to one of them")
 
 
@@ -468,10 +467,9 @@ def text_files(
     if as_text:
         exts = "/".join(sorted({os.path.splitext(n)[1].lower() for n in as_text}))
         fields = " and ".join(f"'{name}'" for name in rules.fields)
-        shown = ", ".join(as_text[:3]) + (", ..." if len(as_text) > 3 else "")
         print(
             f"note: {len(as_text)} {exts} file(s) in the tree were read as text: they hold no records with the "
-            f"field {fields} ({shown}); name a file, or a glob such as '*.csv', to read it as records",
+            f"field {fields} ({shown(as_text)}); name a file, or a glob such as '*.csv', to read it as records",
             file=sys.stderr,
         )
     return out, n_train

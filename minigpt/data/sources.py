@@ -106,7 +106,7 @@ class Skipped:
             (self.binary, "binary file(s)"),
             (self.special, "not regular file(s)"),
         ]
-        parts = [f"{len(names)} {why} ({_shown(names)})" for names, why in groups if names]
+        parts = [f"{len(names)} {why} ({shown(names)})" for names, why in groups if names]
         if not parts:
             return None
         total = sum(len(names) for names, _ in groups)
@@ -116,8 +116,9 @@ class Skipped:
         )
 
 
-def _shown(names: list[str]) -> str:
-    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+def shown(names: Sequence[str], most: int = 3) -> str:
+    """The first `most` names, comma-separated, as messages list them."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
 
 
 def _walk(root: str, key: str, skipped: Skipped) -> list[tuple[str, str, os.stat_result]]:
