@@ -336,14 +336,6 @@ def lessons(
     print(f"{len(notebooks)} lessons in {folder}; open them with: jupyter lab {folder}", file=sys.stderr)
 
 
-def honour_named_shell(args: list[str]) -> None:
-    """Make `--install-completion zsh` and `--show-completion fish` act for the shell named (typer's own
-    detection would ignore it), refusing one typer does not support."""
-    for flag, shell in zip(args, args[1:]):
-        if flag in ("--install-completion", "--show-completion") and not shell.startswith("-"):
-            os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
-
-
 def exit_fast(code: int) -> NoReturn:
     """End the process with `code` without the interpreter's slow teardown (atexit handlers still run;
     once nanobind is loaded, `_exit_without_teardown`: docs/design.md#decisions).
@@ -376,7 +368,9 @@ def _exit_without_teardown(code: int) -> NoReturn:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
-    honour_named_shell(args)
+    for flag, shell in zip(args, args[1:]):  # `--show-completion fish` for the shell named, not typer's guess
+        if flag in ("--install-completion", "--show-completion") and not shell.startswith("-"):
+            os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
     try:
         result = app(args=argv, standalone_mode=False, prog_name="minigpt")
         return result if isinstance(result, int) else 0

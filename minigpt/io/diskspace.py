@@ -55,9 +55,7 @@ def write_error(path: Path, e: BaseException, needed: int | None, after: str = "
     code = e.errno if isinstance(e, OSError) else None
     if code is None and needed is not None and free is not None and free < needed:
         code = errno.ENOSPC  # torch's writer: the space that is left tells what happened
-    why = _WHY.get(code) if code is not None else None
-    if why is None:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e)
+    why = _WHY.get(code) or (e.strerror if isinstance(e, OSError) and e.strerror else first_line(e))
     fix = _FIX.get(code, "check the disk or train into another --out")
     need = f"needed {size_text(needed)}" if needed is not None else "needed more room"
     tail = f"; {after}" if after else ""
