@@ -78,11 +78,8 @@ class Checkpoint:
         missing = [k for k in ("model", "config", "tokenizer") if k not in raw]
         if missing:
             raise UserError(f"{path} is a damaged minigpt checkpoint: it lacks {', '.join(missing)}")
-        odd = [
-            k
-            for k in ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from", "precision")
-            if raw.get(k) is not None and not isinstance(raw[k], dict)
-        ]
+        dicts = ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from", "precision")
+        odd = [k for k in dicts if raw.get(k) is not None and not isinstance(raw[k], dict)]
         if odd:
             raise UserError(
                 f"{path} is a damaged minigpt checkpoint: its {odd[0]} is {type(raw[odd[0]]).__name__}, not a dict"
@@ -315,8 +312,17 @@ def resumable_checkpoint(path: Path, say: Callable[[str], None]) -> tuple[Path, 
             else:
                 say(f"{damage.fact}; resuming from {fallback.name} (step {ckpt.step}) instead")
                 return fallback, ckpt
-        advice = _snapshot_advice(path.parent)
-        raise Damaged(damage.fact, advice) if advice else damage from None
+        for snapshot in reversed(list_snapshots(path.parent)):  # the newest whose weights load
+            try:
+                Checkpoint.load(snapshot)
+            except UserError:
+                continue
+            raise Damaged(
+                damage.fact,
+                f"no intact resumable checkpoint is left, but {snapshot.name} is: start from its weights with "
+                f"minigpt train --init-from {snapshot} --out NEW_RUN",
+            ) from None
+        raise damage from None
 
 
 def _load_resumable(path: Path) -> Checkpoint:
@@ -325,20 +331,6 @@ def _load_resumable(path: Path) -> Checkpoint:
     ckpt = Checkpoint.load(path)
     ckpt.check_resumable(path)
     return dataclasses.replace(ckpt, optimizer=_map_tensors(ckpt.optimizer, torch.clone))
-
-
-def _snapshot_advice(run_dir: Path) -> str:
-    """Advice naming the newest snapshot whose weights load, or ''."""
-    for snapshot in reversed(list_snapshots(run_dir)):
-        try:
-            Checkpoint.load(snapshot)
-        except UserError:
-            continue
-        return (
-            f"no intact resumable checkpoint is left, but {snapshot.name} is: start from its weights with "
-            f"minigpt train --init-from {snapshot} --out NEW_RUN"
-        )
-    return ""
 
 
 def val_loss_text(val_loss: object) -> str:

@@ -38,12 +38,7 @@ def _flag_without_metavar(self: TyperOption, ctx) -> str | None:
 if _display_type_rich is not None:
     TyperOption.display_type_rich = _flag_without_metavar  # every option of every command, --help included
 
-app = typer.Typer(
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample.",
-    epilog=epilog("minigpt"),
-)
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, epilog=epilog("minigpt"))
 
 
 def _print_version(value: bool) -> None:

@@ -77,9 +77,17 @@ def heads_cmd(
     if png is not None and not over_training:
         raise UserError("--png draws the formation chart of --over-training; add --over-training")
     if over_training:
-        from minigpt.inspect.formation import formation_report
+        from minigpt.inspect.formation import draw_formation, follow_run, formation_table
 
-        formation_report(target, inference_device(device, threads), png, as_json)
+        points, about = follow_run(target, inference_device(device, threads))
+        if png is not None:
+            draw_formation(points, about, png)
+            print(f"wrote {png}", file=sys.stderr)
+        if as_json:
+            for p in points:
+                print(json.dumps(p.to_dict()))
+        else:
+            print(formation_table(points, about))
         return
     if exact not in ("all", "auto") and not exact.isdigit():
         raise UserError(f"--exact must be a number of heads, 'all' or 'auto', got {exact!r}")

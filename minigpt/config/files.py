@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import types
@@ -28,7 +29,14 @@ def parse_override(item: str | tuple[str, Any], source: str = "command line") ->
     if takes_list(key) and text.strip().startswith("[") and text.strip().endswith("]"):
         text = text.strip()  # a list, as docs/data.md writes it: data.text_field=[title,body]
     elif typ is str or (typing.get_origin(typ) in (typing.Union, types.UnionType) and str in typing.get_args(typ)):
-        return key, _text_value(key, text)
+        if text.strip() in ("null", "~") and all_keys()[key].default is None:
+            return key, None  # clears an optional string key
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":  # quoted: YAML's escapes
+            with contextlib.suppress(yaml.YAMLError):
+                parsed = yaml.safe_load(text)
+                if isinstance(parsed, str):
+                    return key, parsed
+        return key, text  # a string key's override as written
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except (yaml.YAMLError, ValueError):  # PyYAML raises ValueError on some scalars, e.g. 0x_
@@ -106,20 +114,6 @@ def with_overrides(
         set_dotted(merged, *parse_override(item, origin), origin)
     both = f"{source} with the {origin.replace(' ', '-')} overrides" if path is not None else origin
     return config_from_dict(merged, both)
-
-
-def _text_value(key: str, text: str) -> str | None:
-    """A string key's override as written (quoted: YAML's escapes); null or ~ clears an optional one."""
-    if text.strip() in ("null", "~") and all_keys()[key].default is None:
-        return None
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-        try:
-            parsed = yaml.safe_load(text)
-            if isinstance(parsed, str):
-                return parsed
-        except yaml.YAMLError:
-            pass
-    return text
 
 
 class _ReadableDumper(yaml.SafeDumper):

@@ -54,10 +54,8 @@ class HashIndex:
     def __init__(self, cache_dir: Path | None, spec: Any) -> None:
         key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()[:32]
         self.path = cache_dir / "index" / f"{key}.json" if cache_dir is not None else None
-        self.entries: dict[str, list] = {}
+        self.entries: dict[str, list] = read_json_dict(self.path).get("files", {}) if self.path is not None else {}
         self.changed = False
-        if self.path is not None:
-            self.entries = read_json_dict(self.path).get("files", {})
 
     def knows(self, f: SourceFile) -> bool:
         known = self.entries.get(f.path) or []

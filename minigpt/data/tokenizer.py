@@ -107,9 +107,8 @@ class CharTokenizer:
 
 
 class ByteTokenizer:
-    """The UTF-8 bytes of a text, one id per byte value (256 ids). Decoding never fails: bytes
-    that do not form UTF-8 show as U+FFFD, and a streamed character appears once its last byte
-    is out."""
+    """The UTF-8 bytes of a text, one id per byte value (256 ids). Decoding never fails: bytes that do not form UTF-8
+    show as U+FFFD, and a streamed character appears once its last byte is out."""
 
     kind = "byte"
     unit = "byte"

@@ -3,8 +3,6 @@ fixed validation sample, as the trainer scores its model at each evaluation (doc
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,16 +230,3 @@ def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
         raise UserError(f"cannot write {path}: {e}") from None
     finally:
         plt.close(fig)
-
-
-def formation_report(target: Path, device: torch.device, png: Path | None, as_json: bool) -> None:
-    """`minigpt heads RUN --over-training`: the table (or JSON lines) on stdout, and with `png` the chart."""
-    points, about = follow_run(target, device)
-    if png is not None:
-        draw_formation(points, about, png)
-        print(f"wrote {png}", file=sys.stderr)
-    if as_json:
-        for p in points:
-            print(json.dumps(p.to_dict()))
-    else:
-        print(formation_table(points, about))

@@ -41,12 +41,11 @@ def check_regular(path: str | Path, what: str) -> None:
 def read_text(path: str | Path, flag: str) -> str:
     """The file's UTF-8 text; '-' reads standard input."""
     path = str(path)
-    if path != "-":
-        check_regular(path, flag)
     try:
         if path == "-":
             raw = sys.stdin.buffer.read()
         else:
+            check_regular(path, flag)
             with open(path, "rb") as f:
                 raw = f.read()
     except FileNotFoundError:
