@@ -13,7 +13,6 @@ from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_devi
 from minigpt.errors import UserError
 from minigpt.inspect.pages import check_output
 
-Ablation = Literal["mean", "zero", "none"]
 ROLES = (
     "a pattern's lift above a uniform head, as a share of a perfect head's, must reach 0.5 and beat every other "
     "pattern's by 0.2 (previous, duplicate, induction, first); else 'local' when the head looks fewer than 3 "
@@ -39,7 +38,7 @@ def heads_cmd(
         typer.Option("--text", help="Measure on this text instead (ablation needs block_size + 1 characters)."),
     ] = None,
     ablation: Annotated[
-        Ablation,
+        Literal["mean", "zero", "none"],
         typer.Option(
             "--ablation", help="Replace a head's output by its mean over the sample, by zeros, or skip ablation."
         ),

@@ -23,6 +23,21 @@ if TYPE_CHECKING:
 
 DEFAULT = SampleOptions()  # the flags' defaults are the schema's
 SEPARATOR = "\n\n---\n"  # between samples on stdout
+REPL_HELP = """commands (values as for minigpt sample's options):
+  :temp T       temperature (0 = greedy)          :top-k K | :top-k off
+  :top-p P | :top-p off                            :max N       characters to generate
+  :seed S       seed of the next generation        :stop TEXT | :stop off
+  :settings     show the current settings          :quit        leave (or Ctrl-D)
+a prompt may hold \\n for a line break; Ctrl-C stops a generation"""
+REPL_FIELDS = {  # command -> SampleOptions field
+    ":temp": "temperature",
+    ":temperature": "temperature",
+    ":top-k": "top_k",
+    ":top-p": "top_p",
+    ":seed": "seed",
+    ":max": "max_new_tokens",
+    ":max-new-tokens": "max_new_tokens",
+}
 
 
 def sample(
@@ -177,28 +192,6 @@ def _write_stdout(text: str) -> None:
         raise typer.Exit(0) from None
 
 
-# ---- --interactive: a read-eval-print loop that keeps the model loaded (docs/sampling.md); ':' lines change
-# settings, Ctrl-C stops one generation, and each generation moves the seed on by one
-
-REPL_HELP = """commands (values as for minigpt sample's options):
-  :temp T       temperature (0 = greedy)          :top-k K | :top-k off
-  :top-p P | :top-p off                            :max N       characters to generate
-  :seed S       seed of the next generation        :stop TEXT | :stop off
-  :settings     show the current settings          :quit        leave (or Ctrl-D)
-a prompt may hold \\n for a line break; Ctrl-C stops a generation"""
-
-# command -> SampleOptions field
-REPL_FIELDS = {
-    ":temp": "temperature",
-    ":temperature": "temperature",
-    ":top-k": "top_k",
-    ":top-p": "top_p",
-    ":seed": "seed",
-    ":max": "max_new_tokens",
-    ":max-new-tokens": "max_new_tokens",
-}
-
-
 def _repl_command(
     line: str,
     opts: SampleOptions,
@@ -239,7 +232,8 @@ def _repl_command(
 
 
 def _interactive(loaded, opts: SampleOptions, stops: list[str]) -> int:
-    """The loop: a prompt runs one streamed sample, a ':' line a command."""
+    """--interactive: a read-eval-print loop that keeps the model loaded (docs/sampling.md); a prompt runs one
+    streamed sample, a ':' line changes settings, Ctrl-C stops one generation; each moves the seed on by one."""
     from minigpt.infer.sample import check_stops, plan_samples, run_plan
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):

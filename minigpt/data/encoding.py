@@ -155,7 +155,7 @@ def encode(
     key: str,
 ) -> tuple[Tokenizer, dict]:
     """Stream the layout's documents into `out`: (tokenizer, the entry's metadata)."""
-    files, skipped = list(layout.files), []
+    files, skipped, n_train = list(layout.files), [], layout.n_train
     total = sum(f.size for f in files)
     passes = 2 if layout.kind == "char" and layout.vocabulary is None else 1
     bar = progress(total, f"encoding {desc}") if progress else None
@@ -166,12 +166,9 @@ def encode(
         else:
             chars, bad = layout.vocabulary or vocabulary(files, tick)
             skipped = _check_utf8(files, bad, key)
-            keep = [i for i in range(len(files)) if i not in bad]
-            n_train = layout.n_train
             if n_train is not None:
                 n_train -= sum(1 for i in bad if i < n_train)
-            files = [files[i] for i in keep]
-            layout = Layout(files, [layout.hashes[i] for i in keep], n_train, layout.separator, layout.kind)
+            files = [f for i, f in enumerate(files) if i not in bad]
             if not chars:
                 raise UserError(f"{key}: {desc} holds no text; give it some text to learn from")
             if len(files) > 1:
@@ -179,7 +176,7 @@ def encode(
             tok = CharTokenizer(sorted(chars))
             if check_vocab is not None:
                 check_vocab(tok.vocab_size)
-        length, split = write_ids(out, files, tok, layout.separator, tick, layout.n_train)
+        length, split = write_ids(out, files, tok, layout.separator, tick, n_train)
     finally:
         if bar:
             bar.close()

@@ -128,12 +128,10 @@ def _jsonl(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
 def _parse_lines(path: str, kept: list[tuple[int, int, bytes]]) -> list[Any]:
     """Each line's JSON value: all at once as one array, or, when that fails or gives another
     count (a line that is not one JSON value), line by line to name the line at fault."""
-    try:
+    with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
         values = json.loads(b"[" + b",".join(line for _, _, line in kept) + b"]")
         if len(values) == len(kept):
             return values
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        pass
     values = []
     for number, _, line in kept:
         try:
@@ -445,9 +443,8 @@ def text_files(
         if fmt is None:
             out.append(f)
             continue
-        share = None
-        if split_last and i == len(files) - 1:
-            share = min(1.0, data.val_fraction * sum(x.size for x in files) / max(f.size, 1))
+        last = split_last and i == len(files) - 1  # the file whose last records are validation
+        share = min(1.0, data.val_fraction * sum(x.size for x in files) / max(f.size, 1)) if last else None
         try:
             ex = extract(f.path, sha256(f), fmt, rules, data.doc_separator, folder, share, progress)
         except OSError as e:

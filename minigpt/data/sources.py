@@ -305,6 +305,4 @@ def choose_val_files(files: Sequence[SourceFile], val_fraction: float) -> list[b
         if files[i].size and total + files[i].size <= target:
             chosen[i] = True
             total += files[i].size
-    if len(files) < 2 or total < target / 2 or all(chosen):
-        return None
-    return chosen
+    return None if len(files) < 2 or total < target / 2 or all(chosen) else chosen

@@ -72,9 +72,7 @@ class CharTokenizer:
 
     def unknown_to(self, other: Tokenizer) -> list[str]:
         """Characters of this vocabulary that `other` lacks."""
-        if not isinstance(other, CharTokenizer):
-            return list(self.chars)
-        return [c for c in self.chars if c not in other.stoi]
+        return [c for c in self.chars if c not in other.stoi] if isinstance(other, CharTokenizer) else list(self.chars)
 
     def ids_of(self, other: CharTokenizer) -> np.ndarray:
         """For each id of `other`, this vocabulary's id of the same character: a lookup table that

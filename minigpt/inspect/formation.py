@@ -49,15 +49,9 @@ class HeadPoint:
             for la, row in enumerate(self.induction)
             for h, s in enumerate(row)
         ]
-        return {
-            "step": self.step,
-            "files": self.files,
-            "val_loss": self.val_loss,
-            "sample_loss": self.sample_loss,
-            "icl_score": self.icl_score,
-            "induction": dict(zip(("layer", "head", "score"), best)) if best else None,
-            "heads": heads,
-        }
+        record = {"step": self.step, "files": self.files, "val_loss": self.val_loss, "sample_loss": self.sample_loss}
+        induction = dict(zip(("layer", "head", "score"), best)) if best else None
+        return {**record, "icl_score": self.icl_score, "induction": induction, "heads": heads}
 
 
 def score_point(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_tokens: int = ICL_TOKENS) -> HeadPoint:

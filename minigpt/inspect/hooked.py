@@ -74,9 +74,7 @@ def converted_state_dict(model: GPT) -> dict[str, torch.Tensor]:
         return {f"{prefix}.weight": ln.weight.detach(), f"{prefix}.bias": bias(ln, C)}
 
     def per_head_rows(t: torch.Tensor) -> torch.Tensor:  # (C, ...) with rows grouped by head
-        if order is None:
-            return t
-        return t.view(nh, hs, *t.shape[1:])[:, order].reshape(t.shape)
+        return t if order is None else t.view(nh, hs, *t.shape[1:])[:, order].reshape(t.shape)
 
     wte = model.wte.weight.detach()
     out = {"embed.weight": wte, "unembed.weight": wte, "unembed.bias": torch.zeros_like(wte[:, 0])}

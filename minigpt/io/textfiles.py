@@ -22,9 +22,7 @@ _KINDS = [
 
 def not_a_file(mode: int) -> str | None:
     """What a non-regular file is ("a character device"), or None for a regular file: reading one may never end."""
-    if stat.S_ISREG(mode):
-        return None
-    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+    return None if stat.S_ISREG(mode) else next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
 def check_regular(path: str | Path, what: str) -> None:

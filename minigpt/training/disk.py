@@ -1,6 +1,5 @@
-"""Will the run's files fit on its disk? Checked before the first step, so a run that cannot save is
-refused in one line (docs/cluster.md, "Disks"). Each size is an upper bound: a checkpoint is at most
-12 bytes a parameter (float32 weights, AdamW's two moments or Muon's one) plus `_FIXED`."""
+"""Will the run's files fit on its disk? Checked before the first step, so a run that cannot save is refused
+in one line (docs/cluster.md, "Disks"); each size is an upper bound."""
 
 from __future__ import annotations
 
@@ -52,7 +51,7 @@ def preflight(cfg: Config, out_dir: Path, n_params: int, writes: bool = True, ex
     if free is None:
         return
     positions = cfg.model.block_size * cfg.model.n_embd * 4  # a buffer saved with the weights
-    each = 12 * n_params + positions + _FIXED  # one checkpoint: weights and optimizer state
+    each = 12 * n_params + positions + _FIXED  # float32 weights and AdamW's two moments (Muon: one), at most
     needs = [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each)]
     needs += [n for n in extra if n.count]
     total = sum(n.each * n.count for n in needs) + _SMALL_FILES
