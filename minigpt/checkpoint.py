@@ -124,8 +124,7 @@ def _tensors(obj: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
 
 def _digest(tensor: torch.Tensor) -> str:
     """xxh3-64 of a CPU tensor's bytes, in element order."""
-    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    return xxhash.xxh3_64_hexdigest(flat.numpy())
+    return xxhash.xxh3_64_hexdigest(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
 def _digests(tensors: list[torch.Tensor]) -> list[str]:

@@ -55,8 +55,7 @@ def heads_cmd(
     html: Annotated[
         Path | None,
         typer.Option(
-            "--html",
-            help="Write an offline page: the grid of heads, each head's pattern and the ablation bars.",
+            "--html", help="Write an offline page: the grid of heads, each head's pattern and the ablation bars."
         ),
     ] = None,
     over_training: Annotated[
@@ -88,9 +87,12 @@ def heads_cmd(
         else:
             print(formation_table(points, about))
         return
-    if exact not in ("all", "auto") and not exact.isdigit():
+    if exact.isdigit():
+        n_exact: int | str | None = int(exact)
+    elif exact in ("all", "auto"):
+        n_exact = None if exact == "all" else "auto"  # None: every head
+    else:
         raise UserError(f"--exact must be a number of heads, 'all' or 'auto', got {exact!r}")
-    n_exact = None if exact == "all" else "auto" if exact == "auto" else int(exact)  # None: every head
     from minigpt.infer.loading import load_model
     from minigpt.inspect.heads import heads_of, heads_page
 

@@ -63,8 +63,7 @@ TargetArg = Annotated[
     ),
 ]
 HtmlOpt = Annotated[
-    Path | None,
-    typer.Option("--html", help="Write one self-contained HTML page (opens offline), e.g. page.html."),
+    Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), e.g. page.html.")
 ]
 UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
 

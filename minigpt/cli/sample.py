@@ -46,18 +46,12 @@ def sample(
     prompt_file: Annotated[
         str | None,
         typer.Option(
-            "--prompt-file",
-            metavar="FILE",
-            help="The prompt is this UTF-8 file's whole text (- reads stdin).",
+            "--prompt-file", metavar="FILE", help="The prompt is this UTF-8 file's whole text (- reads stdin)."
         ),
     ] = None,
     prompts_file: Annotated[
         str | None,
-        typer.Option(
-            "--prompts-file",
-            metavar="FILE",
-            help="One prompt per line (\\n: a line break), batched.",
-        ),
+        typer.Option("--prompts-file", metavar="FILE", help="One prompt per line (\\n: a line break), batched."),
     ] = None,
     num_samples: Annotated[
         int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")
@@ -73,11 +67,7 @@ def sample(
     seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = DEFAULT.seed,
     stop: Annotated[
         list[str] | None,
-        typer.Option(
-            "--stop",
-            metavar="TEXT",
-            help="End a sample where it writes this text (not shown; repeatable).",
-        ),
+        typer.Option("--stop", metavar="TEXT", help="End a sample where it writes this text (not shown; repeatable)."),
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, seed.")

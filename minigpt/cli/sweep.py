@@ -34,8 +34,7 @@ def sweep_cmd(
         ),
     ] = None,
     draw: Annotated[
-        int | None,
-        typer.Option("--random", min=1, help="Train N distinct points of the grid, drawn by --seed."),
+        int | None, typer.Option("--random", min=1, help="Train N distinct points of the grid, drawn by --seed.")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="The seed of --random's draw.")] = 0,
     data: DataOpt = None,
@@ -79,6 +78,5 @@ def sweep_cmd(
     from minigpt.cli.runs_table import format_sweep, sweep_rows
     from minigpt.training.sweep import run_sweep
 
-    outcomes = run_sweep(sweep, budget, started)
-    notes = {o.point.name: o.note for o in outcomes}
+    notes = {o.point.name: o.note for o in run_sweep(sweep, budget, started)}
     print(format_sweep(sweep_rows(sweep, notes)))

@@ -81,8 +81,7 @@ class CharTokenizer:
 
     def extended(self, chars: Iterable[str]) -> CharTokenizer:
         """This vocabulary with `chars` appended (sorted, new ones only): known characters keep their ids."""
-        new = sorted(set(chars) - set(self.chars))
-        return CharTokenizer(self.chars + new)
+        return CharTokenizer(self.chars + sorted(set(chars) - set(self.chars)))
 
     def decode(self, ids: Iterable[int]) -> str:
         return "".join(self.chars[i] for i in ids)

@@ -85,13 +85,12 @@ def page_data(loaded: LoadedModel, dtype: str) -> dict:
 
     cfg, tok, ckpt = loaded.config.model, loaded.tokenizer, loaded.checkpoint
     blob, manifest = weight_blob(loaded, dtype)
-    n_params = loaded.model.num_params(non_embedding=False)
     return {
         "run": loaded.path.parent.name if loaded.path.name in ("best.pt", "last.pt") else loaded.path.stem,
         "source": str(loaded.path),
         "step": ckpt.step,
         "valLoss": ckpt.val_loss if isinstance(ckpt.val_loss, float) else None,
-        "params": n_params,
+        "params": loaded.model.num_params(non_embedding=False),
         "model": {
             **{k: getattr(cfg, k) for k in MODEL_KEYS},
             "vocab_size": tok.vocab_size,
@@ -114,8 +113,7 @@ def playground_page(loaded: LoadedModel, dtype: str = "float32") -> PlaygroundPa
     n = sum(t.numel() for name, t in loaded.model.state_dict().items() if name != TIED)
     check_size((n * (4 if dtype == "float32" else 2) * 4 + 2) // 3 + ASSETS_BYTES, dtype)  # base64: 4 chars / 3 bytes
     data = page_data(loaded, dtype)
-    title = f"playground: {data['run']}"
-    page = render("playground", title, data)
+    page = render("playground", f"playground: {data['run']}", data)
     n_bytes = len(page.encode("utf-8"))
     check_size(n_bytes, dtype)
     summary = f"{megabytes(n_bytes)}, {data['params'] / 1e6:.2f}M parameters in {dtype}"

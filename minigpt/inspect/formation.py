@@ -97,8 +97,7 @@ def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS)
         points.append(point)
     block = loaded.config.model.block_size
     _, late, early = icl_score(np.zeros(block))
-    n_pred = len(ids) - 1
-    starts = spread_starts(n_pred, block, max_tokens)
+    starts = spread_starts(len(ids) - 1, block, max_tokens)
     sample = f"{len(starts)} spread windows of {block}" if starts else f"every whole window of {block}"
     about = (
         f"{run_dir}: ICL score = loss at context position {late + 1} minus position {early + 1}, over {sample} "

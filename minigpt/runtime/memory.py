@@ -71,8 +71,7 @@ def keep_freed_memory() -> bool:
     """Have glibc keep the memory a CPU training frees for its next step (False, nothing done, without glibc).
     Speed trick: no page faults on each step's fresh activations; benchmark scripts/step_levers.py."""
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's <malloc.h>
