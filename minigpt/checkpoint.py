@@ -30,6 +30,7 @@ SNAPSHOT = re.compile(r"^step_(\d{7,})\.pt$")  # a snapshot's name
 RESUME_SECTIONS = ("optimizer", "scaler", "rng", "rng_ranks")  # the tensors a resume needs beyond the weights
 HASH_THREADS = 8  # at most: past a few cores the memory, not the hash, sets the pace
 PARALLEL_BYTES = 4 << 20  # tensors smaller than this in all are hashed on the calling thread
+MAX_RUNS_NAMED = 6  # a folder of runs given for one run: the first few are named
 
 
 class Damaged(UserError):
@@ -77,11 +78,8 @@ class Checkpoint:
         missing = [k for k in ("model", "config", "tokenizer") if k not in raw]
         if missing:
             raise UserError(f"{path} is a damaged minigpt checkpoint: it lacks {', '.join(missing)}")
-        odd = [
-            k
-            for k in ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from", "precision")
-            if raw.get(k) is not None and not isinstance(raw[k], dict)
-        ]
+        dicts = ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from", "precision")
+        odd = [k for k in dicts if raw.get(k) is not None and not isinstance(raw[k], dict)]
         if odd:
             raise UserError(
                 f"{path} is a damaged minigpt checkpoint: its {odd[0]} is {type(raw[odd[0]]).__name__}, not a dict"
@@ -126,8 +124,7 @@ def _tensors(obj: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
 
 def _digest(tensor: torch.Tensor) -> str:
     """xxh3-64 of a CPU tensor's bytes, in element order."""
-    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    return xxhash.xxh3_64_hexdigest(flat.numpy())
+    return xxhash.xxh3_64_hexdigest(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
 def _digests(tensors: list[torch.Tensor]) -> list[str]:
@@ -186,22 +183,6 @@ def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return obj
 
 
-def _on_cpu(obj: Any) -> Any:
-    """`obj` with its tensors on the CPU, as torch.save would write them, one copy of a tensor that
-    appears twice (a tied head) so that it is still saved once and shared; CPU tensors are not copied."""
-    copies: dict[tuple, torch.Tensor] = {}
-
-    def cpu(t: torch.Tensor) -> torch.Tensor:
-        if t.device.type == "cpu":
-            return t
-        view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.size(), t.stride(), t.dtype)
-        if view not in copies:
-            copies[view] = t.detach().cpu()
-        return copies[view]
-
-    return _map_tensors(obj, cpu)
-
-
 def resume_command(run: Path, *overrides: str, auto: bool = False) -> str:
     """The command that continues the run in `run`, shell-quoted (`overrides`: KEY=VALUE words)."""
     words = ["minigpt", "train", "--out", str(run), "--resume", *(["auto"] if auto else []), *overrides]
@@ -221,7 +202,19 @@ def payload_bytes(obj: Any) -> int:
 
 def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
     """Atomically write `payload` to `path` with each tensor's checksum, computed on the CPU copy torch.save makes."""
-    payload = _on_cpu(payload)
+    copies: dict[tuple, torch.Tensor] = {}
+
+    def cpu(t: torch.Tensor) -> torch.Tensor:
+        """On the CPU, as torch.save would write it: one copy of a tensor that appears twice (a tied head), so
+        that it is still saved once and shared; a CPU tensor is not copied."""
+        if t.device.type == "cpu":
+            return t
+        view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.size(), t.stride(), t.dtype)
+        if view not in copies:
+            copies[view] = t.detach().cpu()
+        return copies[view]
+
+    payload = _map_tensors(payload, cpu)
     payload = {"format": FORMAT, "version": VERSION, **payload, "checksums": tensor_checksums(payload)}
     atomic.atomic_write(path, lambda f: torch.save(payload, f))
 
@@ -275,11 +268,8 @@ def _unreadable(path: Path, error: Exception) -> UserError:
 
 def find_checkpoint(run_dir: Path, prefer: str) -> Path | None:
     """A run directory's `prefer` checkpoint (LAST: resuming; BEST: sampling), else the other, else None."""
-    other = LAST if prefer == BEST else BEST
-    for name in (prefer, other):
-        if (run_dir / name).is_file():
-            return run_dir / name
-    return None
+    names = (prefer, LAST if prefer == BEST else BEST)
+    return next((run_dir / name for name in names if (run_dir / name).is_file()), None)
 
 
 def resolve_checkpoint(target: Path, prefer: str) -> Path:
@@ -321,8 +311,17 @@ def resumable_checkpoint(path: Path, say: Callable[[str], None]) -> tuple[Path, 
             else:
                 say(f"{damage.fact}; resuming from {fallback.name} (step {ckpt.step}) instead")
                 return fallback, ckpt
-        advice = _snapshot_advice(path.parent)
-        raise Damaged(damage.fact, advice) if advice else damage from None
+        for snapshot in reversed(list_snapshots(path.parent)):  # the newest whose weights load
+            try:
+                Checkpoint.load(snapshot)
+            except UserError:
+                continue
+            raise Damaged(
+                damage.fact,
+                f"no intact resumable checkpoint is left, but {snapshot.name} is: start from its weights with "
+                f"minigpt train --init-from {snapshot} --out NEW_RUN",
+            ) from None
+        raise damage from None
 
 
 def _load_resumable(path: Path) -> Checkpoint:
@@ -333,26 +332,9 @@ def _load_resumable(path: Path) -> Checkpoint:
     return dataclasses.replace(ckpt, optimizer=_map_tensors(ckpt.optimizer, torch.clone))
 
 
-def _snapshot_advice(run_dir: Path) -> str:
-    """Advice naming the newest snapshot whose weights load, or ''."""
-    for snapshot in reversed(list_snapshots(run_dir)):
-        try:
-            Checkpoint.load(snapshot)
-        except UserError:
-            continue
-        return (
-            f"no intact resumable checkpoint is left, but {snapshot.name} is: start from its weights with "
-            f"minigpt train --init-from {snapshot} --out NEW_RUN"
-        )
-    return ""
-
-
 def val_loss_text(val_loss: object) -> str:
     """', val est 2.7069' (the in-training estimate on fixed batches) for a header, or '' without one."""
     return f", val est {val_loss:.4f}" if isinstance(val_loss, float) else ""
-
-
-MAX_RUNS_NAMED = 6  # a folder of runs given for one run: the first few are named
 
 
 def runs_inside(folder: Path) -> list[Path]:

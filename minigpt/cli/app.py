@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperOption
 
 from minigpt.cli import help as cli_help
-from minigpt.cli.heads import ROLE_HELP, heads_cmd
+from minigpt.cli.heads import ROLE_HELP, by_position_command, heads_cmd
 from minigpt.cli.help import ExportDtype, ExportFormat, PlaygroundDtype, epilog
 from minigpt.cli.lens import lens_cmd
 from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
@@ -38,12 +38,7 @@ def _flag_without_metavar(self: TyperOption, ctx) -> str | None:
 if _display_type_rich is not None:
     TyperOption.display_type_rich = _flag_without_metavar  # every option of every command, --help included
 
-app = typer.Typer(
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample.",
-    epilog=epilog("minigpt"),
-)
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, epilog=epilog("minigpt"))
 
 
 def _print_version(value: bool) -> None:
@@ -67,13 +62,10 @@ def _options(
     """Train character-level GPT models on any text (a file, a folder, a whole corpus), watch them learn, sample."""
 
 
-app.command(name="train", epilog=cli_help.train_epilog())(train_cmd)  # its body: cli/train.py
-app.command(name="sweep", epilog=epilog("sweep") + "\n\n" + cli_help.shipped_line())(
-    sweep_cmd
-)  # its body: cli/sweep.py
-
-
-app.command(epilog=epilog("sample"))(sample)  # its body: cli/sample.py
+# the commands whose bodies are in their own modules: cli/train.py, cli/sweep.py, cli/sample.py, ...
+app.command(name="train", epilog=cli_help.train_epilog())(train_cmd)
+app.command(name="sweep", epilog=f"{epilog('sweep')}\n\n{cli_help.shipped_line()}")(sweep_cmd)
+app.command(epilog=epilog("sample"))(sample)
 
 
 @app.command(name="eval", epilog=epilog("eval"))
@@ -99,9 +91,7 @@ def eval_(
             "context, and the in-context-learning score (late positions minus early ones).",
         ),
     ] = False,
-    png: Annotated[
-        Path | None, typer.Option("--png", help="With --by-position: draw the loss curve.", show_default=False)
-    ] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="With --by-position: draw the loss curve.")] = None,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
@@ -113,8 +103,6 @@ def eval_(
         raise UserError("--png draws the loss by position; add --by-position")
     loaded = load_model(target, inference_device(device, threads))
     if by_position:
-        from minigpt.cli.heads import by_position_command
-
         by_position_command(loaded, data, max_tokens, as_json, png)
         return
     result, label = evaluate(loaded, data, max_tokens)
@@ -157,8 +145,7 @@ def score(
     from minigpt.inspect.pages import check_output
     from minigpt.inspect.surprise import score_page
 
-    if html is not None:
-        check_output(html)
+    check_output(html)
     loaded = load_model(target, inference_device(device, threads))
     text, label = text_input(text, file, loaded.config.data)
     if html is not None:
@@ -169,8 +156,7 @@ def score(
     if as_json:
         print(json.dumps(result.to_dict()))
         return
-    colour = wants_colour(no_color)
-    print(score_terminal(result, colour, str(loaded.path)))
+    print(score_terminal(result, wants_colour(no_color), str(loaded.path)))
 
 
 @app.command(epilog=epilog("attention"))
@@ -256,7 +242,7 @@ def playground_cmd(
     print(playground_run(target, out, dtype), file=sys.stderr)
 
 
-app.command(name="heads", epilog=ROLE_HELP)(heads_cmd)  # its body: cli/heads.py
+app.command(name="heads", epilog=ROLE_HELP)(heads_cmd)
 
 import_app = typer.Typer(no_args_is_help=True, help="Open a model trained by another program as a minigpt run.")
 app.add_typer(import_app, name="import")
@@ -279,7 +265,7 @@ def import_nanogpt_cmd(
     print(import_nanogpt(ckpt, meta, out, data), file=sys.stderr)
 
 
-app.command(name="lens", epilog=epilog("lens"))(lens_cmd)  # its body: cli/lens.py
+app.command(name="lens", epilog=epilog("lens"))(lens_cmd)
 
 
 @app.command(epilog=epilog("runs"))
@@ -296,7 +282,6 @@ def runs(
         typer.Option(
             "--html",
             metavar="PAGE",
-            show_default=False,
             help="Write one offline page instead: the val loss curves together (by step or wall time), a "
             "sortable table with the keys that differ marked, each run's config.",
         ),
@@ -307,12 +292,10 @@ def runs(
     A ~ before a loss marks the fixed-batch estimate; without it, the loss is over the whole validation split.
     A sweep's folder (minigpt sweep) lists its runs best first, with the keys it varies as columns.
     """
-    from minigpt.cli.runs_table import format_runs, format_sweep, list_runs, sweep_rows
+    from minigpt.cli.runs_table import format_runs, format_sweep, list_runs, runs_page, sweep_rows
     from minigpt.training.sweep import sweep_of
 
     if html is not None:
-        from minigpt.cli.runs_table import runs_page
-
         print(runs_page(folder, html), file=sys.stderr)
         return
     sweep = sweep_of(folder) if folder.is_dir() else None
@@ -348,14 +331,6 @@ def lessons(
     print(f"{len(notebooks)} lessons in {folder}; open them with: jupyter lab {folder}", file=sys.stderr)
 
 
-def honour_named_shell(args: list[str]) -> None:
-    """Make `--install-completion zsh` and `--show-completion fish` act for the shell named (typer's own
-    detection would ignore it), refusing one typer does not support."""
-    for flag, shell in zip(args, args[1:]):
-        if flag in ("--install-completion", "--show-completion") and not shell.startswith("-"):
-            os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
-
-
 def exit_fast(code: int) -> NoReturn:
     """End the process with `code` without the interpreter's slow teardown (atexit handlers still run;
     once nanobind is loaded, `_exit_without_teardown`: docs/design.md#decisions).
@@ -388,7 +363,9 @@ def _exit_without_teardown(code: int) -> NoReturn:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every user mistake into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
-    honour_named_shell(args)
+    for flag, shell in zip(args, args[1:]):  # `--show-completion fish` for the shell named, not typer's guess
+        if flag in ("--install-completion", "--show-completion") and not shell.startswith("-"):
+            os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
     try:
         result = app(args=argv, standalone_mode=False, prog_name="minigpt")
         return result if isinstance(result, int) else 0

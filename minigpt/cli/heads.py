@@ -11,8 +11,8 @@ import typer
 
 from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, inference_device, wants_colour
 from minigpt.errors import UserError
+from minigpt.inspect.pages import check_output
 
-Ablation = Literal["mean", "zero", "none"]
 ROLES = (
     "a pattern's lift above a uniform head, as a share of a perfect head's, must reach 0.5 and beat every other "
     "pattern's by 0.2 (previous, duplicate, induction, first); else 'local' when the head looks fewer than 3 "
@@ -27,83 +27,77 @@ ROLE_HELP = (
 ROLE_COLOURS = {"previous": "36", "induction": "35", "duplicate": "33", "first": "34", "local": "32", "mixed": "2"}
 
 
-MeasureDataOpt = Annotated[
-    Path | None,
-    typer.Option("--data", help="Measure on this file, folder or 'glob' instead of the run's validation split."),
-]
-TextOpt = Annotated[
-    str | None,
-    typer.Option("--text", help="Measure on this text instead (ablation needs block_size + 1 characters)."),
-]
-AblationOpt = Annotated[
-    Ablation,
-    typer.Option("--ablation", help="Replace a head's output by its mean over the sample, by zeros, or skip ablation."),
-]
-ExactOpt = Annotated[
-    str,
-    typer.Option(
-        "--exact",
-        help="How many heads, ranked by the estimate, get an exact ablation: a number, or 'all'; the rest are "
-        "estimates. auto: every head when that is cheap (small models), else the largest estimates and every head "
-        "whose patterns make it a candidate for a role.",
-    ),
-]
-AsJsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")]
-HeadsPageOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--html",
-        help="Write an offline page: the grid of heads, each head's pattern and the ablation bars.",
-        show_default=False,
-    ),
-]
-OverTrainingOpt = Annotated[
-    bool,
-    typer.Option(
-        "--over-training", help="Score every snapshot of the run (train.keep_every, best.pt, last.pt) instead."
-    ),
-]
-PngOpt = Annotated[
-    Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.", show_default=False)
-]
-NoColorOpt = Annotated[bool, typer.Option("--no-color", help="A plain table.")]
-
-
 def heads_cmd(
     target: TargetArg,
-    data: MeasureDataOpt = None,
-    text: TextOpt = None,
-    ablation: AblationOpt = "mean",
-    exact: ExactOpt = "auto",
-    as_json: AsJsonOpt = False,
-    html: HeadsPageOpt = None,
-    over_training: OverTrainingOpt = False,
-    png: PngOpt = None,
-    no_color: NoColorOpt = False,
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", help="Measure on this file, folder or 'glob' instead of the run's validation split."),
+    ] = None,
+    text: Annotated[
+        str | None,
+        typer.Option("--text", help="Measure on this text instead (ablation needs block_size + 1 characters)."),
+    ] = None,
+    ablation: Annotated[
+        Literal["mean", "zero", "none"],
+        typer.Option(
+            "--ablation", help="Replace a head's output by its mean over the sample, by zeros, or skip ablation."
+        ),
+    ] = "mean",
+    exact: Annotated[
+        str,
+        typer.Option(
+            "--exact",
+            help="How many heads, ranked by the estimate, get an exact ablation: a number, 'all', or auto: every head "
+            "when that is cheap, else the largest estimates and the role candidates (docs/heads.md).",
+        ),
+    ] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Write an offline page: the grid of heads, each head's pattern and the ablation bars."
+        ),
+    ] = None,
+    over_training: Annotated[
+        bool,
+        typer.Option(
+            "--over-training", help="Score every snapshot of the run (train.keep_every, best.pt, last.pt) instead."
+        ),
+    ] = False,
+    png: Annotated[Path | None, typer.Option("--png", help="With --over-training: draw the formation chart.")] = None,
+    no_color: Annotated[bool, typer.Option("--no-color", help="A plain table.")] = False,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
     """What each attention head does: pattern scores on the run's own text, a role, and the loss its removal costs."""
-    from minigpt.inspect.pages import check_output
-
-    for path, flag in ((html, "--html"), (png, "--png")):
-        if path is not None:
-            check_output(path, flag)
+    check_output(html)
+    check_output(png, "--png")
     if png is not None and not over_training:
         raise UserError("--png draws the formation chart of --over-training; add --over-training")
     if over_training:
-        from minigpt.inspect.formation import formation_report
+        from minigpt.inspect.formation import draw_formation, follow_run, formation_table
 
-        formation_report(target, inference_device(device, threads), png, as_json)
+        points, about = follow_run(target, inference_device(device, threads))
+        if png is not None:
+            draw_formation(points, about, png)
+            print(f"wrote {png}", file=sys.stderr)
+        if as_json:
+            for p in points:
+                print(json.dumps(p.to_dict()))
+        else:
+            print(formation_table(points, about))
         return
-    n_exact = _exact_count(exact)
+    if exact.isdigit():
+        n_exact: int | str | None = int(exact)
+    elif exact in ("all", "auto"):
+        n_exact = None if exact == "all" else "auto"  # None: every head
+    else:
+        raise UserError(f"--exact must be a number of heads, 'all' or 'auto', got {exact!r}")
     from minigpt.infer.loading import load_model
-    from minigpt.inspect.heads import heads_of
+    from minigpt.inspect.heads import heads_of, heads_page
 
     report = heads_of(load_model(target, inference_device(device, threads)), data, ablation, n_exact, text)
     if html is not None:
-        from minigpt.inspect.heads import heads_page
-
         page = heads_page(report, labels=report.meta.get("labels"))
         print(f"wrote {page.save(html)}: {page.summary}", file=sys.stderr)
     if as_json:
@@ -111,23 +105,12 @@ def heads_cmd(
             record = {"layer": h.layer, "head": h.head, "scores": h.scores, "probe": h.probe}
             print(json.dumps({**record, "ablation": h.ablation, "role": h.role}))
     elif html is None:
-        colour = wants_colour(no_color)
-        print(heads_table(report, colour))
-
-
-def _exact_count(exact: str) -> int | None | str:
-    """--exact: 'all' (None: every head), 'auto', or a count."""
-    if exact in ("all", "auto"):
-        return None if exact == "all" else "auto"
-    if not exact.isdigit():
-        raise UserError(f"--exact must be a number of heads, 'all' or 'auto', got {exact!r}")
-    return int(exact)
+        print(heads_table(report, wants_colour(no_color)))
 
 
 def heads_table(report, colour: bool) -> str:
-    """One row per head: the pattern scores on the text, the mean distance, the probe's induction
-    score, the role and the ablation; the header says what each column is and what a perfect and a
-    uniform head score."""
+    """One row per head: the pattern scores on the text, the mean distance, the probe's induction score, the
+    role and the ablation; the header says what each column is and what a perfect and a uniform head score."""
     paint = (lambda text, code: f"\033[{code}m{text}\033[0m") if colour else (lambda text, code: text)
     meta, u, n, c, pu = report.meta, report.uniform, report.positions, report.ceilings, report.probe_uniform
     unit = "character" if meta.get("unit", "char") == "char" else meta.get("unit", "token")
@@ -157,10 +140,8 @@ def heads_table(report, colour: bool) -> str:
             f"predictions (loss {report.base_loss:.4f} with every head); {exact} of {len(report.heads)} measured "
             "exactly (± a standard error), ~ marks an estimate"
         )
-    header = (
-        f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  {'probe ind':>9}"
-    )
-    header += f"  {'role':<9}"
+    header = f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  "
+    header += f"{'probe ind':>9}  {'role':<9}"
     if report.base_loss is not None:
         header += f"  {'ablation (nats)':>18}"
     lines += ["", header]
@@ -183,10 +164,7 @@ def by_position_command(loaded, data: Path | None, max_tokens: int, as_json: boo
     """`minigpt eval --by-position`: the loss at each context position and the ICL score."""
     from minigpt.infer.evaluate import eval_ids_for, icl_score, loss_by_position
 
-    if png is not None:
-        from minigpt.inspect.pages import check_output
-
-        check_output(png, "--png")
+    check_output(png, "--png")
     ids, table, label = eval_ids_for(loaded, str(data) if data is not None else None)
     curve = loss_by_position(loaded.model, ids, table, max_tokens)
     score, late, early = icl_score(curve)

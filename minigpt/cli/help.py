@@ -8,22 +8,13 @@ import sys
 from collections.abc import Callable
 from typing import Literal
 
-from minigpt.config import (
-    DEVICE_METAVAR,
-    DEVICES,
-    EXPORT_DTYPES,
-    EXPORT_FORMATS,
-    PLAYGROUND_DTYPES,
-    SAMPLE_DTYPES,
-    UNKNOWN_CHARS,
-)
+from minigpt.config import DEVICES, EXPORT_DTYPES, EXPORT_FORMATS, PLAYGROUND_DTYPES, SAMPLE_DTYPES, UNKNOWN_CHARS
 
 SampleDtype = Literal[SAMPLE_DTYPES]  # minigpt sample --dtype (config.SampleOptions.dtype)
 UnknownChars = Literal[UNKNOWN_CHARS]  # minigpt sample --unknown (config.SampleOptions.unknown)
 ExportFormat = Literal[EXPORT_FORMATS]  # minigpt export --format
 ExportDtype = Literal[EXPORT_DTYPES]  # minigpt export --dtype
 PlaygroundDtype = Literal[PLAYGROUND_DTYPES]  # minigpt playground --dtype
-__all__ = ["DEVICE_METAVAR", "ExportDtype", "ExportFormat", "PlaygroundDtype", "SampleDtype", "UnknownChars"]
 
 EXAMPLES = {  # the end of each command's --help (rich markup: no square brackets)
     "minigpt": """minigpt train                         # the default model on tiny Shakespeare
@@ -80,13 +71,8 @@ def train_epilog() -> str:
     from minigpt.config.schema import all_keys
 
     fixed = [f"{k}={'|'.join(f.metadata['choices'])}" for k, f in all_keys().items() if f.metadata.get("choices")]
-    return (
-        epilog("train")
-        + "\n\n"
-        + shipped_line()
-        + "\n\nKeys with fixed values (every key: docs/configuration.md):\n"
-        + "\n".join(fixed)
-    )
+    keys = "Keys with fixed values (every key: docs/configuration.md):\n" + "\n".join(fixed)
+    return f"{epilog('train')}\n\n{shipped_line()}\n\n{keys}"
 
 
 def shipped_line() -> str:
@@ -138,9 +124,8 @@ def _matches(incomplete: str, keep_file: Callable[[str], bool]) -> list[str]:
 def _complete(incomplete: str, keep_file: Callable[[str], bool]) -> list[str]:
     found = _matches(incomplete, keep_file)
     if len(found) == 1 and found[0].endswith("/"):
-        # One directory: offer its contents as well, so that the shell inserts the common prefix
-        # `dir/` and waits, rather than `dir/ ` with a space (typer's bash script does not tell
-        # bash that these are file names).
+        # one directory: its contents too, so that the shell inserts the common prefix `dir/` and waits,
+        # rather than `dir/ ` with a space (typer's bash script does not tell bash these are file names)
         found += _matches(found[0], keep_file)
     return found
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from minigpt.cli.options import DeviceOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
+from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
 from minigpt.errors import UserError
-from minigpt.inspect.pages import VISIBLE
+from minigpt.inspect.pages import VISIBLE, check_output
 
 if TYPE_CHECKING:
     from minigpt.inspect.lens import Lens
@@ -33,12 +33,7 @@ def lens_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object: per layer, each position's top 5 and loss (nats).")
     ] = False,
-    html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html", help="Write one self-contained HTML page (opens offline), e.g. lens.html.", show_default=False
-        ),
-    ] = None,
+    html: HtmlOpt = None,
     at: Annotated[
         list[int] | None,
         typer.Option(
@@ -61,9 +56,7 @@ def lens_cmd(
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
 ) -> None:
-    """The logit lens: what the model would predict if it stopped after each layer. The final
-    LayerNorm and output head are applied to the residual stream after each block; the last layer
-    is the model's own output.
+    """The logit lens: what the model would predict if it stopped after each layer (the last is its output).
 
     Shows each layer's bits per character beside a uniform guess's, and its top guess after every
     character; --top or --at adds the top 5 guesses with their probabilities (docs/lens.md).
@@ -71,11 +64,9 @@ def lens_cmd(
     from minigpt.cli.pages import text_input
     from minigpt.infer.loading import load_model, source_line
     from minigpt.inspect.lens import lens_html, lens_of
-    from minigpt.inspect.pages import check_output
 
     text, label = text_input(text, file)
-    if html is not None:
-        check_output(html)
+    check_output(html)
     loaded = load_model(target, inference_device(device, threads))
     lens = lens_of(loaded, text, label, unknown)
     positions = detail_positions(len(lens.chars), at) if top or at else []
@@ -131,8 +122,17 @@ def lens_terminal(
     pad = max(len(n) for n in names) + 2
     lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{lens.unit}"]
     lines += [f"{n:<{pad}}{b:>9.3f}" for n, b in zip(names, lens.bits_per_char)]
-    if vocab:
-        lines += uniform_lines(lens, pad, vocab)
+    if vocab:  # the uniform guess's row under the layers', and why a layer above it is no mistake
+        uniform = math.log2(vocab)
+        lines.append(f"{'uniform guess':<{pad}}{uniform:>9.3f}  (1 in {vocab}: a model that knows nothing)")
+        worse = [name for name, b in zip(lens.layers, lens.bits_per_char) if b > uniform]
+        if worse:
+            why = (
+                f"{' and '.join(worse)} {'scores' if len(worse) == 1 else 'score'} worse than uniform: the output "
+                "head is the embedding matrix (tied), so a stream still close to the embeddings guesses the "
+                "character it is on, confidently; the blocks move it toward the next one (docs/lens.md)"
+            )
+            lines += textwrap.wrap(why, 100)
     painted = " (on its surprise at the character that came)" if colour else ""
     lines += ["", f"each layer's top guess after each character, in line with the character that came{painted}"]
     lines += _grid(lens, names, pad, colour, max(8, width - pad))
@@ -147,21 +147,6 @@ def lens_terminal(
     for i in positions:
         lines += _detail(lens, names, pad, colour, i)
     return "\n".join(lines)
-
-
-def uniform_lines(lens: Lens, pad: int, vocab: int) -> list[str]:
-    """The uniform guess's row under the layers', and why a layer above it is no mistake."""
-    uniform = math.log2(vocab)
-    out = [f"{'uniform guess':<{pad}}{uniform:>9.3f}  (1 in {vocab}: a model that knows nothing)"]
-    worse = [name for name, b in zip(lens.layers, lens.bits_per_char) if b > uniform]
-    if worse:
-        why = (
-            f"{' and '.join(worse)} {'scores' if len(worse) == 1 else 'score'} worse than uniform: the output head "
-            "is the embedding matrix (tied), so a stream still close to the embeddings guesses the character it "
-            "is on, confidently; the blocks move it toward the next one (docs/lens.md)"
-        )
-        out += textwrap.wrap(why, 100)
-    return out
 
 
 def _grid(lens: Lens, names: list[str], pad: int, colour: bool, width: int) -> list[str]:

@@ -11,10 +11,11 @@ import typer
 
 from minigpt.cli import help as cli_help
 from minigpt.cli.help import UnknownChars
+from minigpt.config import DEVICE_METAVAR
 
 
 def device_option(help: str):
-    return typer.Option("--device", metavar=cli_help.DEVICE_METAVAR, autocompletion=cli_help.complete_device, help=help)
+    return typer.Option("--device", metavar=DEVICE_METAVAR, autocompletion=cli_help.complete_device, help=help)
 
 
 DeviceOpt = Annotated[str, device_option("The device: auto is cuda, else mps, else cpu.")]
@@ -32,7 +33,6 @@ InitFromOpt = Annotated[
         "--init-from",
         metavar="RUN_DIR|CHECKPOINT",
         autocompletion=cli_help.complete_run_or_checkpoint,
-        show_default=False,
         help="Start a new run from these weights (a run directory's best.pt): fine-tuning. Shortcut for "
         "train.init_from; the model section is the checkpoint's.",
     ),
@@ -45,8 +45,6 @@ AutoOpt = Annotated[
         "(shortcut for train.auto=true; keys you set win).",
     ),
 ]
-
-
 ThreadsOpt = Annotated[
     int,
     typer.Option(
@@ -64,13 +62,8 @@ TargetArg = Annotated[
         autocompletion=cli_help.complete_run_or_checkpoint,
     ),
 ]
-
-
 HtmlOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--html", help="Write one self-contained HTML page (opens offline), e.g. page.html.", show_default=False
-    ),
+    Path | None, typer.Option("--html", help="Write one self-contained HTML page (opens offline), e.g. page.html.")
 ]
 UnknownOpt = Annotated[UnknownChars, typer.Option("--unknown", help="What to do with characters the model never saw.")]
 

@@ -15,6 +15,8 @@ from minigpt.inspect.attention import attention_page, write_attention_png
 from minigpt.inspect.pages import check_output
 from minigpt.io.textfiles import check_regular, read_text
 
+SURPRISE_RAMP = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # ANSI 256 colours, dark green .. dark red
+
 
 def text_input(text: str | None, file: Path | None, data: DataConfig | None = None) -> tuple[str, str]:
     """The text of `--text TEXT` or `--file FILE` (exactly one), and how errors name it; a record
@@ -47,9 +49,8 @@ def write_attention_files(
     the whole text), every output checked before any work; returns one line per file written."""
     if out is None and html is None:
         raise UserError("give --out PICTURE.png, --html PAGE.html or both")
-    for path, flag in ((out, "--out"), (html, "--html")):
-        if path is not None:
-            check_output(path, flag)
+    check_output(out, "--out")
+    check_output(html)
     text = checked_text(loaded.tokenizer, text, label, unknown)
     done = []
     if html is not None:
@@ -63,21 +64,9 @@ def write_attention_files(
     return done
 
 
-SURPRISE_RAMP = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # ANSI 256 colours, dark green .. dark red
-
-
 def paint(s: str, bits: float) -> str:
     """`s` in white on the surprise colour of `bits`: one step of the ramp per whole bit."""
     return f"\x1b[48;5;{SURPRISE_RAMP[min(len(SURPRISE_RAMP) - 1, int(bits))]}m\x1b[97m{s}\x1b[0m"
-
-
-def surprise_legend() -> str:
-    """The colours' key under a coloured text: one swatch per bit of surprise, 0 to 8 and more."""
-    last = len(SURPRISE_RAMP) - 1
-    swatches = "".join(paint(f" {i}{'+' if i == last else ''} ", i) for i in range(last + 1))
-    return (
-        f"colours: {swatches} bits of surprise at a character (green expected, red surprising; the first is not scored)"
-    )
 
 
 def score_terminal(scores: Scores, colour: bool, source: str) -> str:
@@ -88,7 +77,10 @@ def score_terminal(scores: Scores, colour: bool, source: str) -> str:
         for c, b in zip(scores.text[1:], scores.bits):
             mark = "\u21b5" if c == "\n" else c  # a line break shows as a coloured arrow, then breaks
             shown.append(paint(mark, b) + ("\n" if c == "\n" else ""))
-        lines = ["".join(shown), surprise_legend()]
+        last = len(SURPRISE_RAMP) - 1  # the colours' key: one swatch per bit of surprise, 0 to 8 and more
+        swatches = "".join(paint(f" {i}{'+' if i == last else ''} ", i) for i in range(last + 1))
+        legend = "bits of surprise at a character (green expected, red surprising; the first is not scored)"
+        lines = ["".join(shown), f"colours: {swatches} {legend}"]
     else:
         pairs = enumerate(zip(scores.text[1:], scores.bits), start=1)
         lines = ["pos\tchar\tbits", *(f"{i}\t{c!r}\t{b:.3f}" for i, (c, b) in pairs)]

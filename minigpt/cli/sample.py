@@ -8,7 +8,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,81 +23,74 @@ if TYPE_CHECKING:
 
 DEFAULT = SampleOptions()  # the flags' defaults are the schema's
 SEPARATOR = "\n\n---\n"  # between samples on stdout
-
-
-PromptOpt = Annotated[str | None, typer.Option("--prompt", help="Text to continue (default: a newline).")]
-PromptFileOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--prompt-file",
-        metavar="FILE",
-        show_default=False,
-        help="The prompt is this UTF-8 file's whole text (- reads stdin).",
-    ),
-]
-PromptsFileOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--prompts-file",
-        metavar="FILE",
-        show_default=False,
-        help="One prompt per line (\\n: a line break), batched.",
-    ),
-]
-NumSamplesOpt = Annotated[int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")]
-MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", help="Characters to generate.")]
-TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")]
-TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")]
-TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")]
-StopOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--stop",
-        metavar="TEXT",
-        show_default=False,
-        help="End a sample where it writes this text (not shown; repeatable).",
-    ),
-]
-AsJsonOpt = Annotated[
-    bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, seed.")
-]
-InteractiveOpt = Annotated[
-    bool,
-    typer.Option(
-        "--interactive",
-        "-i",
-        help="Prompt after prompt on the terminal, the model kept loaded (:help for settings).",
-    ),
-]
-DtypeOpt = Annotated[
-    SampleDtype,
-    typer.Option(
-        "--dtype",
-        help="The weights' precision while sampling. auto is bfloat16 on a GPU with it in hardware, "
-        "and on a CPU where bf16 measures faster (minigpt --version shows the measured answers).",
-    ),
-]
+REPL_HELP = """commands (values as for minigpt sample's options):
+  :temp T       temperature (0 = greedy)          :top-k K | :top-k off
+  :top-p P | :top-p off                            :max N       characters to generate
+  :seed S       seed of the next generation        :stop TEXT | :stop off
+  :settings     show the current settings          :quit        leave (or Ctrl-D)
+a prompt may hold \\n for a line break; Ctrl-C stops a generation"""
+REPL_FIELDS = {  # command -> SampleOptions field
+    ":temp": "temperature",
+    ":temperature": "temperature",
+    ":top-k": "top_k",
+    ":top-p": "top_p",
+    ":seed": "seed",
+    ":max": "max_new_tokens",
+    ":max-new-tokens": "max_new_tokens",
+}
 
 
 def sample(
     target: TargetArg,
-    prompt: PromptOpt = None,
-    prompt_file: PromptFileOpt = None,
-    prompts_file: PromptsFileOpt = None,
-    num_samples: NumSamplesOpt = DEFAULT.num_samples,
-    max_new_tokens: MaxNewTokensOpt = DEFAULT.max_new_tokens,
-    temperature: TemperatureOpt = DEFAULT.temperature,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    seed: SeedOpt = DEFAULT.seed,
-    stop: StopOpt = None,
-    as_json: AsJsonOpt = False,
-    interactive: InteractiveOpt = False,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="Text to continue (default: a newline).")] = None,
+    prompt_file: Annotated[
+        str | None,
+        typer.Option(
+            "--prompt-file", metavar="FILE", help="The prompt is this UTF-8 file's whole text (- reads stdin)."
+        ),
+    ] = None,
+    prompts_file: Annotated[
+        str | None,
+        typer.Option("--prompts-file", metavar="FILE", help="One prompt per line (\\n: a line break), batched."),
+    ] = None,
+    num_samples: Annotated[
+        int, typer.Option("--num-samples", "-n", help="Samples per prompt, in one batch.")
+    ] = DEFAULT.num_samples,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", help="Characters to generate.")
+    ] = DEFAULT.max_new_tokens,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="Softmax temperature; 0 is greedy.")
+    ] = DEFAULT.temperature,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Keep the k most likely characters.")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus: keep the most likely p of mass.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; sample k uses seed + k.")] = DEFAULT.seed,
+    stop: Annotated[
+        list[str] | None,
+        typer.Option("--stop", metavar="TEXT", help="End a sample where it writes this text (not shown; repeatable)."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per sample: prompt, text, chars, stopped, seed.")
+    ] = False,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            "-i",
+            help="Prompt after prompt on the terminal, the model kept loaded (:help for settings).",
+        ),
+    ] = False,
     unknown: UnknownOpt = DEFAULT.unknown,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = 0,
-    dtype: DtypeOpt = DEFAULT.dtype,
+    dtype: Annotated[
+        SampleDtype,
+        typer.Option(
+            "--dtype",
+            help="The weights' precision while sampling. auto is bfloat16 on a GPU with it in hardware, "
+            "and on a CPU where bf16 measures faster (minigpt --version shows the measured answers).",
+        ),
+    ] = DEFAULT.dtype,
 ) -> int:
     """Generate text. Only the samples go to stdout: one streamed as it is generated, several each as it completes."""
     from minigpt.infer.loading import cast_for_sampling, load_model
@@ -154,18 +147,6 @@ def _announce(loaded) -> None:
     print(f"sampling from {loaded.path} (step {step}{val_loss_text(val)})", file=sys.stderr)
 
 
-def _interactive(loaded, opts, stops: list[str]) -> int:
-    """--interactive: prompt after prompt on the terminal, the model kept loaded."""
-    from minigpt.infer.sample import check_stops, plan_samples, run_plan
-
-    def run(prompt: str, o, s: list[str]) -> None:
-        plan = plan_samples(loaded.tokenizer, [prompt], o, s)  # a prompt's unknown characters: an error line
-        for text in stdout_text(run_plan(loaded, plan), 1):
-            _write_stdout(text)
-
-    return repl(run, opts, stops, lambda s: check_stops(loaded.tokenizer, s))
-
-
 def prompts_from(prompt: str | None, prompt_file: str | None, prompts_file: str | None) -> tuple[list[str], str]:
     """The prompts of --prompt, the whole --prompt-file or each line of --prompts-file (one of them), and the flag."""
     given = [
@@ -201,38 +182,6 @@ def _write_stdout(text: str) -> None:
         raise typer.Exit(0) from None
 
 
-# ---- --interactive: a read-eval-print loop that keeps the model loaded (docs/sampling.md); ':' lines change
-# settings, Ctrl-C stops one generation, and each generation moves the seed on by one
-
-REPL_HELP = """commands (values as for minigpt sample's options):
-  :temp T       temperature (0 = greedy)          :top-k K | :top-k off
-  :top-p P | :top-p off                            :max N       characters to generate
-  :seed S       seed of the next generation        :stop TEXT | :stop off
-  :settings     show the current settings          :quit        leave (or Ctrl-D)
-a prompt may hold \\n for a line break; Ctrl-C stops a generation"""
-
-# command -> SampleOptions field
-REPL_FIELDS = {
-    ":temp": "temperature",
-    ":temperature": "temperature",
-    ":top-k": "top_k",
-    ":top-p": "top_p",
-    ":seed": "seed",
-    ":max": "max_new_tokens",
-    ":max-new-tokens": "max_new_tokens",
-}
-
-
-def _repl_value(field: str, text: str) -> Any:
-    if text in ("off", "none") and field in ("top_k", "top_p"):
-        return None
-    kind = int if field in ("top_k", "seed", "max_new_tokens") else float
-    try:
-        return kind(text)
-    except ValueError:
-        raise UserError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-
-
 def _repl_command(
     line: str,
     opts: SampleOptions,
@@ -258,23 +207,25 @@ def _repl_command(
             check_stop([stop])
             stops[:] = [stop]
     elif name in REPL_FIELDS:
+        field = REPL_FIELDS[name]
         if not arg:
-            raise UserError(f"{name} needs a value, e.g. {name} {getattr(opts, REPL_FIELDS[name])}")
-        opts = dataclasses.replace(
-            opts, **{REPL_FIELDS[name]: _repl_value(REPL_FIELDS[name], arg)}
-        )  # checked by SampleOptions
+            raise UserError(f"{name} needs a value, e.g. {name} {getattr(opts, field)}")
+        kind = int if field in ("top_k", "seed", "max_new_tokens") else float
+        try:
+            value = None if arg in ("off", "none") and field in ("top_k", "top_p") else kind(arg)
+        except ValueError:
+            raise UserError(f"{arg!r} is not {'an integer' if kind is int else 'a number'}") from None
+        opts = dataclasses.replace(opts, **{field: value})  # checked by SampleOptions
     else:
         raise UserError(f"unknown command {name}; :help lists them")
     return opts
 
 
-def repl(
-    run: Callable[[str, SampleOptions, Sequence[str]], Any],
-    opts: SampleOptions,
-    stops: Sequence[str],
-    check_stop: Callable[[Sequence[str]], None],
-) -> int:
-    """The loop. `run(prompt, opts, stops)` generates one streamed sample."""
+def _interactive(loaded, opts: SampleOptions, stops: list[str]) -> int:
+    """--interactive: a read-eval-print loop that keeps the model loaded (docs/sampling.md); a prompt runs one
+    streamed sample, a ':' line changes settings, Ctrl-C stops one generation; each moves the seed on by one."""
+    from minigpt.infer.sample import check_stops, plan_samples, run_plan
+
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("--interactive needs a terminal; to sample many prompts from a script use --prompts-file FILE")
     with contextlib.suppress(ImportError):
@@ -283,7 +234,6 @@ def repl(
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    stops = list(stops)
     say("type a prompt and press Enter; :help lists the commands; Ctrl-D quits")
     while True:
         try:
@@ -296,12 +246,14 @@ def repl(
             continue
         try:
             if line.startswith(":"):
-                new = _repl_command(line, opts, stops, check_stop, say)
+                new = _repl_command(line, opts, stops, lambda s: check_stops(loaded.tokenizer, s), say)
                 if new is None:
                     return 0
                 opts = new
                 continue
-            run(line.replace("\\n", "\n"), opts, stops)
+            plan = plan_samples(loaded.tokenizer, [line.replace("\\n", "\n")], opts, stops)
+            for text in stdout_text(run_plan(loaded, plan), 1):
+                _write_stdout(text)
             opts = dataclasses.replace(opts, seed=(opts.seed + 1) % 2**63)
         except UserError as e:
             say(f"error: {e}")

@@ -22,7 +22,6 @@ def sweep_cmd(
             help="A YAML config (default: the built-in one), then keys with the values to try, comma-separated "
             "(model.n_layer=2,4 optim.lr=1e-3,3e-3); a key with one value is fixed for every run. Only top-level "
             "commas separate: one inside [...], {...} or a quoted value stays in it.",
-            show_default=False,
         ),
     ],
     out: Annotated[
@@ -30,16 +29,12 @@ def sweep_cmd(
         typer.Option(
             "--out",
             autocompletion=cli_help.complete_directory,
-            show_default=False,
             help="The sweep's folder, one run directory per point in it (default: runs/<config name>-sweep; with "
             "--data, runs/<data name>-sweep).",
         ),
     ] = None,
     draw: Annotated[
-        int | None,
-        typer.Option(
-            "--random", min=1, show_default=False, help="Train N distinct points of the grid, drawn by --seed."
-        ),
+        int | None, typer.Option("--random", min=1, help="Train N distinct points of the grid, drawn by --seed.")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="The seed of --random's draw.")] = 0,
     data: DataOpt = None,
@@ -51,7 +46,6 @@ def sweep_cmd(
         typer.Option(
             "--max-total-time",
             metavar="DURATION",
-            show_default=False,
             help="A budget for the whole command (90s, 30m, 2h): a run gets at most what is left as its "
             "train.max_time, and runs with nothing left are not started.",
         ),
@@ -68,13 +62,15 @@ def sweep_cmd(
     from minigpt.training.sweep import plan_sweep
 
     started = time.perf_counter()  # --max-total-time counts from here: torch's import is in it
-    budget = None
-    if max_total_time is not None:
-        budget = parse_duration(max_total_time)
-        if budget is None:
-            raise UserError(f"--max-total-time must be a duration such as 90s, 30m or 2h, got {max_total_time!r}")
+    budget = parse_duration(max_total_time) if max_total_time is not None else None
+    if max_total_time is not None and budget is None:
+        raise UserError(f"--max-total-time must be a duration such as 90s, 30m or 2h, got {max_total_time!r}")
     config_path, items = split_args(args)
-    items += sweep_items(flag_items(data, device, init_from, auto), items)
+    for key, value in flag_items(data, device, init_from, auto):  # as items KEY=VALUE (a comma quoted: one value)
+        if any(item.partition("=")[0].strip() == key for item in items):
+            raise UserError(f"{key} is set twice, by its flag and by {key}=...; give one of them")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        items.append(f"{key}='{text}'" if "," in text else f"{key}={text}")
     if out is None:
         run_dir = default_run_dir(config_path, items)
         out = run_dir.with_name(f"{run_dir.name}-sweep")
@@ -82,17 +78,5 @@ def sweep_cmd(
     from minigpt.cli.runs_table import format_sweep, sweep_rows
     from minigpt.training.sweep import run_sweep
 
-    outcomes = run_sweep(sweep, budget, started)
-    notes = {o.point.name: o.note for o in outcomes}
+    notes = {o.point.name: o.note for o in run_sweep(sweep, budget, started)}
     print(format_sweep(sweep_rows(sweep, notes)))
-
-
-def sweep_items(pairs: list[tuple[str, object]], given: list[str]) -> list[str]:
-    """The shared flags as sweep items KEY=VALUE (a comma quoted: one value); a key `given` sets too is refused."""
-    items = []
-    for key, value in pairs:
-        if any(item.partition("=")[0].strip() == key for item in given):
-            raise UserError(f"{key} is set twice, by its flag and by {key}=...; give one of them")
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        items.append(f"{key}='{text}'" if "," in text else f"{key}={text}")
-    return items

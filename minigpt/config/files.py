@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import types
@@ -24,10 +25,18 @@ def parse_override(item: str | tuple[str, Any], source: str = "command line") ->
     key = key.strip()
     if not eq or not key:
         raise UserError(f"{source}: override '{item}' must look like KEY=VALUE, e.g. train.max_steps=500")
+    typ = _field_type(key)
     if takes_list(key) and text.strip().startswith("[") and text.strip().endswith("]"):
         text = text.strip()  # a list, as docs/data.md writes it: data.text_field=[title,body]
-    elif _is_text_key(key):
-        return key, _text_value(key, text)
+    elif typ is str or (typing.get_origin(typ) in (typing.Union, types.UnionType) and str in typing.get_args(typ)):
+        if text.strip() in ("null", "~") and all_keys()[key].default is None:
+            return key, None  # clears an optional string key
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":  # quoted: YAML's escapes
+            with contextlib.suppress(yaml.YAMLError):
+                parsed = yaml.safe_load(text)
+                if isinstance(parsed, str):
+                    return key, parsed
+        return key, text  # a string key's override as written
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except (yaml.YAMLError, ValueError):  # PyYAML raises ValueError on some scalars, e.g. 0x_
@@ -105,25 +114,6 @@ def with_overrides(
         set_dotted(merged, *parse_override(item, origin), origin)
     both = f"{source} with the {origin.replace(' ', '-')} overrides" if path is not None else origin
     return config_from_dict(merged, both)
-
-
-def _is_text_key(key: str) -> bool:
-    typ = _field_type(key)
-    return typ is str or (typing.get_origin(typ) in (typing.Union, types.UnionType) and str in typing.get_args(typ))
-
-
-def _text_value(key: str, text: str) -> str | None:
-    """A string key's override as written (quoted: YAML's escapes); null or ~ clears an optional one."""
-    if text.strip() in ("null", "~") and all_keys()[key].default is None:
-        return None
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-        try:
-            parsed = yaml.safe_load(text)
-            if isinstance(parsed, str):
-                return parsed
-        except yaml.YAMLError:
-            pass
-    return text
 
 
 class _ReadableDumper(yaml.SafeDumper):

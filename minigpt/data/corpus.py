@@ -26,8 +26,7 @@ from minigpt.runtime.memory import release_pages
 @dataclass
 class Corpus:
     """An encoded corpus and its split. `ids` is the whole joined text (a read-only memory map of
-    the cache entry); `train` and `val` are views of it, never copies. `id_map`, when set, maps the
-    stored ids into a model's vocabulary (fine-tuning), applied to each batch as it is drawn."""
+    the cache entry); `train` and `val` are views of it, never copies; `id_map` applies to each batch drawn."""
 
     description: str
     sha256: str  # the content key: a single file's SHA-256, else the hash of the manifest
@@ -92,17 +91,14 @@ def _layout(
 
 
 def _without_binary(layout: Layout, index: HashIndex, skipped: Skipped) -> Layout:
-    """The layout less the binary files a folder walk met (named files, and a glob's, are kept:
-    the non-UTF-8 rule then speaks for them). Binary is what the hashing pass saw: a NUL byte near
-    the start, as git and ripgrep judge it."""
+    """The layout less the binary files a folder walk met, by the hashing pass's look at their start (named
+    files, and a glob's, are kept: the non-UTF-8 rule then speaks for them)."""
     files = layout.files
     drop = {i for i, f in enumerate(files) if f.found == "walked" and index.binary(f)}
-    if not drop:
-        return layout
     skipped.binary += [files[i].name for i in sorted(drop)]
     keep = [i for i in range(len(files)) if i not in drop]
-    if len(keep) == 0:
-        return layout  # nothing but binary files: the non-UTF-8 rule's error names them
+    if not drop or not keep:
+        return layout  # with nothing but binary files, the non-UTF-8 rule's error names them
     n_train = layout.n_train
     if n_train is not None:
         n_train -= sum(1 for i in drop if i < n_train)
@@ -121,11 +117,7 @@ def _without_binary(layout: Layout, index: HashIndex, skipped: Skipped) -> Layou
 
 
 def _hashes(
-    files: list[SourceFile],
-    index: HashIndex,
-    kind: str,
-    progress: ProgressFactory | None,
-    desc: str,
+    files: list[SourceFile], index: HashIndex, kind: str, progress: ProgressFactory | None, desc: str
 ) -> tuple[list[str], tuple[set[str], dict[int, str]] | None]:
     """The files' SHA-256s: from the index where it knows them. On a first run (none known) in char
     mode the same read also finds the vocabulary, which encoding then need not read again."""

@@ -9,7 +9,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -17,7 +17,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 
 from minigpt.data.passes import BINARY_HEAD, CHUNK, chunks, looks_binary, storage_dtype, vocabulary, write_ids
-from minigpt.data.sources import SourceFile
+from minigpt.data.sources import SourceFile, shown
 from minigpt.data.tokenizer import ByteTokenizer, CharTokenizer, Tokenizer, tokenizer_from_dict
 from minigpt.errors import UserError
 from minigpt.io import atomic
@@ -54,20 +54,12 @@ class HashIndex:
     def __init__(self, cache_dir: Path | None, spec: Any) -> None:
         key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()[:32]
         self.path = cache_dir / "index" / f"{key}.json" if cache_dir is not None else None
-        self.entries: dict[str, list] = {}
+        self.entries: dict[str, list] = read_json_dict(self.path).get("files", {}) if self.path is not None else {}
         self.changed = False
-        if self.path is not None:
-            self.entries = read_json_dict(self.path).get("files", {})
 
     def knows(self, f: SourceFile) -> bool:
-        known = self.entries.get(f.path)
-        return (
-            bool(known)
-            and len(known) > 4
-            and known[0] == f.size
-            and known[1] == f.mtime_ns
-            and known[3] - f.mtime_ns > RACY_NS
-        )
+        known = self.entries.get(f.path) or []
+        return len(known) > 4 and known[:2] == [f.size, f.mtime_ns] and known[3] - f.mtime_ns > RACY_NS
 
     def sha256(self, f: SourceFile, on_read: Callable[[int], None] | None = None) -> str:
         if self.knows(f):
@@ -111,19 +103,13 @@ class Layout:
 
     def identity(self) -> str:
         """The corpus's content key: a single file's SHA-256, else a hash of everything that decides the ids."""
-        if self._identity is None:
-            self._identity = self._key()
+        if self._identity is None and len(self.files) == 1 and self.n_train is None:
+            self._identity = self.hashes[0]
+        elif self._identity is None:
+            files = [[f.name, h] for f, h in zip(self.files, self.hashes)]
+            manifest = {"files": files, "n_train": self.n_train, "separator": self.separator}
+            self._identity = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode("utf-8")).hexdigest()
         return self._identity
-
-    def _key(self) -> str:
-        if len(self.files) == 1 and self.n_train is None:
-            return self.hashes[0]
-        manifest = {
-            "files": [[f.name, h] for f, h in zip(self.files, self.hashes)],
-            "n_train": self.n_train,
-            "separator": self.separator,
-        }
-        return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -133,9 +119,6 @@ class Encoded:
     split: int | None  # where validation starts when whole files were held out
     documents: int
     skipped: list[str]  # non-UTF-8 files left out (char mode)
-
-
-# ---- the streaming passes -------------------------------------------------------------------
 
 
 def _check_utf8(files: Sequence[SourceFile], bad: dict[int, str], key: str) -> list[str]:
@@ -156,9 +139,8 @@ def _check_utf8(files: Sequence[SourceFile], bad: dict[int, str], key: str) -> l
 
 def warn_skipped(skipped: Sequence[str], where: str) -> None:
     if skipped:
-        shown = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
         print(
-            f"warning: {where}: skipped {len(skipped)} file(s) that are not UTF-8 text: {shown} "
+            f"warning: {where}: skipped {len(skipped)} file(s) that are not UTF-8 text: {shown(skipped)} "
             "(data.tokenizer=byte reads them)",
             file=sys.stderr,
         )
@@ -173,7 +155,7 @@ def encode(
     key: str,
 ) -> tuple[Tokenizer, dict]:
     """Stream the layout's documents into `out`: (tokenizer, the entry's metadata)."""
-    files, skipped = list(layout.files), []
+    files, skipped, n_train = list(layout.files), [], layout.n_train
     total = sum(f.size for f in files)
     passes = 2 if layout.kind == "char" and layout.vocabulary is None else 1
     bar = progress(total, f"encoding {desc}") if progress else None
@@ -184,12 +166,9 @@ def encode(
         else:
             chars, bad = layout.vocabulary or vocabulary(files, tick)
             skipped = _check_utf8(files, bad, key)
-            keep = [i for i in range(len(files)) if i not in bad]
-            n_train = layout.n_train
             if n_train is not None:
                 n_train -= sum(1 for i in bad if i < n_train)
-            files = [files[i] for i in keep]
-            layout = Layout(files, [layout.hashes[i] for i in keep], n_train, layout.separator, layout.kind)
+            files = [f for i, f in enumerate(files) if i not in bad]
             if not chars:
                 raise UserError(f"{key}: {desc} holds no text; give it some text to learn from")
             if len(files) > 1:
@@ -197,7 +176,7 @@ def encode(
             tok = CharTokenizer(sorted(chars))
             if check_vocab is not None:
                 check_vocab(tok.vocab_size)
-        length, split = write_ids(out, files, tok, layout.separator, tick, layout.n_train)
+        length, split = write_ids(out, files, tok, layout.separator, tick, n_train)
     finally:
         if bar:
             bar.close()
@@ -234,31 +213,13 @@ def _open_entry(bin_path: Path, meta: dict) -> Encoded:
         raise DamagedCache(f"holds {size // dtype.itemsize} ids where {length} were stored")
     ids = np.memmap(bin_path, dtype=dtype, mode="r") if length else np.zeros(0, dtype)
     if tok.vocab_size < np.iinfo(dtype).max + 1:  # a byte model's uint8 ids are all valid
-        top = max_id(bin_path, dtype)
+        top = 0  # the largest id, read in chunks: no page of the entry stays mapped into this process
+        with open(bin_path, "rb") as f:
+            while chunk := f.read(CHUNK - CHUNK % dtype.itemsize):
+                top = max(top, int(np.frombuffer(chunk, dtype).max()))
         if top >= tok.vocab_size:
             raise DamagedCache(f"holds id {top} for a vocabulary of {tok.vocab_size}")
     return Encoded(tok, ids, meta.get("split"), int(meta.get("documents", 1)), list(meta.get("skipped", [])))
-
-
-def max_id(path: Path, dtype: np.dtype) -> int:
-    """The largest id in an entry, read in chunks (no page of it stays mapped into this process)."""
-    top = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK - CHUNK % dtype.itemsize):
-            top = max(top, int(np.frombuffer(chunk, dtype).max()))
-    return top
-
-
-@contextlib.contextmanager
-def _entry_lock(path: Path) -> Iterator[None]:
-    """One process encodes a new entry while others wait and read it; unlocked where the lock cannot be made."""
-    lock = FileLock(path)
-    with contextlib.suppress(OSError):
-        lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def load_or_encode(
@@ -282,7 +243,10 @@ def load_or_encode(
             file=sys.stderr,
         )
         return _encode_to_temp(layout, progress, desc, key, check_vocab)
-    with _entry_lock(cache_dir / f"{name}.lock"):
+    lock = FileLock(cache_dir / f"{name}.lock")  # one process encodes a new entry while others wait and read it
+    with contextlib.suppress(OSError):  # unlocked where the lock cannot be made
+        lock.acquire()
+    try:
         damaged = None
         if bin_path.exists() and meta_path.exists():
             try:
@@ -315,6 +279,8 @@ def load_or_encode(
             return _encode_to_temp(layout, progress, desc, key, check_vocab)
         warn_skipped(meta["skipped"], desc)
         return _open_entry(bin_path, meta)
+    finally:
+        lock.release()
 
 
 def _encode_to_temp(

@@ -20,6 +20,13 @@ from minigpt.data.tokenizer import CharTokenizer, Tokenizer
 from minigpt.errors import UserError
 
 CHUNK = 16 << 20  # bytes read at a time: memory stays flat whatever the corpus size
+BINARY_HEAD = 8000  # bytes looked at for a NUL: what git looks at to call a file binary (ripgrep: its first read)
+BATCH = 1 << 20  # small files are read whole and handled this many bytes at a time: a real source
+# tree has tens of thousands of files of a few KB, and per-file numpy and decoder calls cost more
+# than the bytes (benchmark `scripts/bench.py data --only tree`)
+NON_ASCII = bytes(range(128, 256))
+CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8's bytes after a character's first
+FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII ids, numbered first, are lower)
 
 
 def storage_dtype(vocab_size: int) -> np.dtype:
@@ -44,9 +51,6 @@ def chunks(path: str | Path, size: int = CHUNK, expect: int | None = None) -> It
         raise UserError(f"cannot read data file {path}: {e.strerror}") from None
 
 
-BINARY_HEAD = 8000  # bytes looked at for a NUL: what git looks at to call a file binary (ripgrep: its first read)
-
-
 def looks_binary(head: bytes | bytearray | memoryview) -> bool:
     """A NUL byte near the start: the test git and ripgrep make for a binary file (text has none)."""
     return b"\0" in head[:BINARY_HEAD]
@@ -56,14 +60,6 @@ def _utf8_error(e: UnicodeDecodeError, offset: int, raw: bytes) -> str:
     pos = offset + e.start
     line = raw.count(b"\n", 0, e.start) + 1  # within the chunk: exact for the first chunk, a hint after
     return f"byte 0x{raw[e.start]:02x} at offset {pos}" + (f" (line {line})" if offset == 0 else "")
-
-
-BATCH = 1 << 20  # small files are read whole and handled this many bytes at a time: a real source
-# tree has tens of thousands of files of a few KB, and per-file numpy and decoder calls cost more
-# than the bytes (benchmark `scripts/bench.py data --only tree`)
-NON_ASCII = bytes(range(128, 256))
-CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8's bytes after a character's first
-FIRST = 255  # marks a non-ASCII character's first byte while encoding (ASCII ids, numbered first, are lower)
 
 
 def _read_whole(f: SourceFile) -> bytes:
@@ -80,9 +76,7 @@ def _read_whole(f: SourceFile) -> bytes:
 
 
 def _batches(
-    files: Sequence[SourceFile],
-    tick: Callable[[int], None],
-    sep: bytes = b"",
+    files: Sequence[SourceFile], tick: Callable[[int], None], sep: bytes = b""
 ) -> Iterator[tuple[bytearray | None, list[tuple[int, int, int]], SourceFile | None]]:
     """Consecutive small files joined, `sep` before each but the corpus's first: (their bytes,
     [(file index, start, end) in the bytes], None); a large file alone, not read: (None,
@@ -258,8 +252,7 @@ def _hash_streamed(i: int, f: SourceFile, vocab: _Vocabulary, tick: Callable[[in
 
 
 def hashes_and_vocabulary(
-    files: Sequence[SourceFile],
-    tick: Callable[[int], None],
+    files: Sequence[SourceFile], tick: Callable[[int], None]
 ) -> tuple[list[str], set[str], dict[int, str], set[int]]:
     """Each file's SHA-256, `vocabulary`'s result and the files that look binary, from one read of every file."""
     vocab, hashes, binary = _Vocabulary(), [""] * len(files), set()
@@ -323,14 +316,11 @@ class _CharWriter:
         return ids
 
     def _ascii(self, chunk: bytes) -> bytes | np.ndarray:
-        if self.translate is not None and self.dtype == np.uint8:
-            return chunk.translate(self.translate)
-        return self._ascii_ids(chunk)  # an array goes out as it is, not copied into bytes
-
-    def _ascii_ids(self, chunk: bytes) -> np.ndarray:
-        """Each byte's id as if it were ASCII (a writable array)."""
+        """Each byte's id as if it were ASCII; an array goes out as it is, not copied into bytes."""
         if self.translate is None:
             return self.ascii[np.frombuffer(chunk, np.uint8)]
+        if self.dtype == np.uint8:
+            return chunk.translate(self.translate)
         return np.frombuffer(chunk.translate(self.translate), np.uint8).astype(self.dtype)
 
 
@@ -364,7 +354,14 @@ def write_ids(
                 i = members[0][0]
                 put_text(sep if i and sep else b"")
                 split = written if i == split_at else split
-                _stream_one(put, large, char, tick)
+                decoder, size = codecs.getincrementaldecoder("utf-8")(), 0
+                for chunk in chunks(large.path):
+                    size += len(chunk)
+                    tick(len(chunk))
+                    put(chunk if char is None else char.encode(decoder, chunk))
+                if char is not None:
+                    put(char.encode(decoder, b"", final=True))
+                _check_unchanged(large, size)
                 continue
             cut = 0  # the separators are in the blob already: it goes out whole, or in two at the split
             for i, s, e in members:
@@ -374,20 +371,6 @@ def write_ids(
                     cut, split = s, written
             put_text(blob[cut:] if cut else blob)
     return written, split
-
-
-def _stream_one(
-    put: Callable[[bytes | np.ndarray], None], f: SourceFile, char: _CharWriter | None, tick: Callable[[int], None]
-) -> None:
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    size = 0
-    for chunk in chunks(f.path):
-        size += len(chunk)
-        tick(len(chunk))
-        put(chunk if char is None else char.encode(decoder, chunk))
-    if char is not None:
-        put(char.encode(decoder, b"", final=True))
-    _check_unchanged(f, size)
 
 
 def _check_unchanged(f: SourceFile, size_read: int) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from minigpt.data.encoding import ProgressFactory
-from minigpt.data.sources import SourceFile
+from minigpt.data.sources import SourceFile, shown
 from minigpt.errors import UserError, first_line
 from minigpt.io.atomic import atomic_open
 
@@ -35,6 +35,10 @@ EXTENSIONS = {
 }
 ARROW_EXTRA = "pip install 'minigpt[parquet]' (or uv sync --extra parquet)"
 JSON_READ = 1 << 20  # characters of a JSON array read at a time
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a JSON escape that is no character: UTF-8 cannot hold it
+JSONL_BATCH = 1 << 20  # bytes of lines parsed as one JSON array: one call into the C parser for
+# many records, faster than a call per line (benchmark `scripts/bench.py data --only jsonl`)
+SNIFFED = ("jsonl", "json", "csv", "tsv")  # the text formats a file found in a folder may only look like
 
 
 def file_format(path: str, setting: str) -> str | None:
@@ -86,9 +90,6 @@ class RecordRules:
         return self.field_separator.join(parts)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")  # a JSON escape that is no character: UTF-8 cannot hold it
-
-
 def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
@@ -103,16 +104,11 @@ def _json_kind(value: Any) -> str:
 
 def _fields_hint(name: str, have: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, [str(h) for h in have], n=1, cutoff=0.5)
-    shown = ", ".join(str(h) for h in list(have)[:12]) + (", ..." if len(have) > 12 else "")
-    hint = f"it has: {shown}" if have else "it has no fields"
+    hint = f"it has: {shown([str(h) for h in have], 12)}" if have else "it has no fields"
     return hint + (f"; did you mean data.text_field={close[0]}?" if close else "; set data.text_field to one of them")
 
 
 # ---- readers: (where, record, how far through the file the record starts, 0..1) -------------
-
-
-JSONL_BATCH = 1 << 20  # bytes of lines parsed as one JSON array: one call into the C parser for
-# many records, faster than a call per line (benchmark `scripts/bench.py data --only jsonl`)
 
 
 def _jsonl(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
@@ -132,12 +128,10 @@ def _jsonl(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
 def _parse_lines(path: str, kept: list[tuple[int, int, bytes]]) -> list[Any]:
     """Each line's JSON value: all at once as one array, or, when that fails or gives another
     count (a line that is not one JSON value), line by line to name the line at fault."""
-    try:
+    with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
         values = json.loads(b"[" + b",".join(line for _, _, line in kept) + b"]")
         if len(values) == len(kept):
             return values
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        pass
     values = []
     for number, _, line in kept:
         try:
@@ -209,26 +203,10 @@ def _json_array(path: str, size: int) -> Iterator[tuple[str, Any, float]]:
             pos = end
 
 
-class _CountingReader(io.RawIOBase):
-    """A binary file that counts the bytes read through it (how far a CSV reader has come)."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw, self.count = raw, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        n = self.raw.readinto(b)
-        self.count += n or 0
-        return n or 0
-
-
 def _csv(path: str, size: int, delimiter: str) -> Iterator[tuple[str, Any, float]]:
     csv.field_size_limit(2**31 - 1)  # a field is a document: often longer than csv's 128 KB default
-    with open(path, "rb") as raw:
-        counter = _CountingReader(raw)
-        text = io.TextIOWrapper(io.BufferedReader(counter), encoding="utf-8", newline="")
+    with open(path, "rb", buffering=0) as raw:  # unbuffered: its tell() is how far the CSV reader has read
+        text = io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", newline="")
         reader = csv.reader(text, delimiter=delimiter, strict=True)
         line = 0
         try:
@@ -244,7 +222,7 @@ def _csv(path: str, size: int, delimiter: str) -> Iterator[tuple[str, Any, float
                         f"{path}, line {start}: {len(row)} fields where the header has {len(header)} "
                         f"({', '.join(header[:8])}); a field holding the delimiter needs quotes"
                     )
-                yield f"{path}, line {start}", dict(zip(header, row)), counter.count / max(size, 1)
+                yield f"{path}, line {start}", dict(zip(header, row)), raw.tell() / max(size, 1)
         except csv.Error as e:
             raise UserError(f"{path}, line {reader.line_num}: {e} (an unterminated quote?)") from None
         except UnicodeDecodeError as e:
@@ -301,29 +279,24 @@ def _stream_batches(stream: Any, source: Any, size: int) -> Iterator[tuple[Any, 
         yield batch, start / size, source.tell() / size
 
 
-def _is_string_view(pa: Any, typ: Any) -> bool:
-    return bool(getattr(pa.types, "is_string_view", lambda t: False)(typ))  # pyarrow 16 and later
-
-
-def _checked(column: Any) -> list[Any]:
-    """A column's values once its offsets and UTF-8 are checked (damaged offsets would crash pyarrow)."""
-    column.validate(full=True)
-    return column.to_pylist()
-
-
 def _arrow(path: str, fmt: str, rules: RecordRules) -> Iterator[tuple[str, Any, float]]:
     pa = _pyarrow()
     schema, batches = _arrow_batches(path, fmt, rules.fields)
+    text_types = (pa.types.is_string, pa.types.is_large_string, getattr(pa.types, "is_string_view", None))
     for name in rules.fields:
         if name not in schema.names:
             raise UserError(f"{path} has no column '{name}' ({_fields_hint(name, schema.names)})")
         typ = schema.field(name).type
-        if not (pa.types.is_string(typ) or pa.types.is_large_string(typ) or _is_string_view(pa, typ)):
+        if not any(test(typ) for test in text_types if test):  # is_string_view: pyarrow 16 and later
             raise UserError(f"{path}: column '{name}' holds {typ}, not strings; set data.text_field to a text column")
     row = 0
     try:
         for batch, start, end in batches:  # a damaged batch past the first fails here, when it is read
-            columns = {name: _checked(batch.column(batch.schema.get_field_index(name))) for name in rules.fields}
+            columns = {}
+            for name in rules.fields:  # offsets and UTF-8 checked first: damaged offsets would crash pyarrow
+                column = batch.column(batch.schema.get_field_index(name))
+                column.validate(full=True)
+                columns[name] = column.to_pylist()
             n = batch.num_rows
             for i in range(n):
                 row += 1
@@ -361,9 +334,6 @@ def joined_text(path: str, fmt: str, rules: RecordRules, separator: str) -> str:
     if not texts:
         raise UserError(f"{path} holds no records with text in field {', '.join(rules.fields)}")
     return separator.join(texts)
-
-
-# ---- extraction into the cache --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -435,23 +405,21 @@ def extract(
         if bar is not None:
             bar.update(size - done)
             bar.close()
-        _check_counts(path, fmt, rules, counts, val_share)
+        if not counts[0] + counts[1]:
+            skipped = f" ({counts[2]} skipped as bad)" if counts[2] else ""
+            raise UserError(
+                f"{path} holds no {fmt} records with text in field {' and '.join(rules.fields)}{skipped}; "
+                "give it some records"
+            )
+        if val_share is not None and (not counts[0] or not counts[1]):
+            raise UserError(
+                f"{path} has {counts[0] + counts[1]} record(s): validation takes whole records from its end, which "
+                "leaves no records for one side; add records, or set data.val_path to a validation file"
+            )
     with atomic_open(meta_path, fsync=False) as f:
         meta = {"records": counts[0] + counts[1], "skipped": counts[2], "val_records": counts[1]}
         f.write(json.dumps(meta).encode("utf-8"))
     return Extract(train, val if val_share is not None else None, counts[0] + counts[1], counts[2], counts[1])
-
-
-def _check_counts(path: str, fmt: str, rules: RecordRules, counts: list[int], val_share: float | None) -> None:
-    fields = " and ".join(rules.fields)
-    if not counts[0] + counts[1]:
-        skipped = f" ({counts[2]} skipped as bad)" if counts[2] else ""
-        raise UserError(f"{path} holds no {fmt} records with text in field {fields}{skipped}; give it some records")
-    if val_share is not None and (not counts[0] or not counts[1]):
-        raise UserError(
-            f"{path} has {counts[0] + counts[1]} record(s): validation takes whole records from its end, which leaves "
-            "no records for one side; add records, or set data.val_path to a validation file"
-        )
 
 
 def text_files(
@@ -475,16 +443,20 @@ def text_files(
         if fmt is None:
             out.append(f)
             continue
-        share = None
-        if split_last and i == len(files) - 1:
-            share = min(1.0, data.val_fraction * sum(x.size for x in files) / max(f.size, 1))
+        last = split_last and i == len(files) - 1  # the file whose last records are validation
+        share = min(1.0, data.val_fraction * sum(x.size for x in files) / max(f.size, 1)) if last else None
         try:
             ex = extract(f.path, sha256(f), fmt, rules, data.doc_separator, folder, share, progress)
         except OSError as e:
             raise UserError(
                 f"cannot write the text of {f.path} to {folder} ({e.strerror}); set data.cache_dir"
             ) from None
-        warn_skipped_records(f.path, ex.skipped, ex.records)
+        if ex.skipped:
+            print(
+                f"warning: {f.path}: skipped {ex.skipped} of {ex.skipped + ex.records} records whose field is missing "
+                "or not text (data.skip_bad_records)",
+                file=sys.stderr,
+            )
         out.append(_source(ex.train, f.name, ex.records - ex.val_records))
         if ex.val is not None:
             out.append(_source(ex.val, f"{f.name} (validation records)", max(ex.val_records, 1)))
@@ -492,16 +464,12 @@ def text_files(
     if as_text:
         exts = "/".join(sorted({os.path.splitext(n)[1].lower() for n in as_text}))
         fields = " and ".join(f"'{name}'" for name in rules.fields)
-        shown = ", ".join(as_text[:3]) + (", ..." if len(as_text) > 3 else "")
         print(
             f"note: {len(as_text)} {exts} file(s) in the tree were read as text: they hold no records with the "
-            f"field {fields} ({shown}); name a file, or a glob such as '*.csv', to read it as records",
+            f"field {fields} ({shown(as_text)}); name a file, or a glob such as '*.csv', to read it as records",
             file=sys.stderr,
         )
     return out, n_train
-
-
-SNIFFED = ("jsonl", "json", "csv", "tsv")  # the text formats a file found in a folder may only look like
 
 
 def holds_records(path: str, fmt: str, rules: RecordRules) -> bool:
@@ -523,12 +491,3 @@ def holds_records(path: str, fmt: str, rules: RecordRules) -> bool:
 def _source(path: Path, name: str, documents: int) -> SourceFile:
     st = os.stat(path)
     return SourceFile(str(path), name, st.st_size, st.st_mtime_ns, documents)
-
-
-def warn_skipped_records(path: str, skipped: int, total: int) -> None:
-    if skipped:
-        print(
-            f"warning: {path}: skipped {skipped} of {skipped + total} records whose field is missing or not text "
-            "(data.skip_bad_records)",
-            file=sys.stderr,
-        )

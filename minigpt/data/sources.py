@@ -24,6 +24,7 @@ from minigpt.io.textfiles import not_a_file
 
 GLOB_CHARS = frozenset("*?[")
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+CACHE_FOLDERS = frozenset({"__pycache__"})  # besides any folder that holds a CACHEDIR.TAG file
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,6 @@ def _stat_file(path: str | Path, key: str) -> os.stat_result:
         raise UserError(f"{key}: cannot read {path}: {e.strerror}") from None
 
 
-CACHE_FOLDERS = frozenset({"__pycache__"})  # besides any folder that holds a CACHEDIR.TAG file
-
-
 @dataclass
 class Skipped:
     """What a folder walk passed over, by reason (relative names, walk order), for its one line (`summary`)."""
@@ -108,7 +106,7 @@ class Skipped:
             (self.binary, "binary file(s)"),
             (self.special, "not regular file(s)"),
         ]
-        parts = [f"{len(names)} {why} ({_shown(names)})" for names, why in groups if names]
+        parts = [f"{len(names)} {why} ({shown(names)})" for names, why in groups if names]
         if not parts:
             return None
         total = sum(len(names) for names, _ in groups)
@@ -118,8 +116,9 @@ class Skipped:
         )
 
 
-def _shown(names: list[str]) -> str:
-    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+def shown(names: Sequence[str], most: int = 3) -> str:
+    """The first `most` names, comma-separated, as messages list them."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
 
 
 def _walk(root: str, key: str, skipped: Skipped) -> list[tuple[str, str, os.stat_result]]:
@@ -136,7 +135,12 @@ def _walk(root: str, key: str, skipped: Skipped) -> list[tuple[str, str, os.stat
             skipped.caches.append(rel)
             return
         if any(e.name == ".gitignore" for e in entries):
-            rules = [*rules, (rel, _read_gitignore(os.path.join(folder, ".gitignore")))]
+            try:
+                with open(os.path.join(folder, ".gitignore"), encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                text = ""  # unreadable: as git does, nothing ignored by it
+            rules = [*rules, (rel, gitignore(text))]
         for entry in entries:
             name = f"{rel}{entry.name}"
             if entry.name.startswith("."):
@@ -182,14 +186,6 @@ def _pattern(line: str) -> GitIgnoreSpecPattern:
         return GitIgnoreSpecPattern("")  # a malformed line: git passes over it too
 
 
-def _read_gitignore(path: str) -> GitIgnoreSpec:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return gitignore(f.read())
-    except OSError:
-        return gitignore("")  # unreadable: as git does, nothing ignored by it
-
-
 def ignored(rules: list[tuple[str, GitIgnoreSpec]], rel: str, is_folder: bool) -> bool:
     """Whether `rel` (relative to the walked folder) is ignored by the .gitignore files on its way,
     outermost first, each with its folder's relative path: a deeper file's last match decides."""
@@ -224,20 +220,7 @@ def saved_dataset(folder: str, key: str) -> list[tuple[str, str, os.stat_result]
     return found
 
 
-def _glob_root(pattern: str) -> str:
-    """The folder a pattern's matches are named relative to: its part before the first wildcard."""
-    parts = Path(pattern).parts
-    fixed = parts[: next(i for i, p in enumerate(parts) if is_glob(p))]
-    return os.path.join(*fixed) if fixed else "."
-
-
 Found = tuple[str, str, os.stat_result, str]  # path, relative name, stat, how it was found (SourceFile.found)
-
-
-def _names_extension(pattern: str) -> bool:
-    """Whether a glob's last part names an extension (`*.csv`): its files are named on purpose."""
-    ext = os.path.splitext(os.path.basename(pattern))[1]
-    return len(ext) > 1 and not is_glob(ext)
 
 
 def _special(path: str, st: os.stat_result, key: str) -> UserError:
@@ -268,8 +251,11 @@ def _expand(item: str, key: str, skipped: Skipped) -> list[Found]:
         return [(path, os.path.basename(path), st, "named")]
     if not is_glob(item):
         raise UserError(f"{key}: {item} does not exist (pass --data FILE|FOLDER|'GLOB' or set {key})")
-    root = _glob_root(path)
-    how = "named" if _names_extension(path) else "globbed"
+    parts = Path(path).parts  # matches are named relative to the part before the first wildcard
+    fixed = parts[: next(i for i, p in enumerate(parts) if is_glob(p))]
+    root = os.path.join(*fixed) if fixed else "."
+    ext = os.path.splitext(os.path.basename(path))[1]
+    how = "named" if len(ext) > 1 and not is_glob(ext) else "globbed"  # `*.csv`: its files are named on purpose
     files: list[Found] = []
     for match in sorted(glob.glob(path, recursive=True)):
         rel = os.path.relpath(match, root)
@@ -319,6 +305,4 @@ def choose_val_files(files: Sequence[SourceFile], val_fraction: float) -> list[b
         if files[i].size and total + files[i].size <= target:
             chosen[i] = True
             total += files[i].size
-    if len(files) < 2 or total < target / 2 or all(chosen):
-        return None
-    return chosen
+    return None if len(files) < 2 or total < target / 2 or all(chosen) else chosen

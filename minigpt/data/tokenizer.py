@@ -72,9 +72,7 @@ class CharTokenizer:
 
     def unknown_to(self, other: Tokenizer) -> list[str]:
         """Characters of this vocabulary that `other` lacks."""
-        if not isinstance(other, CharTokenizer):
-            return list(self.chars)
-        return [c for c in self.chars if c not in other.stoi]
+        return [c for c in self.chars if c not in other.stoi] if isinstance(other, CharTokenizer) else list(self.chars)
 
     def ids_of(self, other: CharTokenizer) -> np.ndarray:
         """For each id of `other`, this vocabulary's id of the same character: a lookup table that
@@ -83,8 +81,7 @@ class CharTokenizer:
 
     def extended(self, chars: Iterable[str]) -> CharTokenizer:
         """This vocabulary with `chars` appended (sorted, new ones only): known characters keep their ids."""
-        new = sorted(set(chars) - set(self.chars))
-        return CharTokenizer(self.chars + new)
+        return CharTokenizer(self.chars + sorted(set(chars) - set(self.chars)))
 
     def decode(self, ids: Iterable[int]) -> str:
         return "".join(self.chars[i] for i in ids)
@@ -107,9 +104,8 @@ class CharTokenizer:
 
 
 class ByteTokenizer:
-    """The UTF-8 bytes of a text, one id per byte value (256 ids). Decoding never fails: bytes
-    that do not form UTF-8 show as U+FFFD, and a streamed character appears once its last byte
-    is out."""
+    """The UTF-8 bytes of a text, one id per byte value (256 ids). Decoding never fails: bytes that do not form UTF-8
+    show as U+FFFD, and a streamed character appears once its last byte is out."""
 
     kind = "byte"
     unit = "byte"

@@ -16,7 +16,6 @@ from minigpt.errors import UserError, first_line
 from minigpt.export.formats import ARCHITECTURES, architecture_for, write_hf, write_onnx
 from minigpt.infer.loading import LoadedModel
 
-FORMATS, DTYPES = EXPORT_FORMATS, EXPORT_DTYPES
 ONNX_DTYPES = ("float32", "float16")  # onnxruntime's CPU kernels have no bfloat16 matrix multiply
 EXTRA = {"hf": ("safetensors", "tokenizers"), "onnx": ("onnx", "onnxscript", "tokenizers")}
 INSTALL = "pip install 'minigpt[export]' (in a minigpt checkout: uv sync --extra export)"
@@ -24,10 +23,10 @@ INSTALL = "pip install 'minigpt[export]' (in a minigpt checkout: uv sync --extra
 
 def check_request(out: Path, fmt: str, dtype: str, force: bool) -> None:
     """Everything about the request that needs no model: the format, the dtype, OUT, the libraries."""
-    if fmt not in FORMATS:
-        raise UserError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
-    if dtype not in DTYPES:
-        raise UserError(f"--dtype {dtype!r} is not one of: {', '.join(DTYPES)}")
+    if fmt not in EXPORT_FORMATS:
+        raise UserError(f"--format {fmt!r} is not one of: {', '.join(EXPORT_FORMATS)}")
+    if dtype not in EXPORT_DTYPES:
+        raise UserError(f"--dtype {dtype!r} is not one of: {', '.join(EXPORT_DTYPES)}")
     if fmt == "onnx" and dtype not in ONNX_DTYPES:
         raise UserError(
             f"--format onnx supports --dtype {' or '.join(ONNX_DTYPES)}: onnxruntime has no "
@@ -49,13 +48,6 @@ def check_request(out: Path, fmt: str, dtype: str, force: bool) -> None:
             missing.append(name)
     if missing:
         raise UserError(f"--format {fmt} needs {', '.join(missing)} (the export extra): {INSTALL}")
-
-
-def check_not_inside(out: Path, loaded: LoadedModel) -> None:
-    """Refuse an OUT that holds the checkpoint being exported: --force would delete the run."""
-    ckpt, target = loaded.path.resolve(), out.resolve()
-    if ckpt == target or target in ckpt.parents:
-        raise UserError(f"{out} holds the checkpoint being exported ({loaded.path}); give another folder")
 
 
 @contextlib.contextmanager
@@ -109,8 +101,12 @@ def _swap_in(stage: Path, out: Path) -> None:
 
 def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = "float32", force: bool = False) -> str:
     """Export a loaded model to `out` in `fmt` ('hf' or 'onnx'); returns the line that says what was written."""
+    from minigpt.data.encoding import file_sha256
+
     check_request(out, fmt, dtype, force)
-    check_not_inside(out, loaded)
+    ckpt, target = loaded.path.resolve(), out.resolve()
+    if ckpt == target or target in ckpt.parents:  # --force would delete the run
+        raise UserError(f"{out} holds the checkpoint being exported ({loaded.path}); give another folder")
     if fmt == "hf":  # the architecture refuses a model with no exact mapping
         write, format_name = write_hf, ARCHITECTURES[architecture_for(loaded.config.model)]
     else:
@@ -118,19 +114,12 @@ def export_loaded(loaded: LoadedModel, out: Path, fmt: str = "hf", dtype: str = 
     try:
         with staging_folder(out) as stage:
             names = write(loaded, stage, dtype)
-            names.append(write_sha256sums(stage, names))
+            sums = [f"{file_sha256(stage / name)}  {name}\n" for name in sorted(names)]  # for sha256sum -c
+            (stage / "SHA256SUMS").write_text("".join(sums), encoding="utf-8")
+            names.append("SHA256SUMS")
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or first_line(e)}; nothing was written") from None
     return f"wrote {out}: {', '.join(names)} ({format_name}, {dtype}, from {loaded.path})"
-
-
-def write_sha256sums(folder: Path, names: list[str]) -> str:
-    """`SHA256SUMS` of the files `names` in `folder`, in the format `sha256sum -c SHA256SUMS` checks."""
-    from minigpt.data.encoding import file_sha256
-
-    lines = [f"{file_sha256(folder / name)}  {name}\n" for name in sorted(names)]
-    (folder / "SHA256SUMS").write_text("".join(lines), encoding="utf-8")
-    return "SHA256SUMS"
 
 
 def export_run(target: Path, out: Path, fmt: str = "hf", dtype: str = "float32", force: bool = False) -> str:

@@ -78,12 +78,6 @@ def weight_blob(loaded: LoadedModel, dtype: str) -> tuple[bytes, dict[str, list]
     return b"".join(parts), manifest
 
 
-def estimated_bytes(loaded: LoadedModel, dtype: str) -> int:
-    """The page's size from the parameter count alone (base64: 4 characters per 3 bytes), before encoding."""
-    n = sum(t.numel() for name, t in loaded.model.state_dict().items() if name != TIED)
-    return (n * (4 if dtype == "float32" else 2) * 4 + 2) // 3 + ASSETS_BYTES
-
-
 def page_data(loaded: LoadedModel, dtype: str) -> dict:
     """Everything the page needs, as plain data: the model's shape, the vocabulary, the weights and the run."""
     from minigpt.infer.decode import half_window
@@ -91,13 +85,12 @@ def page_data(loaded: LoadedModel, dtype: str) -> dict:
 
     cfg, tok, ckpt = loaded.config.model, loaded.tokenizer, loaded.checkpoint
     blob, manifest = weight_blob(loaded, dtype)
-    n_params = loaded.model.num_params(non_embedding=False)
     return {
         "run": loaded.path.parent.name if loaded.path.name in ("best.pt", "last.pt") else loaded.path.stem,
         "source": str(loaded.path),
         "step": ckpt.step,
         "valLoss": ckpt.val_loss if isinstance(ckpt.val_loss, float) else None,
-        "params": n_params,
+        "params": loaded.model.num_params(non_embedding=False),
         "model": {
             **{k: getattr(cfg, k) for k in MODEL_KEYS},
             "vocab_size": tok.vocab_size,
@@ -117,10 +110,10 @@ def page_data(loaded: LoadedModel, dtype: str) -> dict:
 def playground_page(loaded: LoadedModel, dtype: str = "float32") -> PlaygroundPage:
     """The page of `loaded`, refused with one line when it would pass MAX_PAGE_BYTES."""
     check_dtype(dtype)
-    check_size(estimated_bytes(loaded, dtype), dtype)
+    n = sum(t.numel() for name, t in loaded.model.state_dict().items() if name != TIED)
+    check_size((n * (4 if dtype == "float32" else 2) * 4 + 2) // 3 + ASSETS_BYTES, dtype)  # base64: 4 chars / 3 bytes
     data = page_data(loaded, dtype)
-    title = f"playground: {data['run']}"
-    page = render("playground", title, data)
+    page = render("playground", f"playground: {data['run']}", data)
     n_bytes = len(page.encode("utf-8"))
     check_size(n_bytes, dtype)
     summary = f"{megabytes(n_bytes)}, {data['params'] / 1e6:.2f}M parameters in {dtype}"

@@ -244,6 +244,5 @@ def attention_page(
         "nHead": model.cfg.n_head,
         "weights": base64.b64encode(att.weight_bytes()).decode("ascii"),
     }
-    windows = len(att.maps)
-    summary = f"{len(ids):,} characters, {len(layers)} layer(s) x {len(heads)} head(s), {windows} window(s)"
+    summary = f"{len(ids):,} characters, {len(layers)} layer(s) x {len(heads)} head(s), {len(att.maps)} window(s)"
     return HtmlPage(render("attention", f"attention: {_snippet(att.pieces)}", data), "attention", summary)

@@ -3,8 +3,6 @@ fixed validation sample, as the trainer scores its model at each evaluation (doc
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,15 +49,9 @@ class HeadPoint:
             for la, row in enumerate(self.induction)
             for h, s in enumerate(row)
         ]
-        return {
-            "step": self.step,
-            "files": self.files,
-            "val_loss": self.val_loss,
-            "sample_loss": self.sample_loss,
-            "icl_score": self.icl_score,
-            "induction": dict(zip(("layer", "head", "score"), best)) if best else None,
-            "heads": heads,
-        }
+        record = {"step": self.step, "files": self.files, "val_loss": self.val_loss, "sample_loss": self.sample_loss}
+        induction = dict(zip(("layer", "head", "score"), best)) if best else None
+        return {**record, "icl_score": self.icl_score, "induction": induction, "heads": heads}
 
 
 def score_point(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_tokens: int = ICL_TOKENS) -> HeadPoint:
@@ -72,15 +64,6 @@ def score_point(model: GPT, ids: np.ndarray, table: np.ndarray | None, max_token
     return HeadPoint(icl, float(by_position.mean()), induction, previous, induction_uniform=text.uniform["induction"])
 
 
-def run_checkpoints(run_dir: Path) -> list[Path]:
-    """The snapshots, best.pt and last.pt of a run directory; an error without a snapshot or two checkpoints."""
-    snapshots = list_snapshots(run_dir)
-    others = [run_dir / name for name in (BEST, LAST) if (run_dir / name).is_file()]
-    if not snapshots or len(snapshots) + len(others) < 2:
-        raise UserError(NO_SNAPSHOTS.format(run=run_dir))
-    return snapshots + others
-
-
 def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS) -> tuple[list[HeadPoint], str]:
     """Every checkpoint of the run scored, one point per step in step order, and a line saying what was measured."""
     from minigpt.infer.evaluate import eval_ids_for
@@ -89,8 +72,12 @@ def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS)
     if not target.exists():
         raise UserError(f"{target} does not exist (give a run directory)")
     run_dir = target if target.is_dir() else target.parent
+    snapshots = list_snapshots(run_dir)
+    others = [run_dir / name for name in (BEST, LAST) if (run_dir / name).is_file()]
+    if not snapshots or len(snapshots) + len(others) < 2:
+        raise UserError(NO_SNAPSHOTS.format(run=run_dir))
     by_step: dict[int, list[Path]] = {}
-    for path in run_checkpoints(run_dir):
+    for path in snapshots + others:
         named = SNAPSHOT.match(path.name)  # a snapshot's name holds its step: no need to read it twice
         step = int(named.group(1)) if named else int(load_checkpoint(path).get("step") or 0)
         by_step.setdefault(step, []).append(path)
@@ -110,8 +97,7 @@ def follow_run(target: Path, device: torch.device, max_tokens: int = ICL_TOKENS)
         points.append(point)
     block = loaded.config.model.block_size
     _, late, early = icl_score(np.zeros(block))
-    n_pred = len(ids) - 1
-    starts = spread_starts(n_pred, block, max_tokens)
+    starts = spread_starts(len(ids) - 1, block, max_tokens)
     sample = f"{len(starts)} spread windows of {block}" if starts else f"every whole window of {block}"
     about = (
         f"{run_dir}: ICL score = loss at context position {late + 1} minus position {early + 1}, over {sample} "
@@ -150,8 +136,8 @@ def formation_table(points: list[HeadPoint], about: str) -> str:
         f"induction: the share of a head's attention on the character after an earlier copy of the current one, "
         f"on the same text (a perfect head scores 1.00, a uniform one {p0.induction_uniform:.2f})",
         "",
+        f"{'step':>8}  {'val loss':>8}  {'sample':>8}  {'ICL':>7}  {'induction':<12}  files",
     ]
-    lines.append(f"{'step':>8}  {'val loss':>8}  {'sample':>8}  {'ICL':>7}  {'induction':<12}  files")
     for p in points:
         best = p.strongest()
         head = f"L{best[0]}H{best[1]} {best[2]:.3f}" if best else "-"
@@ -160,18 +146,17 @@ def formation_table(points: list[HeadPoint], about: str) -> str:
             f"{p.step:>8}  {val:>8}  {p.sample_loss:>8.4f}  {p.icl_score:>+7.3f}  {head:<12}  {', '.join(p.files)}"
         )
     phase = phase_change(points)
+    lines.append("")
     if phase:
-        lines += [
-            "",
+        lines.append(
             f"phase change: the strongest induction score rises fastest between steps {phase[0]} and "
-            f"{phase[1]} ({phase[2]:+.3f})",
-        ]
+            f"{phase[1]} ({phase[2]:+.3f})"
+        )
     else:
-        lines += [
-            "",
+        lines.append(
             f"no phase change yet: no induction score reaches {formed(p0):.2f} (half way from a uniform head's to "
-            "a perfect head's)",
-        ]
+            "a perfect head's)"
+        )
     return "\n".join(lines)
 
 
@@ -238,16 +223,3 @@ def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
         raise UserError(f"cannot write {path}: {e}") from None
     finally:
         plt.close(fig)
-
-
-def formation_report(target: Path, device: torch.device, png: Path | None, as_json: bool) -> None:
-    """`minigpt heads RUN --over-training`: the table (or JSON lines) on stdout, and with `png` the chart."""
-    points, about = follow_run(target, device)
-    if png is not None:
-        draw_formation(points, about, png)
-        print(f"wrote {png}", file=sys.stderr)
-    if as_json:
-        for p in points:
-            print(json.dumps(p.to_dict()))
-    else:
-        print(formation_table(points, about))

@@ -56,18 +56,15 @@ def bridge_config(cfg: ModelConfig, vocab_size: int, eps: float) -> dict[str, An
     }
 
 
-def rope_order(head_size: int) -> torch.Tensor:
-    """Which minigpt channel each TransformerLens query/key channel of a head takes (docs/transformer_lens.md)."""
-    half = torch.arange(head_size // 2)
-    return torch.stack((half, half + head_size // 2), dim=1).flatten()  # [0, h, 1, h+1, ...]
-
-
 def converted_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     """minigpt's weights under TransformerLens' native keys (blocks.{l}.attn.q.weight, ...)."""
     cfg = model.cfg
     C, nh = cfg.n_embd, cfg.n_head
     hs = C // nh
-    order = rope_order(hs) if cfg.pos_emb == "rope" else None
+    order = None  # with rope, the minigpt channel each TransformerLens query/key channel of a head takes
+    if cfg.pos_emb == "rope":
+        half = torch.arange(hs // 2)
+        order = torch.stack((half, half + hs // 2), dim=1).flatten()  # [0, h, 1, h+1, ...]
 
     def bias(linear: torch.nn.Module, size: int) -> torch.Tensor:
         b = getattr(linear, "bias", None)
@@ -77,9 +74,7 @@ def converted_state_dict(model: GPT) -> dict[str, torch.Tensor]:
         return {f"{prefix}.weight": ln.weight.detach(), f"{prefix}.bias": bias(ln, C)}
 
     def per_head_rows(t: torch.Tensor) -> torch.Tensor:  # (C, ...) with rows grouped by head
-        if order is None:
-            return t
-        return t.view(nh, hs, *t.shape[1:])[:, order].reshape(t.shape)
+        return t if order is None else t.view(nh, hs, *t.shape[1:])[:, order].reshape(t.shape)
 
     wte = model.wte.weight.detach()
     out = {"embed.weight": wte, "unembed.weight": wte, "unembed.bias": torch.zeros_like(wte[:, 0])}
@@ -108,21 +103,6 @@ def converted_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     return out
 
 
-def transformer_bridge() -> Any:
-    """TransformerLens' TransformerBridge class, or one line on how to install a version that has it."""
-    try:
-        version = metadata.version("transformer-lens")
-    except metadata.PackageNotFoundError:
-        raise UserError(f"TransformerLens is not installed: {INSTALL}") from None
-    found = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
-    if found < MIN_VERSION:
-        need = ".".join(map(str, MIN_VERSION))
-        raise UserError(f"TransformerLens {version} is installed; hooked() needs {need} or newer: {INSTALL}")
-    from transformer_lens.model_bridge import TransformerBridge
-
-    return TransformerBridge
-
-
 def hooked_model(loaded: LoadedModel) -> Any:
     """The loaded model as a TransformerLens `TransformerBridge` in eval mode, on its device and dtype, whose
     logits on ids (B, T) are minigpt's; it has no tokenizer: pass ids from `loaded.tokenizer.encode`."""
@@ -130,9 +110,17 @@ def hooked_model(loaded: LoadedModel) -> Any:
     reason = refusal(model.cfg)
     if reason is not None:
         raise UserError(reason)
-    bridge_cls = transformer_bridge()
+    try:
+        version = metadata.version("transformer-lens")
+    except metadata.PackageNotFoundError:
+        raise UserError(f"TransformerLens is not installed: {INSTALL}") from None
+    if tuple(int(part) for part in version.split(".")[:2] if part.isdigit()) < MIN_VERSION:
+        need = ".".join(map(str, MIN_VERSION))
+        raise UserError(f"TransformerLens {version} is installed; hooked() needs {need} or newer: {INSTALL}")
+    from transformer_lens.model_bridge import TransformerBridge
+
     config = bridge_config(model.cfg, model.vocab_size, model.ln_f.eps)
     with torch.random.fork_rng(devices=[]):  # building nn.Linear layers draws from the global generator
-        bridge = bridge_cls.boot_native(config, device=model.device, dtype=model.dtype)
+        bridge = TransformerBridge.boot_native(config, device=model.device, dtype=model.dtype)
     bridge.load_state_dict(converted_state_dict(model), strict=True)
     return bridge.eval()

@@ -53,26 +53,21 @@ class Lens:
 
     def to_dict(self) -> dict:
         last = len(self.layers) - 1
-        return {
-            "chars": self.chars,
-            "unit": self.unit,
-            "norm": self.norm,
-            "dropped": self.dropped,
-            "layers": [
-                {
-                    "name": name,
-                    "output": n == last,
-                    "mean_loss": self.mean_loss[n],
-                    "bits_per_char": self.bits_per_char[n],
-                    "loss": self.loss[n],
-                    "top": [
-                        [{"char": c, "p": p} for c, p in zip(cs, ps)]
-                        for cs, ps in zip(self.top_chars[n], self.top_probs[n])
-                    ],
-                }
-                for n, name in enumerate(self.layers)
-            ],
-        }
+        layers = [
+            {
+                "name": name,
+                "output": n == last,
+                "mean_loss": self.mean_loss[n],
+                "bits_per_char": self.bits_per_char[n],
+                "loss": self.loss[n],
+                "top": [
+                    [{"char": c, "p": p} for c, p in zip(cs, ps)]
+                    for cs, ps in zip(self.top_chars[n], self.top_probs[n])
+                ],
+            }
+            for n, name in enumerate(self.layers)
+        ]
+        return {"chars": self.chars, "unit": self.unit, "norm": self.norm, "dropped": self.dropped, "layers": layers}
 
 
 def guess_text(tok: Tokenizer, i: int) -> str:

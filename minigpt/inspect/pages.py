@@ -58,8 +58,10 @@ class HtmlPage:
         return f"<minigpt {self.kind} page: {self.summary}; .save('page.html') writes it>"
 
 
-def check_output(out: Path, flag: str = "--html") -> None:
-    """Refuse an output path (of option `flag`, if any) that cannot be written, before any work is done."""
+def check_output(out: Path | None, flag: str = "--html") -> None:
+    """Refuse an output path (of option `flag`, if any) that cannot be written, before any work is done; None passes."""
+    if out is None:
+        return
     what = f"{flag} {out}" if flag else str(out)
     if out.is_dir():
         raise UserError(f"cannot write {what}: it is a folder; give a file name such as {out / 'page.html'}")

@@ -13,5 +13,4 @@ def score_page(loaded: LoadedModel, text: str, label: str = "--text", unknown: s
     """The surprise page of `text`: `score_text` with the top guesses, as `minigpt score` computes it."""
     text = checked_text(loaded.tokenizer, text, label, unknown)
     check_length(len(text), MAX_PAGE_CHARS, label)
-    scores = score_text(loaded, text, top=TOP_GUESSES)
-    return score_html(scores, loaded.tokenizer, source_line(loaded))
+    return score_html(score_text(loaded, text, top=TOP_GUESSES), loaded.tokenizer, source_line(loaded))

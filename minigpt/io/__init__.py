@@ -9,5 +9,4 @@ def default_cache_dir() -> Path:
     """$MINIGPT_CACHE_DIR, else $XDG_CACHE_HOME/minigpt, else ~/.cache/minigpt."""
     if os.environ.get("MINIGPT_CACHE_DIR"):
         return Path(os.environ["MINIGPT_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "minigpt"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minigpt"

@@ -37,23 +37,16 @@ def atomic_open(path: Path, *, fsync: bool = True) -> Iterator[BinaryIO]:
         with contextlib.suppress(OSError):  # the write's own error is the one to report
             os.unlink(tmp)
         raise
-    if fsync:
-        _fsync_directory(path.parent)
+    if fsync:  # the rename made durable, where the filesystem can fsync a folder (not all, nor Windows, can)
+        with contextlib.suppress(OSError):
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write `path` through `write(file)` atomically and durably."""
     with atomic_open(path) as f:
         write(f)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename in `directory` durable, where the filesystem allows it."""
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass  # some filesystems (and Windows) cannot fsync a directory; the rename is still atomic

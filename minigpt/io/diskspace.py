@@ -49,22 +49,13 @@ def size_text(n: int | None) -> str:
     return f"{n} bytes"
 
 
-def is_write_failure(e: BaseException) -> bool:
-    """An OSError, or torch's RuntimeError for a checkpoint write that did not complete."""
-    if isinstance(e, OSError):
-        return True
-    return isinstance(e, RuntimeError) and any(marker in str(e) for marker in _TORCH_WRITER)
-
-
 def write_error(path: Path, e: BaseException, needed: int | None, after: str = "") -> WriteError:
     """The one line for a failed write of `path` (`needed` bytes), with `after` (what was kept, how to go on)."""
     free = free_bytes(path.parent)
     code = e.errno if isinstance(e, OSError) else None
     if code is None and needed is not None and free is not None and free < needed:
         code = errno.ENOSPC  # torch's writer: the space that is left tells what happened
-    why = _WHY.get(code) if code is not None else None
-    if why is None:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e)
+    why = _WHY.get(code) or (e.strerror if isinstance(e, OSError) and e.strerror else first_line(e))
     fix = _FIX.get(code, "check the disk or train into another --out")
     need = f"needed {size_text(needed)}" if needed is not None else "needed more room"
     tail = f"; {after}" if after else ""
@@ -79,6 +70,6 @@ def write_errors(path: Path, needed: int | None, after: str = "") -> Iterator[No
     except WriteError:
         raise
     except (OSError, RuntimeError) as e:
-        if not is_write_failure(e):
-            raise
+        if not isinstance(e, OSError) and not any(marker in str(e) for marker in _TORCH_WRITER):
+            raise  # a RuntimeError that is not torch's for a checkpoint write that did not complete
         raise write_error(path, e, needed, after) from None

@@ -22,9 +22,7 @@ _KINDS = [
 
 def not_a_file(mode: int) -> str | None:
     """What a non-regular file is ("a character device"), or None for a regular file: reading one may never end."""
-    if stat.S_ISREG(mode):
-        return None
-    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+    return None if stat.S_ISREG(mode) else next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
 def check_regular(path: str | Path, what: str) -> None:
@@ -41,12 +39,11 @@ def check_regular(path: str | Path, what: str) -> None:
 def read_text(path: str | Path, flag: str) -> str:
     """The file's UTF-8 text; '-' reads standard input."""
     path = str(path)
-    if path != "-":
-        check_regular(path, flag)
     try:
         if path == "-":
             raw = sys.stdin.buffer.read()
         else:
+            check_regular(path, flag)
             with open(path, "rb") as f:
                 raw = f.read()
     except FileNotFoundError:

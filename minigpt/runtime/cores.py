@@ -51,5 +51,4 @@ class CoreLoad:
         seconds = time.monotonic() - self.t0
         if busy is None or self.busy0 is None or seconds < 0.2:
             return None
-        hz = os.sysconf("SC_CLK_TCK")
-        return max(0.0, (busy - self.busy0 - (_own_ticks() - self.own0)) / hz / seconds)
+        return max(0.0, (busy - self.busy0 - (_own_ticks() - self.own0)) / os.sysconf("SC_CLK_TCK") / seconds)

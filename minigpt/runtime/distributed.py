@@ -1,6 +1,5 @@
 """Multi-process training through torchrun (DDP): `launched` reads RANK / WORLD_SIZE / LOCAL_RANK, `init`
-starts the process group (nccl on CUDA, gloo on CPU); without torchrun all of it is a no-op. Each rank's
-micro-batch is batch_size / (grad_accum_steps x world_size) (docs/distributed.md#how-it-works)."""
+starts the process group (nccl on CUDA, gloo on CPU); without torchrun all of it is a no-op (docs/distributed.md)."""
 
 from __future__ import annotations
 

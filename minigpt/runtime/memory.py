@@ -3,6 +3,7 @@ and keeping the memory a CPU training frees for its next step."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -22,21 +23,15 @@ def available_bytes(device: torch.device) -> tuple[int | None, str]:
         return free + cached, f"free on {torch.cuda.get_device_name(device)}"
     if device.type != "cpu":
         return None, "unknown"
-    limit = _cgroup_room()
-    avail = _meminfo_available()
+    limit, avail = _cgroup_room(), None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+                break
     if limit is not None and (avail is None or limit < avail):
         return limit, "left under this container's memory limit"
     return avail, "MemAvailable"
-
-
-def _meminfo_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _cgroup_room() -> int | None:
@@ -76,8 +71,7 @@ def keep_freed_memory() -> bool:
     """Have glibc keep the memory a CPU training frees for its next step (False, nothing done, without glibc).
     Speed trick: no page faults on each step's fresh activations; benchmark scripts/step_levers.py."""
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's <malloc.h>

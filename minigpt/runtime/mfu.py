@@ -45,10 +45,7 @@ def flops_per_token(cfg: ModelConfig, vocab_size: int) -> int:
 
 def peak_entry(device_name: str) -> tuple[str, float, str] | None:
     """The table's (name, TFLOPS, kind) for a device name such as 'NVIDIA H100 80GB HBM3', or None."""
-    for entry in PEAK_TFLOPS:
-        if re.search(rf"\b{re.escape(entry[0])}\b", device_name):
-            return entry
-    return None
+    return next((entry for entry in PEAK_TFLOPS if re.search(rf"\b{re.escape(entry[0])}\b", device_name)), None)
 
 
 def device_peak(device: torch.device, override_tflops: float) -> tuple[float | None, str]:

@@ -13,18 +13,13 @@ from pathlib import Path
 PLANNED = frozenset({2, 74, *(128 + s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", 10)))})
 
 
-def _settings() -> None:
-    """torchrun's handled signals plus SIGUSR1, through its environment, and a 120 s shutdown timeout unless set."""
-    for name in ("PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE"):
+def main(argv: list[str]) -> int:
+    remove = Path(argv.pop(0).removeprefix("--remove=")) if argv and argv[0].startswith("--remove=") else None
+    for name in ("PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE"):  # torchrun's signals, and SIGUSR1
         handled = os.environ.get(name, "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
         if hasattr(signal, "SIGUSR1") and "SIGUSR1" not in handled:
             os.environ[name] = handled + ",SIGUSR1"
     os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "120")
-
-
-def main(argv: list[str]) -> int:
-    remove = Path(argv.pop(0).removeprefix("--remove=")) if argv and argv[0].startswith("--remove=") else None
-    _settings()
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run

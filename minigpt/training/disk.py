@@ -1,6 +1,5 @@
-"""Will the run's files fit on its disk? Checked before the first step, so a run that cannot save is
-refused in one line (docs/cluster.md, "Disks"). Each size is an upper bound: a checkpoint is at most
-12 bytes a parameter (float32 weights, AdamW's two moments or Muon's one) plus `_FIXED`."""
+"""Will the run's files fit on its disk? Checked before the first step, so a run that cannot save is refused
+in one line (docs/cluster.md, "Disks"); each size is an upper bound."""
 
 from __future__ import annotations
 
@@ -33,14 +32,6 @@ class Need:
     names: tuple[str, ...] = ()
 
 
-def run_needs(cfg: Config, n_params: int, extra: Sequence[Need] = ()) -> list[Need]:
-    """What a run keeps on disk: last.pt, best.pt, a temporary copy while one is written, and `extra`."""
-    positions = cfg.model.block_size * cfg.model.n_embd * 4  # a buffer saved with the weights
-    each = 12 * n_params + positions + _FIXED  # one checkpoint: weights and optimizer state
-    kept = [n for n in extra if n.count]
-    return [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each), *kept]
-
-
 def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> Need:
     """The snapshots (train.keep_every) a run of `cfg` will write after `from_step` (the resume step; 0 for
     a new run): how many, and an upper bound on each one's size. Snapshots are kept, never replaced."""
@@ -48,39 +39,33 @@ def snapshot_plan(cfg: Config, vocab_size: int, from_step: int = 0) -> Need:
     count = 0 if not every else max(0, last // every - from_step // every)
     m = cfg.model
     tensors = 4 + m.n_layer * (6 + 6 * int(m.bias)) + 2 + (1 if m.pos_emb == "learned" else 0)
-    size = (
-        4 * parameter_count(m, vocab_size)
-        + OVERHEAD_BYTES
-        + PER_TENSOR_BYTES * tensors
-        + PER_VOCAB_ENTRY_BYTES * vocab_size
-    )
+    size = 4 * parameter_count(m, vocab_size) + OVERHEAD_BYTES + PER_TENSOR_BYTES * tensors
+    size += PER_VOCAB_ENTRY_BYTES * vocab_size
     return Need("snapshots (train.keep_every)", size, count)
 
 
-def disk_error(out_dir: Path, needs: Sequence[Need]) -> WriteError | None:
-    """None when the filesystem of `out_dir` has room for `needs`; else the one-line refusal."""
-    free = free_bytes(out_dir)
+def preflight(cfg: Config, out_dir: Path, n_params: int, writes: bool = True, extra: Sequence[Need] = ()) -> None:
+    """Refuse a run whose files will not fit (only the process that `writes` them checks): last.pt, best.pt, a
+    temporary copy while one is written, and `extra`."""
+    free = free_bytes(out_dir) if writes else None
     if free is None:
-        return None
+        return
+    positions = cfg.model.block_size * cfg.model.n_embd * 4  # a buffer saved with the weights
+    each = 12 * n_params + positions + _FIXED  # float32 weights and AdamW's two moments (Muon: one), at most
+    needs = [Need("checkpoints (last.pt, best.pt)", each, 2, (LAST, BEST)), Need("a temporary copy", each)]
+    needs += [n for n in extra if n.count]
     total = sum(n.each * n.count for n in needs) + _SMALL_FILES
     there = sum((out_dir / name).stat().st_size for n in needs for name in n.names if (out_dir / name).is_file())
     if free + there >= total:
-        return None
+        return
     fewer = ", or keep fewer snapshots (a larger train.keep_every, or 0)" if len(needs) > 2 else ""
     parts = ", ".join(
         f"{n.label} {n.count} x {size_text(n.each)}" if n.count > 1 else f"{n.label} {size_text(n.each)}" for n in needs
     )
-    return WriteError(
+    raise WriteError(
         f"not enough disk space for {out_dir}: the run needs about {size_text(total - there)} more ({parts}) "
         f"but {size_text(free)} is free there; train into another --out or free space{fewer}"
     )
-
-
-def preflight(cfg: Config, out_dir: Path, n_params: int, writes: bool = True, extra: Sequence[Need] = ()) -> None:
-    """Refuse a run whose files will not fit (only the process that `writes` them checks)."""
-    error = disk_error(out_dir, run_needs(cfg, n_params, extra)) if writes else None
-    if error is not None:
-        raise error
 
 
 def write_run_file(path: Path, text: str, after: str = "") -> None:

@@ -57,10 +57,8 @@ class StopRequest:
 
     def __enter__(self) -> StopRequest:
         for sig in STOP_SIGNALS:
-            try:
+            with contextlib.suppress(ValueError):  # not the main thread (e.g. inside a test runner thread)
                 self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (e.g. inside a test runner thread)
-                pass
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -19,17 +19,13 @@ class RngStreams:
     def __init__(self, device: torch.device, batcher: Batcher, dist: distributed.Dist, seed: int):
         self.device, self.batcher, self.dist, self.seed = device, batcher, dist, seed
 
-    def _torch_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"torch_cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            state["torch_cuda"] = torch.cuda.get_rng_state_all()
-        elif self.device.type == "mps":
-            state["torch_mps"] = torch.mps.get_rng_state()
-        return state
-
     def state_dict(self) -> dict[str, Any]:
         """{"rng": this process's streams, "rng_ranks": every rank's torch streams or None}; collective under DDP."""
-        own = self._torch_state()
+        own: dict[str, Any] = {"torch_cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            own["torch_cuda"] = torch.cuda.get_rng_state_all()
+        elif self.device.type == "mps":
+            own["torch_mps"] = torch.mps.get_rng_state()
         ranks = distributed.all_gather(own, self.dist)
         return {"rng": {**own, "batcher": self.batcher.state_dict()}, "rng_ranks": ranks if self.dist.enabled else None}
 
