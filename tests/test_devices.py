@@ -31,7 +31,7 @@ CPU_ON_PURPOSE = {
         ("inspect/heads.py", f"torch.zeros({shape}, dtype=torch.float64)"): "float64 sums (MPS has no float64)"
         for shape in ("L, nh, hs", "L, nh", "L, nh, hs, hs")
     },
-    ("inspect/hooked.py", "torch.arange(head_size // 2)"): "a channel order: CPU indices index any device's tensor",
+    ("inspect/hooked.py", "torch.arange(hs // 2)"): "a channel order: CPU indices index any device's tensor",
     **{
         ("model.py", call): "a constant table built once, a buffer that moves with the module"
         for call in (

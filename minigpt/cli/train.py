@@ -100,16 +100,24 @@ def resume_mode(args: list[str], resume: bool) -> tuple[list[str], Resume]:
 def launch_processes(
     nproc: int, path: Path | None, items: list, out: Path | None, resume: Resume, dry_run: bool
 ) -> None:
-    """`--nproc N`: the plan each worker makes (`plan_run`), checked here for N; then torchrun. Not on --dry-run."""
+    """`--nproc N`: the batch split checked once, before torch loads (each worker then makes the plan,
+    `plan_run`), then torchrun with N workers; --dry-run launches nothing."""
     from minigpt.config import MPS_PROCESSES
-    from minigpt.training.launch import Mode, check_process_layout, plan_run
+    from minigpt.config.files import load_config, parse_override
+    from minigpt.config.schema import batch_split_error
 
-    plan = plan_run(path, items, out, resume, dry_run)
-    if plan.mode is Mode.FINISHED:
-        return
-    if plan.cfg.train.device == "mps":
+    pairs = [parse_override(item) for item in items]
+    if ("train.device", "mps") in pairs:
         raise UserError(MPS_PROCESSES)
-    check_process_layout(plan.cfg, nproc, plan.mode is Mode.RESUME, "--nproc")
+    if ("train.auto", True) in pairs and resume is not Resume.YES:
+        raise UserError("--auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)")
+    if resume is Resume.NO:  # say what is wrong once, here, rather than from every process
+        cfg = load_config(path, items)
+        split = batch_split_error(cfg.train, nproc, "--nproc")
+        if split:
+            raise UserError(split)
+        if cfg.train.device == "mps":
+            raise UserError(MPS_PROCESSES)
     if dry_run:
         return
     launch_local(nproc, write_request(path, items, out, resume))

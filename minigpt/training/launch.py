@@ -393,9 +393,9 @@ def model_vocabulary(
     return corpus.tokenizer
 
 
-def check_process_layout(cfg: Config, world_size: int, resuming: bool, label: str = "the number of processes") -> None:
+def check_process_layout(cfg: Config, world_size: int, resuming: bool) -> None:
     """Refuse what the run's processes (one, or --nproc ranks) cannot train, before any work."""
-    split = batch_split_error(cfg.train, world_size, label)
+    split = batch_split_error(cfg.train, world_size)
     if split:
         raise UserError(split)
     if cfg.optim.schedule_by == "time" and world_size > 1:
