@@ -34,12 +34,9 @@ def load_model(target: Path, device: torch.device) -> LoadedModel:
     try:
         cfg = config_from_dict(ckpt.config, str(path))
         tok = tokenizer_from_dict(ckpt.tokenizer)
-        with torch.device("meta"):  # no weights drawn at random only to be overwritten
+        with torch.random.fork_rng(devices=[]):  # not on "meta": drawing weights there imports torch._dynamo
             model = GPT(cfg.model, tok.vocab_size)
-        # in float32, as copying into a built model would make them (a file may hold another dtype)
-        weights = {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in ckpt.model.items()}
-        model.load_state_dict(weights, assign=True)  # the checkpoint's tensors become the weights
-        model.lm_head.weight = model.wte.weight  # tied again: assign gave each name its own parameter
+        model.load_state_dict(ckpt.model)  # copied in float32, whatever dtype the file holds
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{path} is a damaged minigpt checkpoint: {first_line(e)}") from None
     model.to(device).eval()
