@@ -32,6 +32,7 @@ def _measured(monkeypatch, ratio: float) -> list[tuple[int, int]]:
     monkeypatch.setattr(precision, "machine_busy", lambda: False)
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
     monkeypatch.setattr(precision, "measure", lambda rows, width: probed.append((rows, width)) or ratio)
+    monkeypatch.setattr(precision, "decode_speed", lambda layers, width: probed.append((layers, width)) or ratio)
     return probed
 
 
@@ -79,7 +80,9 @@ def test_auto_takes_bf16_only_where_it_measures_faster(ratio: float, monkeypatch
     line = f"precision: {name} (bf16 products measured at {ratio:.2f}x float32's speed on this CPU)"
     assert runtime.precision_lines("auto", CPU, (4096, 384)) == [line] and len(probed) == 1  # from the cache
     assert runtime.precision_lines("float32", CPU, (4096, 384)) == []
-    assert runtime.sampling_dtype("auto", CPU, 384) == expected and probed[-1] == (1, 384)
+    assert runtime.sampling_dtype("auto", CPU, (6, 384)) == expected and probed[-1] == (6, 384)
+    # decoding measured as it decodes (one row through the model's weights, cast once), cached under its own name
+    assert f"precision for 6x384 decode on {torch.get_num_threads()} thread(s)" in precision.cached_lines()[-1]
     assert capsys.readouterr().err == ""  # sampling's stderr stays its own (an error stays one line)
 
 

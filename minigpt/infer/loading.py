@@ -45,10 +45,10 @@ def load_model(target: Path, device: torch.device) -> LoadedModel:
 
 
 def cast_for_sampling(loaded: LoadedModel, dtype: str, device_name: str) -> None:
-    """Put the weights in the sampling dtype (`runtime.device.sampling_dtype`: auto is bf16 where native)."""
+    """Put the weights in the sampling dtype (`runtime.device.sampling_dtype`: auto is bf16 where it decodes faster)."""
     device = loaded.model.device
     try:
-        loaded.model.to(sampling_dtype(dtype, device, loaded.config.model.n_embd))
+        loaded.model.to(sampling_dtype(dtype, device, (loaded.config.model.n_layer, loaded.config.model.n_embd)))
     except (TypeError, RuntimeError):  # e.g. an MPS without bf16
         problem = f"--dtype {dtype} is not supported on device '{device_name}' here"
         raise UserError(f"{problem}; use --dtype float32") from None
