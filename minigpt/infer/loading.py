@@ -67,8 +67,7 @@ def column_major_for_decoding(model: GPT) -> None:
 
 def source_line(loaded: LoadedModel) -> str:
     """Which model this is, for pages and reprs: its checkpoint, step and validation loss, and shape."""
-    ckpt = loaded.checkpoint
+    ckpt, cfg = loaded.checkpoint, loaded.config.model
     val = val_loss_text(ckpt.val_loss)
-    cfg = loaded.config.model
     shape = f"{cfg.n_layer} layers x {cfg.n_head} heads, context {cfg.block_size}, pos_emb {cfg.pos_emb}"
     return f"{loaded.path} (step {ckpt.step}{val}; {shape})"

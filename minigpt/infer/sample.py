@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
@@ -37,10 +37,7 @@ class Sample:
     seed: int  # `--num-samples 1 --seed SEED` reproduces this sample alone
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"prompt": self.prompt, "text": self.text, "chars": self.chars, "stopped": self.stopped, "seed": self.seed},
-            ensure_ascii=False,
-        )
+        return json.dumps(asdict(self), ensure_ascii=False)  # prompt, text, chars, stopped, seed
 
 
 def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
