@@ -99,8 +99,7 @@ def icl_score(by_position: np.ndarray) -> tuple[float, int, int]:
 def eval_ids_for(loaded: LoadedModel, data: str | None) -> tuple[np.ndarray, np.ndarray | None, str]:
     """The ids to evaluate (a memory map), the table into the model's vocabulary, and what they are: the
     run's validation split, or all of `data` (a file, folder or glob, joined as in training)."""
-    tok = loaded.tokenizer
-    dcfg = loaded.config.data
+    tok, dcfg = loaded.tokenizer, loaded.config.data
     if data is not None:
         cfg = dataclasses.replace(dcfg, path=str(data), val_path=None, tokenizer=tok.kind)
         enc, _, desc = encode_corpus(cfg, whole=True)

@@ -69,8 +69,7 @@ def score_text(loaded: LoadedModel, text: str, top: int = 0) -> Scores:
     bits = torch.empty(len(ids) - 1)
     top_ids: list[list[int]] = []
     top_probs: list[list[float]] = []
-    done = 0  # predictions scored so far (prediction i is of ids[i + 1])
-    start = 0
+    done = start = 0  # predictions scored so far (prediction i is of ids[i + 1]), and where the window starts
     while done < len(ids) - 1:
         end = min(start + block, len(ids) - 1)
         x = ids[start:end][None].to(device)

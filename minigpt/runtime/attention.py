@@ -34,8 +34,7 @@ def causal_attention(
     if products and causal:
         return attention_by_products(q, k, v, dropout_p)
     # out of training's autocast (bf16 again there); decoding has none, and entering one costs ~20 Python calls
-    outside = torch.autocast("cpu", enabled=False) if torch.is_autocast_enabled("cpu") else contextlib.nullcontext()
-    with outside:
+    with torch.autocast("cpu", enabled=False) if torch.is_autocast_enabled("cpu") else contextlib.nullcontext():
         y = F.scaled_dot_product_attention(
             q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p, is_causal=causal
         )

@@ -113,13 +113,12 @@ def decode_speed(layers: int, width: int) -> float:
     """bf16's speed over float32's decoding one row through a model's block weights, stored in each dtype as `sample`
     casts them: whether they fit in the CPU's caches decides it, which `measure` (training's products) misses."""
     import torch
-    import torch.nn.functional as F
 
     x, w = torch.full((1, width), 0.01), torch.full((12 * width, width), 0.01)  # a block's 12 width² weights
 
     def products(dtype: torch.dtype) -> Callable[[], object]:
         xs, ws = x.to(dtype), [w.to(dtype, copy=True) for _ in range(layers)]  # the values do not change the time
-        return lambda: [F.linear(xs, layer) for layer in ws]
+        return lambda: [torch.nn.functional.linear(xs, layer) for layer in ws]
 
     t32, t16 = interleaved_medians([products(torch.float32), products(torch.bfloat16)])
     return t32 / t16
