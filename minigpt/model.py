@@ -169,7 +169,8 @@ class CausalSelfAttention(nn.Module):
             y = self.attend(q, k, v, mask=mask)  # (B, nh, T, hs)
         if self.head_out.hooked():
             y = self.head_out(y)
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))  # (B, T, C)
+        y = self.c_proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+        return self.resid_dropout(y) if self.training else y  # no module call a layer and token when sampling
 
 
 class MLP(nn.Module):
@@ -182,7 +183,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)  # (B, T, 4C)
-        return self.dropout(self.c_proj(F.relu(h).square() if self.relu2 else F.gelu(h)))
+        y = self.c_proj(F.relu(h).square() if self.relu2 else F.gelu(h))
+        return self.dropout(y) if self.training else y
 
 
 class Block(nn.Module):

@@ -14,6 +14,7 @@ as current comes from one of them, so each can be measured again:
     uv run python scripts/bench.py startup      # whole-process start-up: this tree against a git ref
     uv run python scripts/bench.py tricks       # the kept speed tricks, each on and off
     uv run python scripts/bench.py loop         # the training loop's speed: this tree against a git ref
+    uv run python scripts/bench.py sample       # decoding and `minigpt sample`: this tree against b94c9da
     uv run python scripts/bench.py quality-check --compare bf16  # does an option change the loss?
 
 Each subcommand prints its table or lines and then one JSON line with every number and the
@@ -32,7 +33,19 @@ from types import ModuleType
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks package beside this file
 from benchmarks.harness import BenchError  # noqa: E402
 
-BENCHMARKS = ("speed", "peak", "data", "memory", "share", "playground", "startup", "tricks", "loop", "quality-check")
+BENCHMARKS = (
+    "speed",
+    "peak",
+    "data",
+    "memory",
+    "share",
+    "playground",
+    "startup",
+    "tricks",
+    "loop",
+    "sample",
+    "quality-check",
+)
 
 
 def benchmark(name: str) -> ModuleType:

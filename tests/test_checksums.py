@@ -175,9 +175,9 @@ def test_a_resume_holds_its_optimizer_state_in_its_own_memory(tmp_path: Path) ->
     assert faults_in_a_first_write(resumed.optimizer) < 4096 // 8
 
 
-def test_load_model_assigns_the_checkpoints_weights_in_float32_and_draws_none(run: Path) -> None:
-    """The model is built on the meta device and given the file's tensors: the same logits as a
-    model built and copied into, its head still tied, no random weights drawn (the RNG untouched),
+def test_load_model_gives_the_checkpoints_weights_in_float32_and_leaves_the_rng_alone(run: Path) -> None:
+    """The model is given the file's tensors: the same logits as a model built and copied into, its
+    head still tied, the caller's RNG untouched by the weights drawn to build it,
     and a weight stored in another dtype comes out float32, as copying made it."""
     raw = load_checkpoint(run / "best.pt")
     fields = {k: v for k, v in raw.items() if k not in ("format", "version", "checksums")}

@@ -32,6 +32,7 @@ def _measured(monkeypatch, ratio: float) -> list[tuple[int, int]]:
     monkeypatch.setattr(precision, "machine_busy", lambda: False)
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
     monkeypatch.setattr(precision, "measure", lambda rows, width: probed.append((rows, width)) or ratio)
+    monkeypatch.setattr(precision, "decode_speed", lambda layers, width: probed.append((layers, width)) or ratio)
     return probed
 
 
@@ -78,7 +79,9 @@ def test_auto_takes_bf16_only_where_it_measures_faster(ratio: float, monkeypatch
     assert capsys.readouterr().err == ""  # resolving says nothing: a user error after it stays one line
     assert runtime.resolve_dtype("auto", CPU, (4096, 384)) == (expected, f"auto, cached: {why}")
     assert len(probed) == 1  # the second answer came from the cache
-    assert runtime.sampling_dtype("auto", CPU, 384) == expected and probed[-1] == (1, 384)
+    assert runtime.sampling_dtype("auto", CPU, (6, 384)) == expected and probed[-1] == (6, 384)
+    # decoding measured as it decodes (one row through the model's weights, cast once), cached under its own name
+    assert f"precision for 6x384 decode on {torch.get_num_threads()} thread(s)" in precision.cached_lines()[-1]
     assert capsys.readouterr().err == ""  # sampling's stderr stays its own (an error stays one line)
 
 

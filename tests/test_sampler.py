@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -116,3 +119,15 @@ def test_generate_restores_training_mode() -> None:
     m = trained_ish_model().train()
     generate(m, [0], 3, generator=gen(0))
     assert m.training
+
+
+def test_sample_loads_no_compiler(trained_run) -> None:
+    """`minigpt sample` builds, loads and runs the model without importing torch._dynamo (seconds of
+    start-up: torch imports it the first time anything draws random weights on the meta device)."""
+    code = (
+        "import sys\nfrom minigpt.cli.app import main\n"
+        f"main(['sample', {str(trained_run)!r}, '--max-new-tokens', '3', '--device', 'cpu'])\n"
+        "print('torch' in sys.modules, 'torch._dynamo' in sys.modules, file=sys.stderr)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr.split()[-2:] == ["True", "False"], r.stderr

@@ -98,8 +98,7 @@ def generate_steps(
         raise ValueError("generate_steps needs prompts of one length, at least one token each")
     B = len(prompts)
     generators = list(generators) if generators is not None else [None] * B
-    device = model.device
-    block = model.cfg.block_size
+    device, block = model.device, model.cfg.block_size
     seqs = [list(p) for p in prompts]
     # float32 keys and values on the CPU, where attention runs in float32 (runtime.attention.causal_attention)
     dtype = torch.float32 if device.type == "cpu" else model.dtype

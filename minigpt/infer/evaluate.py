@@ -51,10 +51,7 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate_ids(
-    model: GPT,
-    ids: np.ndarray | torch.Tensor,
-    table: np.ndarray | None = None,
-    max_tokens: int = 0,
+    model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None, max_tokens: int = 0
 ) -> EvalResult:
     """Mean next-token loss over all of `ids` (each of its len(ids) - 1 predictions), or past `max_tokens`
     predictions over an evenly spread, deterministic sample of whole windows (`spread_starts`)."""
@@ -72,10 +69,7 @@ def evaluate_ids(
 
 @torch.no_grad()
 def loss_by_position(
-    model: GPT,
-    ids: np.ndarray | torch.Tensor,
-    table: np.ndarray | None = None,
-    max_tokens: int = 0,
+    model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None, max_tokens: int = 0
 ) -> np.ndarray:
     """The mean loss (nats) at each position 0..block_size-1 of the context, over the whole
     windows of `ids` (a spread sample of them past `max_tokens`): position t predicts the
@@ -105,8 +99,7 @@ def icl_score(by_position: np.ndarray) -> tuple[float, int, int]:
 def eval_ids_for(loaded: LoadedModel, data: str | None) -> tuple[np.ndarray, np.ndarray | None, str]:
     """The ids to evaluate (a memory map), the table into the model's vocabulary, and what they are: the
     run's validation split, or all of `data` (a file, folder or glob, joined as in training)."""
-    tok = loaded.tokenizer
-    dcfg = loaded.config.data
+    tok, dcfg = loaded.tokenizer, loaded.config.data
     if data is not None:
         cfg = dataclasses.replace(dcfg, path=str(data), val_path=None, tokenizer=tok.kind)
         enc, _, desc = encode_corpus(cfg, whole=True)

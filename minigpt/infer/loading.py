@@ -34,12 +34,9 @@ def load_model(target: Path, device: torch.device) -> LoadedModel:
     try:
         cfg = config_from_dict(ckpt.config, str(path))
         tok = tokenizer_from_dict(ckpt.tokenizer)
-        with torch.device("meta"):  # no weights drawn at random only to be overwritten
+        with torch.random.fork_rng(devices=[]):  # not on "meta": drawing weights there imports torch._dynamo
             model = GPT(cfg.model, tok.vocab_size)
-        # in float32, as copying into a built model would make them (a file may hold another dtype)
-        weights = {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in ckpt.model.items()}
-        model.load_state_dict(weights, assign=True)  # the checkpoint's tensors become the weights
-        model.lm_head.weight = model.wte.weight  # tied again: assign gave each name its own parameter
+        model.load_state_dict(ckpt.model)  # copied in float32, whatever dtype the file holds
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{path} is a damaged minigpt checkpoint: {first_line(e)}") from None
     model.to(device).eval()
@@ -48,10 +45,10 @@ def load_model(target: Path, device: torch.device) -> LoadedModel:
 
 
 def cast_for_sampling(loaded: LoadedModel, dtype: str, device_name: str) -> None:
-    """Put the weights in the sampling dtype (`runtime.device.sampling_dtype`: auto is bf16 where native)."""
+    """Put the weights in the sampling dtype (`runtime.device.sampling_dtype`: auto is bf16 where it decodes faster)."""
     device = loaded.model.device
     try:
-        loaded.model.to(sampling_dtype(dtype, device, loaded.config.model.n_embd))
+        loaded.model.to(sampling_dtype(dtype, device, (loaded.config.model.n_layer, loaded.config.model.n_embd)))
     except (TypeError, RuntimeError):  # e.g. an MPS without bf16
         problem = f"--dtype {dtype} is not supported on device '{device_name}' here"
         raise UserError(f"{problem}; use --dtype float32") from None
@@ -70,8 +67,7 @@ def column_major_for_decoding(model: GPT) -> None:
 
 def source_line(loaded: LoadedModel) -> str:
     """Which model this is, for pages and reprs: its checkpoint, step and validation loss, and shape."""
-    ckpt = loaded.checkpoint
+    ckpt, cfg = loaded.checkpoint, loaded.config.model
     val = val_loss_text(ckpt.val_loss)
-    cfg = loaded.config.model
     shape = f"{cfg.n_layer} layers x {cfg.n_head} heads, context {cfg.block_size}, pos_emb {cfg.pos_emb}"
     return f"{loaded.path} (step {ckpt.step}{val}; {shape})"

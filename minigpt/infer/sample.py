@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
@@ -37,10 +37,7 @@ class Sample:
     seed: int  # `--num-samples 1 --seed SEED` reproduces this sample alone
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"prompt": self.prompt, "text": self.text, "chars": self.chars, "stopped": self.stopped, "seed": self.seed},
-            ensure_ascii=False,
-        )
+        return json.dumps(asdict(self), ensure_ascii=False)  # prompt, text, chars, stopped, seed
 
 
 def check_stops(tok: Tokenizer, stops: Sequence[str]) -> None:
@@ -131,11 +128,8 @@ class _Row:
 def batch_memory_error(model: GPT, batch: int) -> str | None:
     """A batch whose KV cache and logits would not fit in memory: the error, with a batch that fits."""
     cfg = model.cfg
-    per_row = (
-        2 * cfg.n_layer * cfg.block_size * cfg.n_embd * 4 + cfg.block_size * (8 * cfg.n_embd + model.vocab_size) * 4
-    )
-    device = model.device
-    available, where = memory.available_bytes(device)
+    per_row = 4 * cfg.block_size * (2 * cfg.n_layer * cfg.n_embd + 8 * cfg.n_embd + model.vocab_size)  # float32 bytes
+    available, where = memory.available_bytes(model.device)
     if available is None or batch * per_row <= 0.8 * available:
         return None
     fits = max(1, int(0.8 * available // per_row))

@@ -64,15 +64,12 @@ def score_text(loaded: LoadedModel, text: str, top: int = 0) -> Scores:
     ids = torch.from_numpy(tok.encode_checked(text, "the text", skip_hint=False))
     if len(ids) < 2:
         raise UserError("the text to score needs at least 2 characters (the first one has no context)")
-    model = loaded.model
-    device = model.device
-    block = model.cfg.block_size
-    stride = half_window(block)
+    model, block = loaded.model, loaded.model.cfg.block_size
+    device, stride = model.device, half_window(block)
     bits = torch.empty(len(ids) - 1)
     top_ids: list[list[int]] = []
     top_probs: list[list[float]] = []
-    done = 0  # predictions scored so far (prediction i is of ids[i + 1])
-    start = 0
+    done = start = 0  # predictions scored so far (prediction i is of ids[i + 1]), and where the window starts
     while done < len(ids) - 1:
         end = min(start + block, len(ids) - 1)
         x = ids[start:end][None].to(device)

@@ -3,6 +3,7 @@ float32, or as bf16 products on the matrix engine where `attends_by_products` me
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -31,7 +32,8 @@ def causal_attention(
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
     if products and causal:
         return attention_by_products(q, k, v, dropout_p)
-    with torch.autocast("cpu", enabled=False):
+    # out of training's autocast (bf16 again there); decoding has none, and entering one costs ~20 Python calls
+    with torch.autocast("cpu", enabled=False) if torch.is_autocast_enabled("cpu") else contextlib.nullcontext():
         y = F.scaled_dot_product_attention(
             q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p, is_causal=causal
         )

@@ -175,15 +175,18 @@ def decide(
     return choices, lines
 
 
-def sampling_dtype(name: str, device: torch.device, width: int | None = None) -> torch.dtype:
-    """The weights' dtype for generation: `auto` is bfloat16 on a GPU with bf16 and on a CPU where bf16
-    measures faster for one row of `width`, float32 elsewhere (the CPU's KV cache stays float32)."""
+def sampling_dtype(name: str, device: torch.device, shape: tuple[int, int] = (6, 384)) -> torch.dtype:
+    """The weights' dtype for generation: `auto` is bfloat16 on a GPU with bf16 and on a CPU where a model of
+    `shape` (layers, width) decodes faster in bf16 (`precision.decode_speed`), float32 elsewhere."""
     if name != "auto":
         return DTYPES[name]
     if device.type == "cuda":  # fp16 (an older GPU) samples in float32
         return torch.bfloat16 if cuda_has_native_bf16(device) else torch.float32
-    choice = cpu_bf16_choice((1, width) if width else None) if device.type == "cpu" else None
-    return choice.dtype if choice is not None else torch.float32  # not logged: `minigpt --version` lists it
+    if device.type != "cpu" or not cpu_has_native_bf16():
+        return torch.float32
+    from minigpt.runtime.precision import cached_choice, decode_speed  # not logged: `minigpt --version` lists it
+
+    return cached_choice("x".join(map(str, shape)), lambda: decode_speed(*shape), kind="decode").dtype
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -104,6 +104,21 @@ def measure(rows: int, width: int) -> float:
     return ratio
 
 
+def decode_speed(layers: int, width: int) -> float:
+    """bf16's speed over float32's decoding one row through a model's block weights, stored in each dtype as `sample`
+    casts them: whether they fit in the CPU's caches decides it, which `measure` (training's products) misses."""
+    import torch
+
+    x, w = torch.full((1, width), 0.01), torch.full((12 * width, width), 0.01)  # a block's 12 width² weights
+
+    def products(dtype: torch.dtype) -> Callable[[], object]:
+        xs, ws = x.to(dtype), [w.to(dtype, copy=True) for _ in range(layers)]  # the values do not change the time
+        return lambda: [torch.nn.functional.linear(xs, layer) for layer in ws]
+
+    t32, t16 = interleaved_medians([products(torch.float32), products(torch.bfloat16)])
+    return t32 / t16
+
+
 def machine_busy() -> bool:
     """Whether more processes wanted to run over the last minute than this process may use cores."""
     try:
@@ -154,6 +169,6 @@ def cached_lines(cache_dir: Path | None = None) -> list[str]:
                 form = "bf16 products" if entry["bf16"] else "float32 flash kernel"
                 lines.append(f"attention for {shape} on {on}: {form} (products at {ratio}x flash)")
                 continue
-            name = "bfloat16" if entry["bf16"] else "float32"
-            lines.append(f"precision for {shape} products on {on}: {name} (bf16 at {ratio}x float32)")
+            name, what = "bfloat16" if entry["bf16"] else "float32", entry.get("kind") or "products"
+            lines.append(f"precision for {shape} {what} on {on}: {name} (bf16 at {ratio}x float32)")
     return lines
