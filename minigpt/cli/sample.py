@@ -109,7 +109,7 @@ def sample(
     if interactive:
         check_stops(loaded.tokenizer, stops)
         _announce(loaded)
-        return _interactive(loaded, opts, stops)
+        return repl(loaded, opts, stops)
     plan = plan_samples(loaded.tokenizer, prompts, opts, stops, label)  # every input checked before any output
     _announce(loaded)
     if as_json:
@@ -221,7 +221,7 @@ def _repl_command(
     return opts
 
 
-def _interactive(loaded, opts: SampleOptions, stops: list[str]) -> int:
+def repl(loaded, opts: SampleOptions, stops: list[str]) -> int:
     """--interactive: a read-eval-print loop that keeps the model loaded (docs/sampling.md); a prompt runs one
     streamed sample, a ':' line changes settings, Ctrl-C stops one generation; each moves the seed on by one."""
     from minigpt.infer.sample import check_stops, plan_samples, run_plan
