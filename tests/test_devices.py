@@ -43,6 +43,8 @@ CPU_ON_PURPOSE = {
     },
     ("model.py", "torch.tensor(0.5)"): "a parameter: moves with the module",
     ("runtime/attention.py", "torch.randn(1, heads, context, head_size, generator=gen)"): "a CPU speed probe",
+    ("runtime/precision.py", "torch.full((1, width), 0.01)"): "the CPU's decoding speed probe",
+    ("runtime/precision.py", "torch.full((12 * width, width), 0.01)"): "the CPU's decoding speed probe",
     ("runtime/precision.py", "torch.randn(*s, generator=gen, requires_grad=True)"): "a CPU speed probe",
     ("runtime/precision.py", "torch.randn(width, 4 * width, generator=gen, requires_grad=True)"): "a CPU speed probe",
     ("training/optim.py", 'torch.as_tensor(s["step"], dtype=torch.float32)'): "moved to the parameter's device at once",
