@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
@@ -101,6 +102,7 @@ def test_the_advisor_says_what_the_time_budget_does_to_the_schedule() -> None:
     assert len(advice(crowded, VOCAB, _corpus(100_000, documents=10_000), "char", allowed=20_000)) == 3
 
 
+@pytest.mark.slow  # --auto's probe timed three times (15 s on 2 cores): CI runs it in its slow step
 def test_auto_dry_run_keeps_explicit_keys_and_trains_nothing(tmp_path: Path, cli) -> None:
     data = tmp_path / "text.txt"
     data.write_text(make_text(60_000), encoding="utf-8")
@@ -138,6 +140,7 @@ def test_auto_dry_run_keeps_explicit_keys_and_trains_nothing(tmp_path: Path, cli
     assert "allows about" in r.err and "into its cosine decay" in r.err and not out.exists()
 
 
+@pytest.mark.slow  # two --auto runs (10 s on 2 cores): CI runs it in its slow step
 def test_auto_run_resumes_as_it_was_chosen(tmp_path: Path, cli) -> None:
     data = tmp_path / "text.txt"
     data.write_text(make_text(60_000), encoding="utf-8")

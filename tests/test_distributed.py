@@ -31,7 +31,7 @@ def assert_close(a: Path, b: Path, atol: float = 1e-5) -> None:
         assert torch.allclose(wa[k], wb[k], atol=atol), (k, (wa[k] - wb[k]).abs().max())
 
 
-@pytest.mark.early  # two torchrun launches: the longest test of the suite
+@pytest.mark.slow  # two torchrun launches (20 s on 2 cores): CI runs it in its slow step
 def test_two_processes_match_one_and_checkpoints_move_between_them(text_file: Path, tmp_path: Path, cli) -> None:
     ddp, single = tmp_path / "ddp", tmp_path / "single"
     proc = launch("--data", text_file, "--out", ddp, *RUN, cache=tmp_path / "cache")

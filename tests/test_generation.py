@@ -142,7 +142,9 @@ class Terminal:
 
     def __init__(self, *args: str | Path, env: dict[str, str]) -> None:
         self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child
+        if self.pid == 0:  # the child: Ctrl-C must reach it, whatever the test runner's process ignores or blocks
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
             os.execve(sys.executable, [sys.executable, "-m", "minigpt", *map(str, args)], env)
         self.seen = ""
 

@@ -258,7 +258,7 @@ def separated_repeats(path: Path, lines: int = 8000, seed: int = 0) -> Path:
     return path
 
 
-@pytest.mark.early
+@pytest.mark.slow  # trains a separator model (9 s on 2 cores): CI runs it in its slow step
 def test_the_copying_head_of_a_separator_model_is_found_on_its_text_and_missed_by_the_bare_probe(cli, tmp_path):
     """Issue 50: on text written around a separator the bare-repeat probe asks the model to copy what it
     never saw copied; the scores on its own text name the head, and exact ablation ranks it first."""
