@@ -145,6 +145,7 @@ def test_a_run_trains_samples_and_draws_attention(run: Path, tmp_path: Path, cli
     assert loaded.config.model.attn_only and loaded.sample("KING", max_new_tokens=20, temperature=0).startswith("KING")
 
 
+@pytest.mark.slow  # an ONNX export (7 s on 2 cores): CI runs it in its slow step
 def test_onnx_export_computes_the_same_logits(run: Path, tmp_path: Path, cli) -> None:
     assert cli("export", run, tmp_path / "onnx", "--format", "onnx").code == 0
     loaded = load_model(run, CPU)

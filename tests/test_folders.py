@@ -129,6 +129,7 @@ def _minigpt(*args: str | Path, timeout: float = 120) -> subprocess.CompletedPro
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
+@pytest.mark.slow  # a real process per special file (8 s on 2 cores): CI runs it in its slow step
 def test_a_fifo_or_a_device_is_one_error_line_at_once(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

@@ -167,6 +167,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.slow  # a training measured page by page (6 s on 2 cores): CI runs it in its slow step
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator; a no-op elsewhere")
 def test_a_cpu_training_reuses_the_pages_its_last_step_freed() -> None:
     """glibc gives large freed blocks back to the kernel, so each step's activations fault in as new

@@ -35,7 +35,7 @@ def files_of(run: Path) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in sorted(run.iterdir()) if p.is_file()}
 
 
-@pytest.mark.early
+@pytest.mark.slow  # four short runs and a stop (6 s on 2 cores): CI runs it in its slow step
 def test_a_sweep_stopped_in_its_third_run_goes_on_where_it_stopped(tmp_path: Path, cli) -> None:
     text = tmp_path / "text.txt"
     text.write_text(make_text(), encoding="utf-8")
