@@ -227,17 +227,20 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise UserError(f"{path} is a directory, not a checkpoint file")
     with path.open("rb") as f:
         magic = f.read(4)
-    if not magic:
-        raise Damaged(f"{path} is damaged or truncated (the file is empty)")
-    if magic != b"PK\x03\x04":  # torch.save writes a zip archive
-        raise UserError(f"{path} is not a minigpt checkpoint (not a PyTorch checkpoint file at all)")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. torch's note on a foreign pickle protocol: we refuse or load anyway
-            # mmap: tensors are paged in when used, so sampling does not read the optimizer state
-            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # torch raises many kinds, with paragraphs of its zip reader's or unpickler's text
-        raise _unreadable(path, e) from None
+        if not magic:
+            raise Damaged(f"{path} is damaged or truncated (the file is empty)")
+        if magic != b"PK\x03\x04":  # torch.save writes a zip archive
+            raise UserError(f"{path} is not a minigpt checkpoint (not a PyTorch checkpoint file at all)")
+        # torch.load opens the file by name twice (its zip reader, then the mmap): through this open file, both
+        # read one file even if a training replaces `path` meanwhile (a mix of two saves fails its checksums)
+        source = Path(f"/proc/self/fd/{f.fileno()}")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # e.g. torch's note on a foreign pickle protocol: we refuse or load
+                # mmap: tensors are paged in when used, so sampling does not read the optimizer state
+                ckpt = torch.load(source if source.exists() else path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as e:  # torch raises many kinds, with paragraphs of its zip reader's or unpickler's text
+            raise _unreadable(path, e) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise UserError(f"{path} is not a minigpt checkpoint (no '{FORMAT}' marker)")
     if ckpt.get("version") != VERSION:

@@ -192,3 +192,25 @@ def test_load_model_gives_the_checkpoints_weights_in_float32_and_leaves_the_rng_
     built.load_state_dict(Checkpoint.load(run / "best.pt").model)
     x = torch.arange(8)[None] % loaded.tokenizer.vocab_size
     assert torch.equal(built.eval()(x)[0], model(x)[0])
+
+
+def test_a_checkpoint_replaced_while_it_loads_is_read_whole_from_one_file(run: Path, monkeypatch) -> None:
+    """A training replaces last.pt (atomically) every few steps; torch.load opens the file by name for its
+    zip reader and again for the mmap, so a save in between once mixed two checkpoints ('damaged')."""
+    last = run / "last.pt"
+    raw = load_checkpoint(last)
+    newer = {k: v for k, v in raw.items() if k not in ("format", "version", "checksums")}
+    newer["model"] = {k: v + 1 if v.is_floating_point() else v for k, v in raw["model"].items()}
+    checkpoint.save_checkpoint(newer, run / "newer.pt")
+    expected = raw["model"][TENSOR].clone()
+    real_from_file = torch.UntypedStorage.from_file
+
+    def saved_in_between(*args, **kwargs):  # the training's save lands after the zip reader opened last.pt
+        if (run / "newer.pt").exists():
+            (run / "newer.pt").replace(last)
+        return real_from_file(*args, **kwargs)
+
+    monkeypatch.setattr(torch.UntypedStorage, "from_file", saved_in_between)
+    loaded = Checkpoint.load(last)  # verifies the weights' checksums
+    assert torch.equal(loaded.model[TENSOR], expected)  # the file that was opened, whole
+    assert not (run / "newer.pt").exists()  # the replacement did happen mid-load
