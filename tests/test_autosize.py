@@ -76,7 +76,9 @@ def _corpus(n: int, documents: int = 1) -> Corpus:
 
 def test_the_advisor_warns_an_overfitting_run_and_not_the_default() -> None:
     default = advice(Config(), VOCAB, _corpus(1_115_394), "char")
-    assert len(default) == 1 and default[0].startswith("plan: 0.60M parameters; 480 steps see 1.0M chars")
+    assert len(default) == 1 and default[0].startswith(
+        "plan: 0.60M parameters; 300 steps see 0.6M chars, 1 char per block parameter"
+    )
     overfit = Config().replace(**{"train.max_steps": 5000})
     lines = advice(overfit, VOCAB, _corpus(100_000), "char")
     assert len(lines) == 2 and "val loss will likely stop falling near step" in lines[1]

@@ -23,7 +23,7 @@ TENSOR = "blocks.1.mlp.c_fc.weight"
 
 def flip_a_bit(path: Path, name: str) -> None:
     """Flip one bit in the middle of tensor `name`'s bytes (a weight's name, or a dotted path such
-    as optimizer.state.0.exp_avg), found in the zip's data record that holds them."""
+    as optimizer.state.0.momentum_buffer), found in the zip's data record that holds them."""
     tensor = tensor_named(load_checkpoint(path), name)
     data = tensor.contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
     whole = path.read_bytes()
@@ -71,11 +71,11 @@ def test_a_flipped_bit_in_a_weight_is_one_line_naming_the_file_and_the_tensor(ru
 def test_resume_falls_back_to_best_when_last_is_damaged_and_says_so(run: Path, cli) -> None:
     last, best = run / "last.pt", run / "best.pt"
     best_step = Checkpoint.load(best).step
-    flip_a_bit(last, "optimizer.state.0.exp_avg")  # the weights are intact: only a resume reads this
+    flip_a_bit(last, "optimizer.state.0.momentum_buffer")  # the weights are intact: only a resume reads this
     assert cli("sample", last, "--max-new-tokens", "5").code == 0  # sampling reads, and checks, the weights alone
     r = cli("train", "--out", run, "--resume", "train.max_steps=70")
     assert r.code == 0, r
-    said = f"{last} is damaged: the bytes of optimizer.state.0.exp_avg do not match their checksum"
+    said = f"{last} is damaged: the bytes of optimizer.state.0.momentum_buffer do not match their checksum"
     assert f"{said}; resuming from best.pt (step {best_step}) instead\n" in r.err
     assert Checkpoint.load(last).step == 70  # trained on from best.pt and wrote a good last.pt
 

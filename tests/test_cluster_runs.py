@@ -41,7 +41,16 @@ def test_a_diverged_run_goes_on_from_its_last_good_checkpoint_at_a_lower_rate(
     out = tmp_path / "run"
     assert (
         cli(
-            "train", "--data", text_file, "--out", out, *TINY, *QUIET, "train.max_steps=10", "train.eval_interval=10"
+            "train",
+            "--data",
+            text_file,
+            "--out",
+            out,
+            *TINY,
+            *QUIET,
+            "train.max_steps=10",
+            "train.eval_interval=10",
+            "optim.optimizer=adamw",  # lr=100 below reaches every weight (Muon's matrices follow optim.muon_lr)
         ).code
         == 0
     )
@@ -97,6 +106,7 @@ def test_snapshots_are_kept_small_and_every_command_reads_them(text_file: Path, 
         "train.eval_interval=10",
         "train.keep_every=4",
         "log.tensorboard=false",
+        "optim.optimizer=adamw",  # its state is twice the weights (below)
     )
     assert r.code == 0, r
     snaps = list_snapshots(out)
@@ -280,7 +290,8 @@ def test_the_lower_rate_command_halves_every_rate_and_reads_back() -> None:
     from minigpt.training.schedule import replanned_schedule_note
     from minigpt.training.trainer import lower_rate_command
 
-    muon = Config().replace(**{"optim.optimizer": "muon", "optim.grad_clip": 0.0, "optim.min_lr": 0.0})
+    rates = {"optim.muon_lr": 0.02, "optim.warmup_steps": 50, "train.max_steps": 480}  # the defaults of 0.1.0
+    muon = Config().replace(**{"optim.optimizer": "muon", "optim.grad_clip": 0.0, "optim.min_lr": 0.0, **rates})
     assert lower_rate_command(Path("runs/my run"), muon, Path("/no/such/last.pt")) == (
         "minigpt train --out 'runs/my run' --resume optim.lr=0.0015 optim.muon_lr=0.01 optim.grad_clip=1"
     )

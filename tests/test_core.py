@@ -18,7 +18,7 @@ SEEDED = [
     "train.batch_size=8", "train.eval_steps=2", "train.device=cpu", "train.dtype=float32", "train.threads=1",
     "train.max_steps=40", "train.eval_interval=10", "train.ckpt_interval=15", "train.keep_every=20",
     "train.seed=7", "log.interval=5", "log.sample_length=20", "log.attention_probe=", "log.tensorboard=false",
-    "optim.warmup_steps=5",
+    "optim.warmup_steps=5", "optim.optimizer=adamw",
 ]  # fmt: skip
 
 

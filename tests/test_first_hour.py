@@ -59,7 +59,7 @@ def test_dry_run_says_why_max_steps_is_what_it_is_and_prints_separators_readably
     r = cli("train", "--data", text_file, *TINY, "train.max_time=1m", "data.doc_separator=\n\n", "--dry-run")
     assert r.code == 0, r
     assert 'doc_separator: "\\n\\n"' in r.out and 'field_separator: "\\n"' in r.out
-    assert "  max_steps: 480  # or train.max_time 1m, whichever comes first, ends the run" in r.out
+    assert "  max_steps: 300  # or train.max_time 1m, whichever comes first, ends the run" in r.out
     assert yaml.safe_load(r.out)["data"]["doc_separator"] == "\n\n"  # still the YAML it was
     from minigpt.training.launch import dry_run_text  # --auto's cap, without its seconds-long speed probe
 

@@ -201,6 +201,8 @@ CIRCUIT = [
     # what the model learns depends on these: pinned, the same run on every CPU, busy or quiet
     "train.dtype=float32",
     "train.threads=1",
+    "optim.optimizer=adamw",  # the recipe these circuits were found with (not the default's Muon)
+    "optim.warmup_steps=50",
 ]
 
 

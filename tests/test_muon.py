@@ -134,7 +134,7 @@ def test_a_muon_run_resumes_exactly(text_file: Path, tmp_path: Path) -> None:
 
 
 def test_adamw_checkpoint_does_not_load_into_muon(text_file: Path, tmp_path: Path) -> None:
-    adam = make_trainer(text_file, tmp_path / "a")
+    adam = make_trainer(text_file, tmp_path / "a", "optim.optimizer=adamw")
     adam.train_step()
     muon = make_trainer(text_file, tmp_path / "b", "optim.optimizer=muon")
     with pytest.raises(ValueError, match="parameter groups"):

@@ -119,10 +119,10 @@ class TrainConfig:
     batch_size: int = config_field(
         32, "sequences per optimizer step (split over grad_accum_steps micro-batches)", ge=1, auto=True
     )
-    max_steps: int = config_field(480, "optimizer steps to train for", ge=1, on_resume=True, auto=True)
+    max_steps: int = config_field(300, "optimizer steps to train for", ge=1, on_resume=True, auto=True)
     grad_accum_steps: int = config_field(1, "micro-batches per optimizer step (must divide batch_size)", ge=1)
     eval_interval: int = config_field(
-        240, "steps between evaluations (val loss, checkpoints, text sample)", ge=1, on_resume=True, auto=True
+        150, "steps between evaluations (val loss, checkpoints, text sample)", ge=1, on_resume=True, auto=True
     )
     eval_steps: int = config_field(10, "validation batches per evaluation (fixed for the whole run)", ge=1)
     ckpt_interval: int = config_field(
@@ -198,7 +198,7 @@ class TrainConfig:
 class OptimConfig:
     lr: float = config_field(3e-3, "peak learning rate, reached at the end of warm-up", ge=0, on_resume=True, auto=True)
     min_lr: float = config_field(3e-4, "learning rate at the end of the decay (<= lr)", ge=0, on_resume=True, auto=True)
-    warmup_steps: int = config_field(50, "linear warm-up steps from ~0 to lr", ge=0, auto=True)
+    warmup_steps: int = config_field(25, "linear warm-up steps from ~0 to lr", ge=0, auto=True)
     schedule: str = config_field(
         "cosine", "decay after warm-up: cosine, linear or constant", ("cosine", "linear", "constant"), auto=True
     )
@@ -216,10 +216,10 @@ class OptimConfig:
         1.0, "clip the global gradient norm to this (0 = no clipping)", ge=0, on_resume=True
     )
     optimizer: str = config_field(
-        "adamw", "adamw, or muon for the blocks' weight matrices (AdamW for the rest)", ("adamw", "muon"), auto=True
+        "muon", "adamw, or muon for the blocks' weight matrices (AdamW for the rest)", ("adamw", "muon"), auto=True
     )
     muon_lr: float = config_field(
-        0.02, "Muon's peak learning rate (on the same schedule as lr)", ge=0, on_resume=True, auto=True
+        0.03, "Muon's peak learning rate (on the same schedule as lr)", ge=0, on_resume=True, auto=True
     )
     muon_momentum: float = config_field(0.95, "Muon's Nesterov momentum", ge=0, lt=1)
 
