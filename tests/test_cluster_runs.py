@@ -29,6 +29,7 @@ from .helpers import TINY, make_text
 ROOT = Path(__file__).resolve().parents[1]
 
 QUIET = ["log.sample_length=0", "log.tensorboard=false", "train.final_eval=false"]
+ADAMW = "optim.optimizer=adamw"  # where a test studies AdamW's behaviour (the default is Muon)
 
 
 def error_line(err: str) -> str:
@@ -39,21 +40,11 @@ def test_a_diverged_run_goes_on_from_its_last_good_checkpoint_at_a_lower_rate(
     text_file: Path, tmp_path: Path, cli
 ) -> None:
     out = tmp_path / "run"
-    assert (
-        cli(
-            "train",
-            "--data",
-            text_file,
-            "--out",
-            out,
-            *TINY,
-            *QUIET,
-            "train.max_steps=10",
-            "train.eval_interval=10",
-            "optim.optimizer=adamw",  # lr=100 below reaches every weight (Muon's matrices follow optim.muon_lr)
-        ).code
-        == 0
+    # AdamW: lr=100 below reaches every weight (Muon's matrices follow optim.muon_lr)
+    first = cli(
+        "train", "--data", text_file, "--out", out, *TINY, *QUIET, ADAMW, "train.max_steps=10", "train.eval_interval=10"
     )
+    assert first.code == 0, first
     # late in the run the rate is raised far too high (a resume may change it now): the loss goes NaN
     # (at step 16 to 19 here), caught at the next log step, before any evaluation could save it
     r = cli(
@@ -106,7 +97,7 @@ def test_snapshots_are_kept_small_and_every_command_reads_them(text_file: Path, 
         "train.eval_interval=10",
         "train.keep_every=4",
         "log.tensorboard=false",
-        "optim.optimizer=adamw",  # its state is twice the weights (below)
+        ADAMW,  # its state is twice the weights (below)
     )
     assert r.code == 0, r
     snaps = list_snapshots(out)

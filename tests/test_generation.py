@@ -117,7 +117,8 @@ def test_streamed_output_never_shows_a_stop_string(loaded) -> None:
         return list(run_plan(loaded, plan))
 
     # a seed whose sample holds the stop string, whatever the trained fixture writes
-    seed = next(n for n in range(50) if "\n\n" in samples_of(text(n, []))[0].text)
+    seed = next((n for n in range(50) if "\n\n" in samples_of(text(n, []))[0].text), None)
+    assert seed is not None, "no seed of 50 wrote a blank line in 200 characters"
     pieces = text(seed, ["\n\n"])
     (s,) = samples_of(pieces)
     assert "".join(stdout_text(pieces, 1)) == s.text + "\n" and "\n\n" not in s.text
