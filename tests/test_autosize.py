@@ -44,7 +44,7 @@ def test_the_choice_follows_the_budget_and_is_deterministic() -> None:
         assert a == b
         assert set(a.values) == set(AUTO_KEYS)  # what a resume takes back from the saved run
         shapes[minutes] = (a.values["model.n_layer"], a.values["model.n_embd"])
-    # four minutes at the speed where cpu_4min.yaml takes ~3,300 steps: that recipe's shape
+    # four minutes at the speed where cpu_4min.yaml's old 3 x 128 took ~3,300 steps: that shape
     assert shapes[4] == (3, 128)
     sizes = [layers * width**2 for layers, width in shapes.values()]
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]  # more time, a bigger model
