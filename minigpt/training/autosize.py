@@ -23,7 +23,8 @@ from minigpt.runtime.mfu import flops_per_token
 from minigpt.training.loop import Loop
 from minigpt.training.optim import build_optimizer
 
-# (n_layer, n_embd, n_head, block_size, batch_size), smallest first; the anchor is configs/cpu_4min.yaml's shape before issue 66
+# (n_layer, n_embd, n_head, block_size, batch_size), smallest first; the anchor is configs/cpu_4min.yaml's
+# shape before issue 66 widened it
 LADDER = (
     (2, 64, 4, 64, 16),
     (2, 96, 4, 128, 16),
