@@ -242,6 +242,31 @@ def playground_cmd(
     print(playground_run(target, out, dtype), file=sys.stderr)
 
 
+@app.command(
+    name="explain",
+    epilog="Examples:\nminigpt explain runs/default explain.html --text 'ROMEO:'\n"
+    "minigpt explain runs/default explain.html --text 'KING:' --at 2    # the prediction after 'N'",
+)
+def explain_cmd(
+    target: TargetArg,
+    out: Annotated[Path, typer.Argument(metavar="PAGE.html", help="The page to write (replaced if it exists).")],
+    text: Annotated[str, typer.Option("--text", help="The text the model reads.")],
+    at: Annotated[
+        int | None, typer.Option("--at", help="The character whose next one is explained (0-based; -1 the last).")
+    ] = None,
+    dtype: Annotated[
+        PlaygroundDtype, typer.Option("--dtype", help="The weights' precision in the page: float16 halves its size.")
+    ] = "float32",
+) -> None:
+    """Write the playground page opened on one prediction, explained step by step (docs/model.md).
+
+    Each stage of the forward pass with its formula, shapes and real numbers, computed in the page.
+    """
+    from minigpt.export.playground import explain_run
+
+    print(explain_run(target, out, text, at, dtype), file=sys.stderr)
+
+
 app.command(name="heads", epilog=ROLE_HELP)(heads_cmd)
 
 import_app = typer.Typer(no_args_is_help=True, help="Open a model trained by another program as a minigpt run.")

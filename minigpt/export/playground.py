@@ -1,10 +1,12 @@
 """The playground (`minigpt playground`, `Model.playground`): one self-contained HTML page with a
-model's weights, its vocabulary and a JavaScript GPT and sampler; no network, no Python (docs/playground.md)."""
+model's weights, its vocabulary and a JavaScript GPT and sampler; no network, no Python (docs/playground.md).
+`minigpt explain` writes the same page opened on one prediction, explained step by step (docs/model.md)."""
 
 from __future__ import annotations
 
 import base64
 import html
+import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,68 @@ TIED = "lm_head.weight"  # the same tensor as wte.weight: stored once
 MODEL_KEYS = (
     "n_layer n_head n_embd block_size pos_emb norm bias attn_only qk_norm mlp_act value_embeds logit_softcap".split()
 )
+
+
+L1, L2, L3 = (
+    "lessons/01_characters_to_vectors.ipynb",
+    "lessons/02_one_head_by_hand.ipynb",
+    "lessons/03_heads_and_block.ipynb",
+)
+# the page's stages: (key, stage, tutorial name, model.py function, a piece of its code, the lesson section)
+STAGES = (
+    ("ids", 1, "characters to ids", "GPT.forward", "idx", f"{L1}: The tokenizer: characters to ids"),
+    ("embed", 2, "token embedding, positions", "GPT.embed", "self.wte(idx)", f"{L1}: Positions"),
+    ("ln_1", 3, "LayerNorm", "Block.forward", "self.ln_1(", f"{L2}: LayerNorm"),
+    (
+        "attn",
+        4,
+        "queries, keys, values; scores, mask, softmax",
+        "CausalSelfAttention.forward",
+        "self.c_attn(x)",
+        f"{L2}: Scores, the causal mask, the softmax, the weighted sum",
+    ),
+    (
+        "proj",
+        5,
+        "multi-head merge, output projection, residual",
+        "CausalSelfAttention.forward",
+        "self.c_proj(",
+        f"{L3}: Merging the heads and the output projection",
+    ),
+    (
+        "mlp",
+        6,
+        "feed-forward layer, GELU",
+        "MLP.forward",
+        "self.c_fc(x)",
+        f"{L3}: Residual additions, the second LayerNorm and the MLP",
+    ),
+    (
+        "head",
+        7,
+        "final LayerNorm, logits (tied head), softmax",
+        "GPT.forward",
+        "self.lm_head(",
+        f"{L3}: What it predicts, and how the stream grows",
+    ),
+)
+
+
+def model_places() -> list[dict]:
+    """Each stage's place in minigpt/model.py, found now (the file's lines move): the line of the function's
+    first line holding its piece of code (the function's own line if none does), and its lesson section."""
+    from minigpt import model
+
+    places = []
+    for key, stage, tutorial, qualname, piece, lesson in STAGES:
+        owner, attr = qualname.split(".")
+        lines, start = inspect.getsourcelines(getattr(getattr(model, owner), attr))
+        found = next((k for k, text in enumerate(lines) if piece in text and k > 0), 0)
+        name = f"{qualname}: {piece}" if found else qualname
+        places.append(
+            {"key": key, "stage": stage, "tutorial": tutorial, "name": name, "line": start + found, "lesson": lesson}
+        )
+    return places
 
 
 def megabytes(n: int) -> str:
@@ -104,16 +168,20 @@ def page_data(loaded: LoadedModel, dtype: str) -> dict:
         "dtype": dtype,
         "tensors": manifest,
         "weights": base64.b64encode(blob).decode("ascii"),
+        "code": model_places(),
+        "explain": None,
     }
 
 
-def playground_page(loaded: LoadedModel, dtype: str = "float32") -> PlaygroundPage:
-    """The page of `loaded`, refused with one line when it would pass MAX_PAGE_BYTES."""
+def playground_page(loaded: LoadedModel, dtype: str = "float32", explain: dict | None = None) -> PlaygroundPage:
+    """The page of `loaded`, refused with one line when it would pass MAX_PAGE_BYTES; with `explain`
+    ({"text": ..., "at": token index}), it opens on that text with the prediction after `at` explained."""
     check_dtype(dtype)
     n = sum(t.numel() for name, t in loaded.model.state_dict().items() if name != TIED)
     check_size((n * (4 if dtype == "float32" else 2) * 4 + 2) // 3 + ASSETS_BYTES, dtype)  # base64: 4 chars / 3 bytes
-    data = page_data(loaded, dtype)
-    page = render("playground", f"playground: {data['run']}", data)
+    data = page_data(loaded, dtype) | {"explain": explain}
+    title = f"explain: {data['run']}" if explain else f"playground: {data['run']}"
+    page = render("playground", title, data)
     n_bytes = len(page.encode("utf-8"))
     check_size(n_bytes, dtype)
     summary = f"{megabytes(n_bytes)}, {data['params'] / 1e6:.2f}M parameters in {dtype}"
@@ -133,3 +201,32 @@ def playground_run(target: Path, out: Path, dtype: str = "float32") -> str:
     page = playground_page(loaded, dtype)
     page.save(out)
     return f"wrote {out}: {page.summary} (from {loaded.path})"
+
+
+def explain_run(target: Path, out: Path, text: str, at: int | None = None, dtype: str = "float32") -> str:
+    """`minigpt explain`: the playground page of TARGET opened on `text`, the prediction after its token
+    `at` (default the last; negative counts from the end) explained step by step; returns what was written."""
+    import torch
+
+    from minigpt.data.tokenizer import checked_text
+    from minigpt.infer.loading import load_model
+
+    check_dtype(dtype)
+    check_output(out, "")
+    loaded = load_model(target, torch.device("cpu"))
+    text = checked_text(loaded.tokenizer, text, "--text", "error")
+    n = len(loaded.tokenizer.encode(text))
+    index = n - 1 if at is None else at + n if at < 0 else at
+    if not 0 <= index < n:
+        unit = "bytes" if loaded.tokenizer.kind == "byte" else "characters"
+        raise UserError(f"--at {at} is outside the text's {n} {unit}; give 0..{n - 1} (or -1 for the last)")
+    page = playground_page(loaded, dtype, {"text": text, "at": index})
+    page.save(out)
+    where = unit_name(loaded, text, index)
+    return f"wrote {out}: the prediction after {where} explained; {page.summary} (from {loaded.path})"
+
+
+def unit_name(loaded: LoadedModel, text: str, index: int) -> str:
+    """How the explained position reads: its character (a byte model: its byte) and index."""
+    label = token_label(loaded.tokenizer, loaded.tokenizer.encode(text)[index])
+    return f"'{label}' (#{index})"

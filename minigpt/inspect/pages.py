@@ -22,7 +22,8 @@ MAX_PAGE_CHARS = 50_000  # one element per character: beyond this a browser lays
 MAX_PAGE_WEIGHTS = 32 * 2**20  # attention weights in one page (one byte each, ~43 MB of HTML at most)
 TOP_GUESSES = 5
 # the scripts a page runs besides common.js, heads.js (head colours, viridis, surprise steps) and its own
-MORE_SCRIPTS = {"playground": ("gpt.js",)}
+MORE_SCRIPTS = {"playground": ("gpt.js", "explain.js")}
+MORE_STYLES = {"playground": ("explain.css",)}  # and the page's own CSS after page.css
 VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
 
 
@@ -88,7 +89,7 @@ def render(kind: str, title: str, data: dict) -> str:
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     parts = {
         "TITLE": html.escape(title),
-        "STYLE": _read("page.css") + _read(f"{kind}.css"),
+        "STYLE": "".join(map(_read, ("page.css", f"{kind}.css", *MORE_STYLES.get(kind, ())))),
         "BODY": _read(f"{kind}.html"),
         "DATA": payload.replace("</", "<\\/"),  # the text itself may hold "</script>"
         "SCRIPT": "".join(map(_read, scripts)),

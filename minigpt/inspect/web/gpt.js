@@ -141,7 +141,7 @@ class GPT {
   }
 
   // one head's attention of the query at `pos` over keys 0..pos of layer l
-  attendHead(cache, l, hd, pos, record) {
+  attendHead(cache, l, hd, pos, record, trace) {
     const { C, B, hs, qkv, scores, acc, att } = this;
     const qo = hd * hs, scale = 1 / Math.sqrt(hs), K = cache.k, Vc = cache.v;
     let max = -Infinity;
@@ -153,6 +153,7 @@ class GPT {
       scores[j] = s;
       if (s > max) max = s;
     }
+    if (trace) trace("scores", l, scores.subarray(0, pos + 1), hd);
     let sum = 0;
     for (let j = 0; j <= pos; j++) { const e = Math.exp(scores[j] - max); scores[j] = e; sum += e; }
     acc.fill(0);
@@ -161,49 +162,69 @@ class GPT {
       scores[j] = w;
       for (let d = 0; d < hs; d++) acc[d] += w * Vc[vb + d];
     }
+    if (trace) trace("weights", l, scores.subarray(0, pos + 1), hd);
     for (let d = 0; d < hs; d++) att[qo + d] = acc[d];
     if (record) record.set(scores.subarray(0, pos + 1), (l * this.nh + hd) * B);
   }
 
   // the next position: token `id` at position cache.len, its keys and values cached; with
-  // wantLogits, the logits of the token after it in cache.logits
-  step(cache, id, wantLogits) {
+  // wantLogits, the logits of the token after it in cache.logits. `trace`, when given, is called
+  // trace(name, layer, values, head) at each stage with a view of the numbers there (explain.js
+  // copies what it keeps): the one forward pass, watched, not a second copy of it
+  step(cache, id, wantLogits, trace = null) {
     const { C, B, x, h, y, qkv, att, ff } = this, pos = cache.len;
     if (pos >= B) throw new Error(`position ${pos} is past block_size ${B}`);
     const e = id * C;
     for (let c = 0; c < C; c++) x[c] = this.wte[e + c];
     if (this.wpe) for (let c = 0; c < C; c++) x[c] += this.wpe[pos * C + c];
     if (this.posTable) for (let c = 0; c < C; c++) x[c] += this.posTable[pos * C + c];
+    if (trace) trace("embed", -1, x);
     const record = wantLogits ? cache.attention : null;
     for (let l = 0; l < this.L; l++) {
       const P = this.layers[l];
+      if (trace) trace("in", l, x);
       if (this.pre) layerNorm(x, P.ln1w, P.ln1b, h, C);
+      if (trace && this.pre) trace("ln1", l, h);
       matvec(P.qkvW, P.qkvB, this.pre ? h : x, qkv, 3 * C, C);
+      if (trace) trace("c_attn", l, qkv);
       if (this.cfg.qk_norm) this.qkNorm(qkv);
       if (this.cos) this.rope(qkv, 0, 2 * C, pos);
       if (P.ve) for (let c = 0; c < C; c++) qkv[2 * C + c] += P.veMix * P.ve[e + c]; // model.value_embeds
+      if (trace) trace("qkv", l, qkv);
       const base = (l * B + pos) * C;
       for (let c = 0; c < C; c++) { cache.k[base + c] = qkv[C + c]; cache.v[base + c] = qkv[2 * C + c]; }
-      for (let hd = 0; hd < this.nh; hd++) this.attendHead(cache, l, hd, pos, record);
+      for (let hd = 0; hd < this.nh; hd++) this.attendHead(cache, l, hd, pos, record, trace);
+      if (trace) trace("heads", l, att);
       matvec(P.projW, P.projB, att, y, C, C);
+      if (trace) trace("attn_out", l, y);
       for (let c = 0; c < C; c++) x[c] += y[c];
+      if (trace) trace("mid", l, x);
       if (!this.pre) layerNorm(x, P.ln1w, P.ln1b, x, C);
+      if (trace && !this.pre) trace("ln1", l, x);
       if (this.cfg.attn_only) continue; // model.attn_only: no ln_2, no MLP
       if (this.pre) layerNorm(x, P.ln2w, P.ln2b, h, C);
+      if (trace && this.pre) trace("ln2", l, h);
       matvec(P.fcW, P.fcB, this.pre ? h : x, ff, 4 * C, C);
+      if (trace) trace("c_fc", l, ff);
       if (this.relu2) for (let i = 0; i < 4 * C; i++) { const r = ff[i] > 0 ? ff[i] : 0; ff[i] = r * r; }
       else for (let i = 0; i < 4 * C; i++) ff[i] = gelu(ff[i]);
+      if (trace) trace("act", l, ff);
       matvec(P.fc2W, P.fc2B, ff, y, C, 4 * C);
+      if (trace) trace("mlp_out", l, y);
       for (let c = 0; c < C; c++) x[c] += y[c];
+      if (trace) trace("out", l, x);
       if (!this.pre) layerNorm(x, P.ln2w, P.ln2b, x, C);
+      if (trace && !this.pre) trace("ln2", l, x);
     }
     cache.ids[pos] = id;
     cache.len = pos + 1;
     if (!wantLogits) return;
     if (this.pre) layerNorm(x, this.lnfW, this.lnfB, h, C);
+    if (trace) trace("ln_f", -1, this.pre ? h : x);
     matvec(this.wte, null, this.pre ? h : x, cache.logits, this.V, C); // the head is tied to the embedding
     const cap = this.cfg.logit_softcap, lg = cache.logits;
     if (cap > 0) for (let i = 0; i < this.V; i++) lg[i] = cap * Math.tanh(lg[i] / cap); // model.logit_softcap
+    if (trace) trace("logits", -1, lg);
   }
 
   // make the cache hold ids[0..n) (n at most block_size) and its logits those after the last one.
@@ -264,6 +285,7 @@ class Sampler {
     this.V = V;
     this.order = new Int32Array(V); this.probs = new Float32Array(V); this.keep = new Float64Array(V);
     this.byLogit = null;
+    this.sum = 0;
   }
 
   rank(logits) {
@@ -276,12 +298,24 @@ class Sampler {
     for (let i = 0; i < V; i++) this.probs[i] /= sum;
   }
 
-  // temperature 0: argmax; else temperature, then top-k (exactly k kept), then top-p (a token is
-  // dropped when those ranked before it already reach top_p; the first always stays)
+  // temperature 0: argmax; else the draw from filter()'s kept ranks
   pick(logits, temperature, topK, topP, random) {
+    if (temperature === 0) {
+      this.rank(logits);
+      return this.order[0];
+    }
+    const n = this.filter(logits, temperature, topK, topP), keep = this.keep, order = this.order;
+    let u = random() * this.sum;
+    for (let r = 0; r < n; r++) { u -= keep[r]; if (u < 0) return order[r]; }
+    return order[n - 1];
+  }
+
+  // temperature (> 0), then top-k (exactly k kept), then top-p (a token is dropped when those ranked
+  // before it already reach top_p; the first always stays): the kept ranks 0..n-1 (returned), their
+  // weights keep[r] and their sum this.sum (keep[r] / sum is rank r's probability)
+  filter(logits, temperature, topK, topP) {
     this.rank(logits);
     const order = this.order, keep = this.keep, V = this.V;
-    if (temperature === 0) return order[0];
     const max = logits[order[0]], k = topK > 0 && topK < V ? topK : V;
     let sum = 0;
     for (let r = 0; r < k; r++) { const e = Math.exp(Math.fround((logits[order[r]] - max) / temperature)); keep[r] = e; sum += e; }
@@ -295,8 +329,7 @@ class Sampler {
       sum = 0;
       for (let r = 0; r < n; r++) sum += keep[r];
     }
-    let u = random() * sum;
-    for (let r = 0; r < n; r++) { u -= keep[r]; if (u < 0) return order[r]; }
-    return order[n - 1];
+    this.sum = sum;
+    return n;
   }
 }

@@ -252,8 +252,26 @@ function drawStrips() {
   canvas.onclick = (e) => { const p = at(e); if (p) { sel.layer = p.l; drawAttention(); } };
 }
 
+// the explanation of one prediction (explain.js): the forward pass at the selected character (else
+// the last), in the window the attention panel shows, with the sampler's settings
+const EXPLAINER = new Explainer(DATA, MODEL, byId("explain"));
+function explain(i = sel.index >= 0 ? sel.index : doc.n - 1) {
+  if (i < 0 || i >= doc.n) return;
+  if (sel.index !== i) select(i);
+  const s = windowStart(i), next = i + 1 < doc.n ? doc.ids[i + 1] : -1;
+  EXPLAINER.show(Array.from(doc.ids.subarray(s, i + 1)), doc.pieces.slice(s, i + 1), s - doc.hidden, options(), next);
+}
+const explaining = () => !byId("explain").hidden;
+byId("explainbtn").addEventListener("click", () => { explain(); byId("explain").scrollIntoView({ block: "start" }); });
+byId("ex-prev").addEventListener("click", () => explain(Math.max(0, sel.index - 1)));
+byId("ex-next").addEventListener("click", () => explain(Math.min(doc.n - 1, sel.index + 1)));
+byId("ex-close").addEventListener("click", () => { byId("explain").hidden = true; textEl.focus(); });
+for (const id of ["temperature", "topk", "topp", "seed"]) {
+  byId(id).addEventListener("change", () => { if (explaining()) { EXPLAINER.state.settings = options(); EXPLAINER.draw(); } });
+}
+
 // the keyboard: Ctrl+Enter generates, Esc stops (or lets go of the character), and in the text
-// the arrows move the clicked character (left, right) and change the layer (up, down)
+// the arrows move the clicked character (left, right) and change the layer (up, down), E explains it
 promptEl.addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); generate(); }
 });
@@ -261,9 +279,13 @@ document.addEventListener("keydown", (e) => {
   if (e.key === "Escape") { if (run.active) stop(); else { clearSelection(); } return; }
   if (e.target !== textEl || !doc.n) return;
   const moves = { ArrowLeft: -1, ArrowRight: 1 };
-  if (e.key in moves) select(Math.max(0, Math.min(doc.n - 1, (sel.index < 0 ? doc.n : sel.index) + moves[e.key])));
+  if (e.key in moves) {
+    select(Math.max(0, Math.min(doc.n - 1, (sel.index < 0 ? doc.n : sel.index) + moves[e.key])));
+    if (explaining()) explain();
+  }
   else if (e.key === "Home") select(0);
   else if (e.key === "End") select(doc.n - 1);
+  else if (e.key === "e" || e.key === "E") explain();
   else if ((e.key === "ArrowUp" || e.key === "ArrowDown") && sel.index >= 0) {
     sel.layer = (sel.layer + (e.key === "ArrowUp" ? NL - 1 : 1)) % NL;
     drawAttention();
@@ -289,11 +311,11 @@ byId("note").innerHTML = `The model runs in this page, offline: its weights are 
   `temperature 0 is greedy, top-k 0 and top-p 1 keep every character, and a seed gives the same text again (in this page; its random numbers are not torch's). ` +
   `Each generated character is coloured by the probability the model gave it, one step per bit; hover it for the model's top guesses. ` +
   `<kbd>Ctrl</kbd>+<kbd>Enter</kbd> generates, <kbd>Esc</kbd> stops; in the text, <kbd>\u2190</kbd> <kbd>\u2192</kbd> move the character whose attention is shown, ` +
-  `<kbd>\u2191</kbd> <kbd>\u2193</kbd> change the layer.`;
+  `<kbd>\u2191</kbd> <kbd>\u2193</kbd> change the layer, <kbd>E</kbd> explains the prediction there, step by step.`;
 
 // for tests and scripts: the model's logits over a text, the document, the selection
 window.playground = {
-  ready: true, model: MODEL, run, sel, next, encode, generate, stop, select,
+  ready: true, model: MODEL, run, sel, next, encode, generate, stop, select, explain, explainer: EXPLAINER,
   text: documentText,
   ids: () => Array.from(doc.ids.subarray(doc.hidden, doc.n)),
   hidden: () => doc.hidden,
@@ -307,3 +329,9 @@ window.playground = {
 };
 newPromptDocument();
 updateNext();
+if (DATA.explain) { // `minigpt explain`: the page opens on its text and position
+  promptEl.value = DATA.explain.text;
+  updateNext();
+  newPromptDocument();
+  explain(DATA.explain.at + doc.hidden);
+}
