@@ -4,11 +4,13 @@
     uv run python scripts/screenshots.py explorer runs/default     # docs/img/explorer_*.png (docs/attention.md)
     uv run python scripts/screenshots.py playground runs/default   # docs/img/playground_*.png (docs/playground.md)
     uv run python scripts/screenshots.py playground runs/default --out /tmp   # elsewhere
+    uv run python scripts/screenshots.py explain runs/default      # docs/img/explain_*.png (docs/model.md)
     uv run python scripts/screenshots.py tensorboard runs/sweep    # docs/img/tensorboard_*.png (docs/tensorboard.md)
 
 explorer: the attention explorer (layer 1, a character pinned, another hovered, its tooltip open) and
 the surprise page (a character hovered). playground: the playground mid-generation (a hovered
 generated character shows its top guesses) and with a clicked character's attention shown.
+explain: `minigpt explain`'s page on one prediction, the whole page and each of its seven stages.
 tensorboard: TensorBoard served on localhost over a folder of runs (docs/tensorboard.md says how
 the docs' four were trained): the HParams table, and the projector with the last embeddings of
 the run with the lowest val/loss_full in 2-D, the character e selected: every point labelled, its
@@ -99,6 +101,29 @@ def playground(m: Any, page: Any, out: Path) -> None:
         print(f"wrote {shot}")
 
 
+def explain(m: Any, page: Any, out: Path) -> None:
+    from minigpt.export.playground import playground_page
+
+    text = PROMPT.rstrip("\n")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    with tempfile.TemporaryDirectory() as tmp:
+        at = len(m.tokenizer.encode(text)) - 3  # the 'e' of the last "Romeo?": what comes after it
+        path = playground_page(m.loaded, "float32", {"text": text, "at": at}).save(Path(tmp) / "explain.html")
+        page.goto(path.as_uri())
+        page.wait_for_function(
+            "window.playground && window.playground.ready && !document.getElementById('explain').hidden"
+        )
+        page.click("#ex-layers button:text-is('1')")
+        page.locator("#explain").scroll_into_view_if_needed()
+        page.evaluate("document.getElementById('explain').scrollIntoView()")
+        shots = [(out / "explain_page.png", page.screenshot)]
+        page.add_style_tag(content=".extools { position: static; }")  # the stages' own shots: no toolbar over them
+        shots += [(out / f"explain_stage{n}.png", page.locator(f"#stage-{n}").screenshot) for n in range(1, 8)]
+        for shot, take in shots:
+            take(path=shot)
+            print(f"wrote {shot}")
+
+
 def serve_tensorboard(logdir: Path) -> tuple[subprocess.Popen, str]:
     """TensorBoard on a free localhost port, once it lists the runs under `logdir`."""
     with socket.socket() as s:
@@ -177,7 +202,9 @@ def tensorboard(logdir: Path, page: Any, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("pages", choices=["explorer", "playground", "tensorboard"], help="which pages to photograph")
+    ap.add_argument(
+        "pages", choices=["explorer", "playground", "explain", "tensorboard"], help="which pages to photograph"
+    )
     ap.add_argument("run", help="a run directory or checkpoint (tensorboard: a folder of runs)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="folder for the PNG files")
     ap.add_argument("--chromium", default="/usr/bin/chromium")
@@ -193,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             tensorboard(Path(args.run), page, args.out)
         else:
             m = minigpt.load(args.run, device="cpu")
-            {"explorer": explorer, "playground": playground}[args.pages](m, page, args.out)
+            {"explorer": explorer, "playground": playground, "explain": explain}[args.pages](m, page, args.out)
         browser.close()
     return 0
 

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from minigpt.cli.app import main
+from minigpt.export.playground import model_places
 from minigpt.infer.decode import next_token_probs
-from tests.helpers import TINY, make_text
+from tests.helpers import ROOT, TINY, make_text
 
 from .helpers import one_error_line
 from .test_nanogpt import write_nanogpt
@@ -249,3 +250,18 @@ def test_explain_errors_are_one_line(runs, cli, tmp_path: Path) -> None:
     )
     assert "€" in one_error_line(cli("explain", run, tmp_path / "x.html", "--text", "KING €"))
     assert not (tmp_path / "x.html").exists()
+
+
+def test_the_model_page_is_current() -> None:
+    """docs/model.md's tables and its architecture picture are what scripts/model_picture.py draws from
+    the default model and model.py's source now (rerun the script when model.py's lines move)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "scripts/model_picture.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    places = model_places()
+    assert {p["stage"] for p in places} == set(range(1, 8))  # every stage has a place in the code
+    assert all(p["line"] > 1 for p in places)

@@ -32,59 +32,98 @@ L1, L2, L3 = (
     "lessons/02_one_head_by_hand.ipynb",
     "lessons/03_heads_and_block.ipynb",
 )
-# the page's stages: (key, stage, tutorial name, model.py function, a piece of its code, the lesson section)
+# the page's stages, a row for each name a tutorial uses: (stage, tutorial name, module, function, a piece
+# of its code ("": the function's own line), the lesson section that computes it)
 STAGES = (
-    ("ids", 1, "characters to ids", "GPT.forward", "idx", f"{L1}: The tokenizer: characters to ids"),
-    ("embed", 2, "token embedding, positions", "GPT.embed", "self.wte(idx)", f"{L1}: Positions"),
-    ("ln_1", 3, "LayerNorm", "Block.forward", "self.ln_1(", f"{L2}: LayerNorm"),
+    (1, "characters to ids", "model", "GPT.forward", "", f"{L1}: The tokenizer: characters to ids"),
+    (2, "token embedding", "model", "GPT.embed", "self.wte(idx)", f"{L1}: The embedding table: ids to vectors"),
     (
-        "attn",
+        2,
+        "positions: learned (sinusoidal, rotary: the lines after)",
+        "model",
+        "GPT.embed",
+        "self.wpe(",
+        f"{L1}: Positions",
+    ),
+    (3, "LayerNorm (pre or post)", "model", "Block.forward", "self.ln_1(", f"{L2}: LayerNorm"),
+    (
         4,
-        "queries, keys, values; scores, mask, softmax",
+        "queries, keys, values",
+        "model",
         "CausalSelfAttention.forward",
         "self.c_attn(x)",
+        f"{L2}: Queries, keys and values",
+    ),
+    (
+        4,
+        "rotary positions",
+        "model",
+        "CausalSelfAttention.forward",
+        "apply_rope(",
+        f"{L1}: Rotary: angles, not vectors",
+    ),
+    (
+        4,
+        "scores, causal mask, softmax, weighted sum",
+        "model",
+        "CausalSelfAttention.forward",
+        "(q @ k.transpose(-2, -1)) / math.sqrt(hs)",
         f"{L2}: Scores, the causal mask, the softmax, the weighted sum",
     ),
     (
-        "proj",
         5,
-        "multi-head merge, output projection, residual",
+        "heads merged, output projection",
+        "model",
         "CausalSelfAttention.forward",
         "self.c_proj(",
         f"{L3}: Merging the heads and the output projection",
     ),
     (
-        "mlp",
+        5,
+        "residual add",
+        "model",
+        "Block.forward",
+        "x = x + self.attn",
+        f"{L3}: Residual additions, the second LayerNorm and the MLP",
+    ),
+    (
         6,
         "feed-forward layer, GELU",
+        "model",
         "MLP.forward",
         "self.c_fc(x)",
         f"{L3}: Residual additions, the second LayerNorm and the MLP",
     ),
+    (7, "final LayerNorm", "model", "GPT.forward", "self.ln_f(", f"{L3}: What it predicts, and how the stream grows"),
     (
-        "head",
         7,
-        "final LayerNorm, logits (tied head), softmax",
-        "GPT.forward",
-        "self.lm_head(",
+        "logits: the tied head",
+        "model",
+        "GPT.__init__",
+        "self.lm_head.weight = self.wte.weight",
         f"{L3}: What it predicts, and how the stream grows",
     ),
+    (7, "temperature, top-k, top-p", "infer.decode", "next_token_probs", "", "docs/sampling.md"),
 )
 
 
 def model_places() -> list[dict]:
-    """Each stage's place in minigpt/model.py, found now (the file's lines move): the line of the function's
-    first line holding its piece of code (the function's own line if none does), and its lesson section."""
-    from minigpt import model
+    """Each tutorial name's place in the code, found now (the files' lines move): the file, and the line of
+    the function's first line holding its piece of code (the function's own line if none does or none is
+    named); its stage in the page and its lesson section."""
+    import importlib
 
     places = []
-    for key, stage, tutorial, qualname, piece, lesson in STAGES:
-        owner, attr = qualname.split(".")
-        lines, start = inspect.getsourcelines(getattr(getattr(model, owner), attr))
-        found = next((k for k, text in enumerate(lines) if piece in text and k > 0), 0)
-        name = f"{qualname}: {piece}" if found else qualname
+    for stage, tutorial, module, qualname, piece, lesson in STAGES:
+        function = importlib.import_module(f"minigpt.{module}")
+        for attr in qualname.split("."):
+            function = getattr(function, attr)
+        lines, start = inspect.getsourcelines(function)
+        found = next((k for k, text in enumerate(lines) if piece and piece in text and k > 0), 0)
+        name = qualname + (f": {piece.rstrip('(')}" if found else "")
+        file = f"minigpt/{module.replace('.', '/')}.py"
         places.append(
-            {"key": key, "stage": stage, "tutorial": tutorial, "name": name, "line": start + found, "lesson": lesson}
+            {"stage": stage, "tutorial": tutorial, "name": name, "file": file, "line": start + found, "lesson": lesson}
         )
     return places
 

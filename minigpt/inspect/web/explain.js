@@ -46,7 +46,7 @@ class Explainer {
   constructor(data, model, root) {
     Object.assign(this, { data, model, root, cfg: data.model, labels: data.labels, sampler: new Sampler(model.V) });
     this.state = { layer: 0, head: 0, numbers: false, ids: null, pieces: null, offset: 0 };
-    this.code = Object.fromEntries(data.code.map((c) => [c.key, c]));
+    this.code = data.code; // [{stage, tutorial, name, file, line, lesson}]: the code's places, found when the page was built
   }
 
   // explain the prediction after ids[last] (ids: the window; pieces: how each shows; offset: the
@@ -98,12 +98,13 @@ class Explainer {
   }
 
   // one stage: its number, the tutorial's name, formula, shapes, code place and lesson, then figures
-  stage(n, key, title, formula, shapes, figures, note = "") {
-    const sec = document.createElement("section"), c = this.code[key];
+  stage(n, title, formula, shapes, figures, note = "") {
+    const sec = document.createElement("section");
     sec.className = "stage";
     sec.dataset.stage = n;
     sec.id = `stage-${n}`;
-    const code = c ? `<span class="mono">minigpt/model.py:${c.line}</span> ${esc(c.name)} \u00b7 ${esc(c.lesson)}` : "";
+    const code = this.code.filter((c) => c.stage === n).map((c) => `<div>${esc(c.tutorial)}: <span class="mono">${esc(c.file)}:${c.line}</span> ` +
+      `${esc(c.name)} \u00b7 ${esc(c.lesson)}</div>`).join("");
     sec.innerHTML = `<h3><span class="n">${n}</span> ${esc(title)}</h3><div class="formula">${formula}</div>` +
       `<div class="shapes">${shapes}</div><div class="code">${code}</div>${note ? `<div class="limit">${note}</div>` : ""}`;
     const figs = document.createElement("div");
@@ -119,22 +120,32 @@ class Explainer {
     const fig = document.createElement("figure");
     fig.className = "fig";
     const finite = Array.from(values).filter(Number.isFinite), scale = Math.max(1e-12, ...finite.map(Math.abs));
-    const wrap = rows === 1 && cols > 64 ? 64 : cols, lines = rows === 1 ? Math.ceil(cols / wrap) : rows;
+    // a long vector wraps into lines of at most 64, as even as they can be (65 is 33 + 32, not 64 + 1)
+    const wrap = rows === 1 && cols > 64 ? Math.ceil(cols / Math.ceil(cols / 64)) : cols, lines = rows === 1 ? Math.ceil(cols / wrap) : rows;
     const cell = Math.max(3, Math.min(opt.cell || 18, Math.floor(520 / wrap)));
+    // the characters beside the rows (and above the columns) when the cells are big enough to read them
+    const ox = opt.rowText && cell >= 10 ? 22 : 0, oy = opt.colText && cell >= 10 ? 16 : 0;
     const canvas = document.createElement("canvas");
-    canvas.width = wrap * cell;
-    canvas.height = lines * cell;
+    canvas.width = ox + wrap * cell;
+    canvas.height = oy + lines * cell;
     canvas.setAttribute("role", "img");
     canvas.setAttribute("aria-label", `${caption}: ${rows} by ${cols} numbers (the numbers view lists them)`);
     const g = canvas.getContext("2d");
+    g.font = `${Math.min(11, cell)}px ui-monospace, 'DejaVu Sans Mono', monospace`;
+    g.textAlign = "center";
+    g.textBaseline = "middle";
+    g.fillStyle = "#5f6b7a";
+    if (ox) for (let r = 0; r < rows; r++) g.fillText(opt.rowText[r], ox / 2, oy + (r + 0.5) * cell);
+    if (oy) for (let c = 0; c < cols; c++) g.fillText(opt.colText[c], ox + (c + 0.5) * cell, oy / 2);
     for (let i = 0; i < values.length; i++) {
       const r = rows === 1 ? Math.floor(i / wrap) : Math.floor(i / cols), c = rows === 1 ? i % wrap : i % cols, v = values[i];
-      if (v === -Infinity) { g.fillStyle = "#d9dde4"; g.fillRect(c * cell, r * cell, cell, cell); g.fillStyle = "#b9bfc9"; g.fillRect(c * cell, r * cell, cell, 1); }
-      else { const k = opt.positive ? viridis(v / scale) : diverging(v / scale); g.fillStyle = `rgb(${k[0]},${k[1]},${k[2]})`; g.fillRect(c * cell, r * cell, cell, cell); }
+      const x = ox + c * cell, y = oy + r * cell;
+      if (v === -Infinity || (opt.future && c > r)) { g.fillStyle = "#d9dde4"; g.fillRect(x, y, cell, cell); g.fillStyle = "#b9bfc9"; g.fillRect(x, y, cell, 1); }
+      else { const k = opt.positive ? viridis(v / scale) : diverging(v / scale); g.fillStyle = `rgb(${k[0]},${k[1]},${k[2]})`; g.fillRect(x, y, cell, cell); }
     }
     const rowLabel = opt.rowLabel || ((r) => (rows === 1 ? "" : `row ${r}`)), colLabel = opt.colLabel || ((c) => `channel ${c}`);
     canvas.onmousemove = (e) => {
-      const b = canvas.getBoundingClientRect(), c = Math.floor((e.clientX - b.left) / cell), r = Math.floor((e.clientY - b.top) / cell);
+      const b = canvas.getBoundingClientRect(), c = Math.floor((e.clientX - b.left - ox) / cell), r = Math.floor((e.clientY - b.top - oy) / cell);
       const i = rows === 1 ? r * wrap + c : r * cols + c;
       if (c < 0 || c >= wrap || r < 0 || r >= lines || i >= values.length) { hideTip(); return; }
       const row = rows === 1 ? 0 : r, col = rows === 1 ? i : c;
@@ -150,7 +161,8 @@ class Explainer {
       lines2.push(rows > 1 ? `${rowLabel(r)}: ${row}` : row);
     }
     pre.textContent = lines2.join("\n");
-    fig.innerHTML = `<figcaption>${esc(caption)} <span class="dim">(${rows === 1 ? cols : `${rows} \u00d7 ${cols}`})</span></figcaption>`;
+    const dims = rows === 1 ? cols : `${rows} \u00d7 ${cols}`, range = opt.positive ? `0 to ${scale.toPrecision(3)}` : `\u00b1${scale.toPrecision(3)}`;
+    fig.innerHTML = `<figcaption>${esc(caption)} <span class="dim">(${dims}; colours ${range})</span></figcaption>`;
     fig.append(canvas, pre);
     return fig;
   }
@@ -173,7 +185,7 @@ class Explainer {
       `<div class="idrow">${s.ids.map((id, r) => `<span class="idc${r === T - 1 ? " last" : ""}"><span class="ch">${esc(visible(s.pieces[r]))}</span><span class="id">${id}</span></span>`).join("")}</div>` +
       `<pre class="nums" data-name="ids">${s.ids.join(" ")}</pre>`;
     const byte = this.data.tokenizer === "byte" ? "UTF-8 bytes: 256 ids, one a byte" : `${this.cfg.vocab_size} characters, sorted: id = its place`;
-    return this.stage(1, "ids", "Characters to ids (tokenization)", "ids = [vocab.index(c) for c in text]",
+    return this.stage(1, "Characters to ids (tokenization)", "ids = [vocab.index(c) for c in text]",
       `T = ${T} positions (context ${this.cfg.block_size}); vocabulary V = ${this.cfg.vocab_size} (${byte})`, [fig]);
   }
 
@@ -195,7 +207,7 @@ class Explainer {
     }
     figs.push(this.grid("embed", "the stream entering block 0", this.at("embed", -1), 1, C));
     const shapes = `wte (V, C) = (${this.cfg.vocab_size}, ${C}); one row (C,) = (${C},)` + (kind === "learned" ? `; wpe (context, C) = (${this.cfg.block_size}, ${C})` : "");
-    return this.stage(2, "embed", `Token embedding and ${kind === "rope" ? "rotary" : kind} positions`, formula, shapes, figs, note);
+    return this.stage(2, `Token embedding and ${kind === "rope" ? "rotary" : kind} positions`, formula, shapes, figs, note);
   }
 
   lnFigures(prefix, x, gain, bias, out) {
@@ -212,7 +224,7 @@ class Explainer {
     const l = this.state.layer, P = this.model.layers[l], pre = this.model.pre;
     const x = pre ? this.at("in") : this.at("mid");
     const note = pre ? "" : "post-LN (the original Transformer): this LayerNorm comes after attention's residual add (stage 5); its input is x + attn(x)";
-    return this.stage(3, "ln_1", `LayerNorm (${pre ? "pre" : "post"}-LN), block ${l}'s ln_1`,
+    return this.stage(3, `LayerNorm (${pre ? "pre" : "post"}-LN), block ${l}'s ln_1`,
       "LN(x) = \u03b3 \u00b7 (x \u2212 \u03bc) / \u221a(\u03c3\u00b2 + \u03b5) + \u03b2, &nbsp; \u03bc and \u03c3\u00b2 over the C channels",
       `x (C,) = (${this.model.C},); \u03b3${P.ln1b ? ", \u03b2" : ""} (C,); \u03b5 = 1e-5`, this.lnFigures("ln", x, P.ln1w, P.ln1b, this.at("ln1")), note);
   }
@@ -248,23 +260,24 @@ class Explainer {
 
   head() {
     const s = this.state, l = s.layer, h = s.head, m = this.model, T = this.trace.T, hs = m.hs;
-    const rows = { rowLabel: (r) => this.rowOf(r) }, keys = { rowLabel: (r) => `query ${this.rowOf(r)}`, colLabel: (j) => `key ${this.rowOf(j)}` };
+    const chars = s.pieces.map(visible), rows = { rowLabel: (r) => this.rowOf(r), rowText: chars };
+    const keys = { rowLabel: (r) => `query ${this.rowOf(r)}`, colLabel: (j) => `key ${this.rowOf(j)}`, rowText: chars, colText: chars };
     const { scores, weights } = this.scoreMatrix(l, h);
     const figs = [
       this.grid("q", "queries q (every position)", this.headPart(this.trace.q, l, h, 0), T, hs, { ...rows, colLabel: (d) => `dim ${d}` }),
       this.grid("k", "keys k", this.headPart(this.trace.k, l, h, 0), T, hs, { ...rows, colLabel: (d) => `dim ${d}` }),
       this.grid("v", "values v", this.headPart(this.trace.v, l, h, 0), T, hs, { ...rows, colLabel: (d) => `dim ${d}` }),
       this.grid("scores", "scores q\u00b7k/\u221ahs, the future masked (grey: \u2212\u221e)", scores, T, T, keys),
-      this.grid("weights", "softmax: the attention weights (each row sums to 1)", weights, T, T, { ...keys, positive: true }),
+      this.grid("weights", "softmax: the attention weights (each row sums to 1; the future gets 0)", weights, T, T, { ...keys, positive: true, future: true }),
       this.grid("head_out", `the weighted sum of the values for ${this.rowOf(T - 1)}`, this.at("heads").subarray(h * hs, (h + 1) * hs), 1, hs, { colLabel: (d) => `dim ${d}` }),
     ];
     const notes = [];
     if (this.cfg.pos_emb === "rope") notes.push("q and k are shown after the rotation of their position (the angles of stage 2)");
     if (this.cfg.qk_norm) notes.push("model.qk_norm: q and k are shown after their RMS norm; the norm itself is not drawn");
     if (this.cfg.value_embeds) notes.push("model.value_embeds: v includes the block's value embedding of each character; it is not drawn apart");
-    return this.stage(4, "attn", `One head: queries, keys, values, scores, mask, softmax (block ${l}, head ${h})`,
+    return this.stage(4, `One head: queries, keys, values, scores, mask, softmax (block ${l}, head ${h})`,
       "q, k, v = split(x W<sub>qkv</sub>); &nbsp; scores = q k<sup>T</sup> / \u221ahs, masked where key > query; &nbsp; w = softmax(scores); &nbsp; out = w v",
-      `x (T, C) = (${T}, ${m.C}) \u2192 q, k, v (T, hs) = (${T}, ${hs}) per head, ${m.nh} heads; scores (T, T) = (${T}, ${T})`, figs, notes.join("; "));
+      `x (T, C) = (${T}, ${m.C}) \u2192 q, k, v (T, hs) = (${T}, ${hs}) per head, ${m.nh} heads; scores (T, T) = (${T}, ${T}); the last row is this prediction's query`, figs, notes.join("; "));
   }
 
   heads() {
@@ -272,14 +285,14 @@ class Explainer {
     const all = new Float32Array(m.nh * T);
     for (let h = 0; h < m.nh; h++) all.set(this.at("weights", l, h), h * T);
     const figs = [
-      this.grid("heads_weights", `every head's weights for ${this.rowOf(T - 1)}`, all, m.nh, T, { positive: true, rowLabel: (h) => `head ${h}`, colLabel: (j) => `key ${this.rowOf(j)}` }),
+      this.grid("heads_weights", `every head's weights for ${this.rowOf(T - 1)}`, all, m.nh, T, { positive: true, rowLabel: (h) => `head ${h}`, colLabel: (j) => `key ${this.rowOf(j)}`, rowText: Array.from({ length: m.nh }, (_, h) => `h${h}`), colText: s.pieces.map(visible) }),
       this.grid("merged", "the heads side by side (merged: head 0's dims, then head 1's...)", this.at("heads"), 1, C),
       this.grid("attn_out", "the output projection c_proj", this.at("attn_out"), 1, C),
       this.grid("resid_before", "the stream before the block", this.at("in"), 1, C),
       this.grid("resid_after", pre ? "the stream after: before + attention" : "before + attention (then LayerNorm ln_1, stage 3)", this.at("mid"), 1, C),
     ];
     if (!pre) figs.push(this.grid("resid_norm", "the stream after ln_1", this.at("ln1"), 1, C));
-    return this.stage(5, "proj", `Multi-head: merge, output projection, residual add (block ${l})`,
+    return this.stage(5, `Multi-head: merge, output projection, residual add (block ${l})`,
       pre ? "y = concat(head<sub>0</sub>, \u2026, head<sub>nh\u22121</sub>) W<sub>proj</sub>; &nbsp; x \u2190 x + y" : "y = concat(heads) W<sub>proj</sub>; &nbsp; x \u2190 LN(x + y)",
       `${m.nh} heads \u00d7 (hs,) = (${m.hs},) \u2192 (C,) = (${C},); W<sub>proj</sub> (C, C) = (${C}, ${C})`, figs);
   }
@@ -309,7 +322,7 @@ class Explainer {
   mlp() {
     const s = this.state, l = s.layer, m = this.model, C = m.C, pre = m.pre;
     if (this.cfg.attn_only) {
-      return this.stage(6, "mlp", "Feed-forward layer", "(none)", "", [], "model.attn_only: this model's blocks have no feed-forward layer");
+      return this.stage(6, "Feed-forward layer", "(none)", "", [], "model.attn_only: this model's blocks have no feed-forward layer");
     }
     const P = m.layers[l], act = m.relu2 ? "relu\u00b2" : "GELU";
     const figs = [
@@ -322,7 +335,7 @@ class Explainer {
     ];
     if (!pre) figs.push(this.grid("mlp_norm", "the stream after ln_2", this.at("ln2"), 1, C));
     const note = m.relu2 ? "model.mlp_act relu2: relu(h)\u00b2 instead of GELU" : "";
-    return this.stage(6, "mlp", `Feed-forward layer (block ${l})`,
+    return this.stage(6, `Feed-forward layer (block ${l})`,
       pre ? `x \u2190 x + ${act}(LN(x) W<sub>fc</sub> + b) W<sub>proj</sub> + b` : `x \u2190 LN(x + ${act}(x W<sub>fc</sub>) W<sub>proj</sub>)`,
       `(C,) = (${C},) \u2192 (4C,) = (${4 * C},) \u2192 (C,); W<sub>fc</sub> (4C, C) = (${4 * C}, ${C})${P.fcB ? ", with biases" : ""}`, figs, note);
   }
@@ -355,7 +368,7 @@ class Explainer {
     figs.push(top);
     const notes = [];
     if (this.cfg.logit_softcap > 0) notes.push(`model.logit_softcap: the logits shown are after ${this.cfg.logit_softcap}\u00b7tanh(logit / ${this.cfg.logit_softcap})`);
-    return this.stage(7, "head", "Final LayerNorm, logits, softmax with temperature, top-k, top-p, the chosen character",
+    return this.stage(7, "Final LayerNorm, logits, softmax with temperature, top-k, top-p, the chosen character",
       "logits = LN<sub>f</sub>(x) wte<sup>T</sup>; &nbsp; p = softmax(logits / T); &nbsp; keep the top k, then the smallest set reaching top-p; &nbsp; draw",
       `x (C,) = (${C},) \u00b7 wte<sup>T</sup> (C, V) = (${C}, ${V}) \u2192 logits (V,) = (${V},)`, figs, notes.join("; "));
   }
