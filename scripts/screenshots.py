@@ -10,7 +10,8 @@
 explorer: the attention explorer (layer 1, a character pinned, another hovered, its tooltip open) and
 the surprise page (a character hovered). playground: the playground mid-generation (a hovered
 generated character shows its top guesses) and with a clicked character's attention shown.
-explain: `minigpt explain`'s page on one prediction, the whole page and each of its seven stages.
+explain: `minigpt explain`'s page on one prediction, the whole page, each of its seven stages, and stage 3
+in the numbers view.
 tensorboard: TensorBoard served on localhost over a folder of runs (docs/tensorboard.md says how
 the docs' four were trained): the HParams table, and the projector with the last embeddings of
 the run with the lowest val/loss_full in 2-D, the character e selected: every point labelled, its
@@ -122,6 +123,10 @@ def explain(m: Any, page: Any, out: Path) -> None:
         for shot, take in shots:
             take(path=shot)
             print(f"wrote {shot}")
+        page.click("#ex-view button:text-is('numbers')")  # the same stage as text
+        shot = out / "explain_numbers.png"
+        page.locator("#stage-3").screenshot(path=shot)
+        print(f"wrote {shot}")
 
 
 def serve_tensorboard(logdir: Path) -> tuple[subprocess.Popen, str]:

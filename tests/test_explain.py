@@ -29,6 +29,8 @@ MODELS = {  # name: (training options, text, position explained)
     "sinusoidal_byte": (["model.pos_emb=sinusoidal", "data.tokenizer=byte"], "héllo wörld", 8),
     "nanogpt": (None, "JULIET:\nHear me", 10),
 }
+# the options the page computes but does not draw step by step: it says so, and shows the rest
+OPTIONS = ["model.qk_norm=true", "model.value_embeds=true", "model.logit_softcap=3", "model.attn_only=true"]
 TEMPERATURE, TOP_K, TOP_P = 0.7, 5, 0.9
 VIEWPORT = (1280, 900)  # conftest's page
 
@@ -61,6 +63,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             page = folder / f"{name}.html"
             assert main(["explain", str(run), str(page), "--text", text, "--at", str(at)]) == 0
             out[name] = run
+        run = folder / "options"
+        assert main(["train", "--data", str(data), "--out", str(run), *TINY, *OPTIONS, "train.max_steps=1"]) == 0
+        assert main(["explain", str(run), str(folder / "options.html"), "--text", "KING:"]) == 0
+        out["options"] = run
     finally:
         mp.undo()
     return out
@@ -174,7 +180,9 @@ def pytorch_numbers(gpt, ids: list[int], layer: int, head: int) -> dict[str, tor
     if cfg.bias:
         want["ln.bias"] = w[f"blocks.{layer}.ln_1.bias"]
     if cfg.pos_emb == "rope":
-        want["rope_angles"] = p * 10000.0 ** (-torch.arange(0, hs, 2) / hs)
+        angles = p * 10000.0 ** (-torch.arange(0, hs, 2) / hs)
+        want |= {"rope_angles": angles, "rope_cos": angles.cos(), "rope_sin": angles.sin()}
+        want["q_raw"] = seen["c_attn"][p, head * hs : (head + 1) * hs]
     else:
         want["pos"] = seen["embed"][p] - seen["tok"][p]
     if not pre:
@@ -265,3 +273,21 @@ def test_the_model_page_is_current() -> None:
     places = model_places()
     assert {p["stage"] for p in places} == set(range(1, 8))  # every stage has a place in the code
     assert all(p["line"] > 1 for p in places)
+
+
+def test_options_not_drawn_are_named_and_the_rest_shown(page, runs) -> None:
+    import minigpt
+
+    m = minigpt.load(runs["options"], device="cpu")
+    open_explained(page, runs, "options")
+    limits = page.inner_text("#ex-limits")
+    assert all(o in limits for o in ("qk_norm", "value_embeds", "logit_softcap", "attn_only")), limits
+    assert "no feed-forward layer" in page.inner_text("#stage-6")
+    got = read_numbers(page)
+    assert "up" not in got  # no MLP to show
+    ids = m.tokenizer.encode("KING:")
+    with torch.no_grad():
+        logits = m.loaded.model(torch.tensor([ids]))[0][0, -1]
+        weights = m.loaded.model.attention_maps(torch.tensor([ids]))[0, 0, 0]  # layer 0, head 0: (T, T)
+    torch.testing.assert_close(got["logits"], logits, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(got["weights"], weights, atol=1e-4, rtol=1e-5)

@@ -203,6 +203,8 @@ class Explainer {
       for (let i = 0; i < hs / 2; i++) angles[i] = Math.fround(p * Math.fround(10000 ** Math.fround(-Math.fround(2 * i) / hs)));
       formula = "x = wte[id]; &nbsp; rotary: q and k of position t turned by angles \u03b8<sub>i</sub> = t \u00b7 10000<sup>\u22122i/hs</sup> (stage 4)";
       figs.push(this.grid("rope_angles", `rotary angles of position ${p} (radians, one per channel pair i, i + hs/2)`, angles, 1, hs / 2, { colLabel: (i) => `pair ${i}` }));
+      const pair = { colLabel: (i) => `pair ${i}` };
+      figs.push(this.grid("rope_cos", "cos \u03b8", angles.map(Math.cos), 1, hs / 2, pair), this.grid("rope_sin", "sin \u03b8", angles.map(Math.sin), 1, hs / 2, pair));
       note = "rotary positions add nothing to the stream: they rotate each head's queries and keys inside attention";
     }
     figs.push(this.grid("embed", "the stream entering block 0", this.at("embed", -1), 1, C));
@@ -272,7 +274,11 @@ class Explainer {
       this.grid("head_out", `the weighted sum of the values for ${this.rowOf(T - 1)}`, this.at("heads").subarray(h * hs, (h + 1) * hs), 1, hs, { colLabel: (d) => `dim ${d}` }),
     ];
     const notes = [];
-    if (this.cfg.pos_emb === "rope") notes.push("q and k are shown after the rotation of their position (the angles of stage 2)");
+    if (this.cfg.pos_emb === "rope") {
+      notes.push("q and k are shown after the rotation of their position (the angles of stage 2)");
+      const raw = this.at("c_attn").subarray(h * hs, (h + 1) * hs); // before qk_norm and the rotation
+      figs.splice(3, 0, this.grid("q_raw", `the query of ${this.rowOf(T - 1)} before its rotation (x W_q)`, raw, 1, hs, { colLabel: (d) => `dim ${d}` }));
+    }
     if (this.cfg.qk_norm) notes.push("model.qk_norm: q and k are shown after their RMS norm; the norm itself is not drawn");
     if (this.cfg.value_embeds) notes.push("model.value_embeds: v includes the block's value embedding of each character; it is not drawn apart");
     return this.stage(4, `One head: queries, keys, values, scores, mask, softmax (block ${l}, head ${h})`,
@@ -324,7 +330,7 @@ class Explainer {
     if (this.cfg.attn_only) {
       return this.stage(6, "Feed-forward layer", "(none)", "", [], "model.attn_only: this model's blocks have no feed-forward layer");
     }
-    const P = m.layers[l], act = m.relu2 ? "relu\u00b2" : "GELU";
+    const P = m.layers[l], act = m.relu2 ? "relu\u00b2" : "GELU", b = P.fcB ? " + b" : "";
     const figs = [
       this.grid("mlp_in", pre ? "its input: ln_2 of the stream" : "its input: the stream after ln_1", pre ? this.at("ln2") : this.at("ln1"), 1, C),
       this.grid("up", "up-projection h = x W_fc (c_fc)", this.at("c_fc"), 1, 4 * C),
@@ -336,7 +342,7 @@ class Explainer {
     if (!pre) figs.push(this.grid("mlp_norm", "the stream after ln_2", this.at("ln2"), 1, C));
     const note = m.relu2 ? "model.mlp_act relu2: relu(h)\u00b2 instead of GELU" : "";
     return this.stage(6, `Feed-forward layer (block ${l})`,
-      pre ? `x \u2190 x + ${act}(LN(x) W<sub>fc</sub> + b) W<sub>proj</sub> + b` : `x \u2190 LN(x + ${act}(x W<sub>fc</sub>) W<sub>proj</sub>)`,
+      pre ? `x \u2190 x + ${act}(LN(x) W<sub>fc</sub>${b}) W<sub>proj</sub>${b}` : `x \u2190 LN(x + ${act}(x W<sub>fc</sub>${b}) W<sub>proj</sub>${b})`,
       `(C,) = (${C},) \u2192 (4C,) = (${4 * C},) \u2192 (C,); W<sub>fc</sub> (4C, C) = (${4 * C}, ${C})${P.fcB ? ", with biases" : ""}`, figs, note);
   }
 
