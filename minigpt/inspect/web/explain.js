@@ -122,7 +122,7 @@ class Explainer {
     const finite = Array.from(values).filter(Number.isFinite), scale = Math.max(1e-12, ...finite.map(Math.abs));
     // a long vector wraps into lines of at most 64, as even as they can be (65 is 33 + 32, not 64 + 1)
     const wrap = rows === 1 && cols > 64 ? Math.ceil(cols / Math.ceil(cols / 64)) : cols, lines = rows === 1 ? Math.ceil(cols / wrap) : rows;
-    const cell = Math.max(3, Math.min(opt.cell || 18, Math.floor(520 / wrap)));
+    const cell = Math.max(3, Math.min(opt.cell || 18, Math.floor(520 / wrap), Math.floor(600 / lines)));
     // the characters beside the rows (and above the columns) when the cells are big enough to read them
     const ox = opt.rowText && cell >= 10 ? 22 : 0, oy = opt.colText && cell >= 10 ? 16 : 0;
     const canvas = document.createElement("canvas");
@@ -262,7 +262,7 @@ class Explainer {
 
   head() {
     const s = this.state, l = s.layer, h = s.head, m = this.model, T = this.trace.T, hs = m.hs;
-    const chars = s.pieces.map(visible), rows = { rowLabel: (r) => this.rowOf(r), rowText: chars };
+    const chars = s.pieces.map(visible), rows = { rowLabel: (r) => this.rowOf(r), rowText: chars, cell: 11 }; // q, k, v side by side
     const keys = { rowLabel: (r) => `query ${this.rowOf(r)}`, colLabel: (j) => `key ${this.rowOf(j)}`, rowText: chars, colText: chars };
     const { scores, weights } = this.scoreMatrix(l, h);
     const figs = [
