@@ -11,7 +11,6 @@ as current comes from one of them, so each can be measured again:
     uv run python scripts/bench.py memory       # the memory preflight's estimate against the measured peak
     uv run python scripts/bench.py share        # two trainings, or a sampler and a training, on one machine
     uv run python scripts/bench.py playground   # the playground page's speed in headless Chromium
-    uv run python scripts/bench.py explain      # explaining one prediction in the playground, and its page's size
     uv run python scripts/bench.py startup      # whole-process start-up: this tree against a git ref
     uv run python scripts/bench.py tricks       # the kept speed tricks, each on and off
     uv run python scripts/bench.py loop         # the training loop's speed: this tree against a git ref
@@ -41,7 +40,6 @@ BENCHMARKS = (
     "memory",
     "share",
     "playground",
-    "explain",
     "startup",
     "tricks",
     "loop",

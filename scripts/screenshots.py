@@ -115,7 +115,6 @@ def explain(m: Any, page: Any, out: Path) -> None:
             "window.playground && window.playground.ready && !document.getElementById('explain').hidden"
         )
         page.click("#ex-layers button:text-is('1')")
-        page.locator("#explain").scroll_into_view_if_needed()
         page.evaluate("document.getElementById('explain').scrollIntoView()")
         shots = [(out / "explain_page.png", page.screenshot)]
         page.add_style_tag(content=".extools { position: static; }")  # the stages' own shots: no toolbar over them

@@ -166,7 +166,8 @@ def test_bash_completion_offers_commands_options_choices_and_run_directories(tmp
     (tmp_path / "other").mkdir()
     script = minigpt("--show-completion", "bash").stdout
     cases = {
-        "minigpt ''": "train sweep sample eval score attention export playground heads lens runs lessons import",
+        "minigpt ''": "train sweep sample eval score attention export playground explain heads lens runs lessons "
+        "import",
         "minigpt train --": "--out --data --device --resume --init-from --nproc --auto --dry-run --help",
         "minigpt sample x --dtype ''": "auto float32 bfloat16",
         "minigpt eval x --device c": "cpu cuda",

@@ -1,4 +1,4 @@
-"""playground: how fast the playground page runs, in headless Chromium."""
+"""playground: how fast the playground page runs, and explains one prediction, in headless Chromium."""
 
 from __future__ import annotations
 
@@ -62,12 +62,32 @@ def page_speed(browser: Any, page_path: Path, chars: int, repeats: int) -> tuple
     return statistics.median(rates), statistics.median(opens)
 
 
+def explain_speed(browser: Any, loaded: Any, folder: Path, repeats: int) -> tuple[float, float]:
+    """Median ms to explain the last position of a full context (the whole view: the window's forward
+    pass watched, every stage drawn) in the float16 page, and that page's MB."""
+    from minigpt.export.playground import playground_page
+
+    block = loaded.config.model.block_size
+    text = DEFAULT_DATA.read_text(encoding="utf-8")[:block]
+    path = playground_page(loaded, "float16", {"text": text, "at": block - 1}).save(folder / "explain.html")
+    context = browser.new_context(offline=True)
+    pg = context.new_page()
+    pg.goto(path.as_uri())
+    pg.wait_for_function("window.playground && window.playground.ready && !document.getElementById('explain').hidden")
+    timed = "() => { const t0 = performance.now(); window.playground.explain(); return performance.now() - t0; }"
+    ms = statistics.median(pg.evaluate(timed) for _ in range(repeats))
+    context.close()
+    return ms, path.stat().st_size / 1e6
+
+
 def run(a: argparse.Namespace) -> int:
     """How fast the playground page runs, in headless Chromium.
 
     Characters per second generated in the page (after its prompt is read) and the time from
     navigation to the model ready (weights decoded), for the default model and a 6x384 context-256
-    one. Speed does not depend on the weights, so random ones are measured unless --run is given.
+    one; and the time to explain the last position of a full context (`minigpt explain`'s view, issue
+    73's target: under 1 s) with that page's size in float16. Speed does not depend on the weights,
+    so random ones are measured unless --run is given.
     Needs /usr/bin/chromium and the dev dependencies (playwright)."""
     from playwright.sync_api import sync_playwright
 
@@ -86,13 +106,16 @@ def run(a: argparse.Namespace) -> int:
             path = Path(tmp) / "page.html"
             playground_page(loaded, "float32").save(path)
             rate, opened = page_speed(browser, path, a.chars, a.repeats)
+            explain_ms, explain_mb = explain_speed(browser, loaded, Path(tmp), a.repeats)
             rows.append({"model": name, "page_mb": path.stat().st_size / 1e6, "chars_per_s": rate, "open_s": opened})
+            rows[-1] |= {"explain_ms": explain_ms, "float16_page_mb": explain_mb}
             progress(f"{name}: {rate:,.0f} chars/s, opens in {opened:.2f} s, page {rows[-1]['page_mb']:.1f} MB")
         browser.close()
-    print("| model | page | characters/s | page opens in |")
-    print("|---|---:|---:|---:|")
+    print("| model | page | characters/s | page opens in | explain one position | page in float16 |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['model']} | {r['page_mb']:.1f} MB | {r['chars_per_s']:,.0f} | {r['open_s']:.2f} s |")
+        explain = f"{r['explain_ms']:.0f} ms | {r['float16_page_mb']:.1f} MB"
+        print(f"| {r['model']} | {r['page_mb']:.1f} MB | {r['chars_per_s']:,.0f} | {r['open_s']:.2f} s | {explain} |")
     print(json.dumps({"repeats": a.repeats, "chars": a.chars, "models": rows, "machine": machine_info()}))
     return 0
 
