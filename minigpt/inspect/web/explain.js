@@ -92,8 +92,7 @@ class Explainer {
     for (const stage of [this.ids(), this.embedding(), this.layerNorm(), this.head(), this.heads(), this.mlp(), this.output()]) {
       stages.appendChild(stage);
     }
-    const p = s.offset + s.ids.length - 1;
-    byId("ex-where").textContent = `predicting the character after ${quoted(s.pieces[s.pieces.length - 1])} #${p} ` +
+    byId("ex-where").textContent = `predicting the character after ${this.rowOf(s.ids.length - 1)} ` +
       `(a window of ${s.ids.length} of ${this.cfg.block_size}): traced in ${this.traceMs.toFixed(0)} ms`;
   }
 
@@ -174,7 +173,10 @@ class Explainer {
     return fig;
   }
 
-  rowOf(r) { return `${quoted(this.state.pieces[r])} #${this.state.offset + r}`; }
+  rowOf(r) { // an empty prompt starts at a line break the text does not show: offset -1
+    const p = this.state.offset + r;
+    return `${quoted(this.state.pieces[r])} ${p < 0 ? "(the start)" : "#" + p}`;
+  }
   at(name, l = this.state.layer, h) { return this.trace.at[h === undefined ? `${name}.${l}` : `${name}.${l}.${h}`]; }
 
   ids() {
