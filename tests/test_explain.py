@@ -23,6 +23,8 @@ from tests.helpers import ROOT, TINY, make_text
 from .helpers import one_error_line
 from .test_nanogpt import write_nanogpt
 
+# one worker runs the module: its runs are trained once and one browser serves every case
+pytestmark = pytest.mark.xdist_group("explain")
 MODELS = {  # name: (training options, text, position explained)
     "rope_pre": (["model.pos_emb=rope"], "KING:\nSpeak the", 9),
     "learned_post_bias": (["model.pos_emb=learned", "model.norm=post", "model.bias=true"], "ROMEO:\nGood lord", 12),
