@@ -85,17 +85,24 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + x.roll(x.size(-1) // 2, dims=-1) * sin.to(x.dtype)
 
 
-def plain_attention(
+def causal_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Scaled dot-product attention (flash kernel where there is one). Without `mask`, either as
-    many queries as keys, attended causally (training, a full forward), or one query that sees
-    every key (a KV-cache decoding step); the KV-cache path passes its own mask otherwise."""
+    """Scaled dot-product attention (flash kernel where there is one), on every device. Without
+    `mask`, either as many queries as keys, attended causally (training, a full forward), or one
+    query that sees every key (a KV-cache decoding step); the KV-cache path passes its own mask
+    otherwise. On the CPU a bf16 model attends in float32, as its KV cache holds keys and values
+    (decode.py); q's dtype comes back."""
     if mask is None and q.size(2) not in (1, k.size(2)):
         raise ValueError(f"{q.size(2)} queries over {k.size(2)} keys need an explicit attention mask")
-    if k.dtype != q.dtype:  # a float32 KV cache of a bf16 model (decode.py): attended in float32
-        return plain_attention(q.to(k.dtype), k, v, dropout_p, mask).to(q.dtype)
     causal = mask is None and k.size(2) == q.size(2)
+    if (q.dtype == torch.bfloat16 and q.device.type == "cpu") or k.dtype != q.dtype:
+        # out of training's autocast (bf16 again there); decoding has none, and entering one costs ~20 Python calls
+        with torch.autocast("cpu", enabled=False) if torch.is_autocast_enabled("cpu") else contextlib.nullcontext():
+            y = F.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p, is_causal=causal
+            )
+        return y.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
 
 
@@ -122,7 +129,9 @@ class CausalSelfAttention(nn.Module):
         # the probabilities (B, nh, T, S), written out while this is hooked (no fused kernel; eval only)
         self.pattern = HookPoint()
         self.head_out = HookPoint()  # each head's output (B, nh, T, hs) before the projection (head ablation)
-        self.attend = plain_attention  # the speed layer may set another form (runtime/attention.py)
+        # the attention every run executes; only where train.attention chose the CPU's bf16 products does the
+        # trainer swap in that form (runtime/attention.py use_products, docs/design.md)
+        self.attend = causal_attention
 
     def forward(
         self,

@@ -15,7 +15,6 @@ from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.model import GPT, parameter_count
-from minigpt.runtime.attention import set_attention
 from minigpt.runtime.cores import allowed_cores
 from minigpt.runtime.device import autocast, enable_fast_matmul, log, synchronize
 from minigpt.runtime.mfu import flops_per_token
@@ -101,7 +100,6 @@ def time_steps(
     torch.manual_seed(0)
     enable_fast_matmul(device)  # TF32 on, as the trainer will train
     model = GPT(m, vocab).to(device)
-    set_attention(model)  # as the trainer attends
     cfg = replace(recipe, model=m, train=replace(recipe.train, batch_size=batch, grad_accum_steps=1))
     window = torch.randint(vocab, (batch, m.block_size + 1), device=device)
     step = Step(

@@ -32,7 +32,7 @@ from minigpt.infer.evaluate import EvalResult, evaluate_ids
 from minigpt.infer.windows import token_losses
 from minigpt.model import GPT, evaluating
 from minigpt.runtime import distributed
-from minigpt.runtime.attention import set_attention
+from minigpt.runtime.attention import use_products
 from minigpt.runtime.device import (
     autocast,
     dtype_name,
@@ -210,7 +210,8 @@ class Trainer:
         enable_fast_matmul(device)
         self.model = GPT(cfg.model, tok.vocab_size).to(device)
         self.products = products
-        set_attention(self.model, products)
+        if products:
+            use_products(self.model)  # the CPU's bf16 attention by products, where train.attention chose it
         if self.dist.enabled:
             torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
         self.optimizer = build_optimizer(self.model, cfg, device, dtype)
