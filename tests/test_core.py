@@ -190,6 +190,29 @@ def test_empty_methods_sees_a_hook_left_to_fill() -> None:
     assert empty_methods(hooks) == ["Loop.before_step", "Loop.meet"]
 
 
+OPTIONS = ("pos_emb", "norm", "attn_only", "qk_norm", "mlp_act", "value_embeds", "logit_softcap", "softcap", "bias")
+
+
+def option_branches(source: str) -> list[str]:
+    """Every `if` (or conditional expression) inside a forward pass that tests the config or a model option."""
+    found = []
+    for cls in (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)):
+        for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward"):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.If | ast.IfExp):
+                    test = ast.unparse(node.test)
+                    if "cfg" in test or any(option in test for option in OPTIONS):
+                        found.append(f"{cls.name}.forward: {test}")
+    return found
+
+
+def test_no_forward_pass_branches_on_a_model_option() -> None:
+    """Each option is chosen once, at construction (docs/model_options.md): no forward tests one."""
+    assert option_branches((ROOT / "minigpt" / "model.py").read_text(encoding="utf-8")) == []
+    old = "class MLP:\n    def forward(self, h):\n        return relu(h) if self.cfg.mlp_act == 'relu2' else gelu(h)\n"
+    assert option_branches(old) == ["MLP.forward: self.cfg.mlp_act == 'relu2'"]
+
+
 def test_one_plan_takes_each_source_in_the_order_design_md_gives(tmp_path: Path) -> None:
     """data.path (and model.dropout) through the file, an override, a flag and a checkpoint, on a new
     run, a resume and a fine-tune: the later source wins (docs/design.md, "Which value wins")."""
