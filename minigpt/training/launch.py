@@ -26,7 +26,6 @@ from minigpt.config.files import (
 from minigpt.config.schema import (
     Config,
     ModelConfig,
-    batch_split_error,
     config_from_dict,
     keys_with,
 )
@@ -46,7 +45,7 @@ from minigpt.training import disk, preflight
 from minigpt.training.autosize import AUTO_KEYS, auto_size, run_advice, timed_under_load
 from minigpt.training.callbacks import Callback
 from minigpt.training.disk import write_run_file
-from minigpt.training.plan import Override, Resume
+from minigpt.training.plan import Override, Resume, check_process_layout
 from minigpt.training.progress import ByteProgress
 from minigpt.training.schedule import RATE_KEYS, replanned_schedule_note
 from minigpt.training.trainer import Trainer, TrainResult
@@ -391,20 +390,6 @@ def model_vocabulary(
         start_tok = tokenizer_from_dict(init_from[1].tokenizer)
         return starting_vocabulary(start_tok, corpus.tokenizer, cfg.data.new_chars, init_from[0], corpus.description)
     return corpus.tokenizer
-
-
-def check_process_layout(cfg: Config, world_size: int, resuming: bool) -> None:
-    """Refuse what the run's processes (one, or --nproc ranks) cannot train, before any work."""
-    split = batch_split_error(cfg.train, world_size)
-    if split:
-        raise UserError(split)
-    if cfg.optim.schedule_by == "time" and world_size > 1:
-        raise UserError(
-            "optim.schedule_by time trains on one process (each would read its own clock); "
-            "use optim.schedule_by=steps with --nproc"
-        )
-    if cfg.train.auto and world_size > 1 and not resuming:
-        raise UserError("--auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)")
 
 
 def run_training(
