@@ -252,44 +252,23 @@ class Block(nn.Module):
 class PostNormBlock(Block):
     """model.norm=post (the original Transformer): ln_1(x + attn(x)), then ln_2(x + mlp(x))."""
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        rope: Rope = None,
-        ve: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        x = self.ln_1(x + self.attn(x, cache, layer, rope, ve))
+    def forward(self, x: torch.Tensor, *attn_args: object) -> torch.Tensor:  # Block.forward's arguments
+        x = self.ln_1(x + self.attn(x, *attn_args))
         return self.ln_2(x + self.mlp(x))
 
 
 class AttentionOnlyBlock(Block):
     """model.attn_only (pre-norm): the attention half alone, x + attn(ln_1(x))."""
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        rope: Rope = None,
-        ve: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return x + self.attn(self.ln_1(x), cache, layer, rope, ve)
+    def forward(self, x: torch.Tensor, *attn_args: object) -> torch.Tensor:  # Block.forward's arguments
+        return x + self.attn(self.ln_1(x), *attn_args)
 
 
 class PostNormAttentionOnlyBlock(Block):
     """model.attn_only with model.norm=post: ln_1(x + attn(x))."""
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        rope: Rope = None,
-        ve: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return self.ln_1(x + self.attn(x, cache, layer, rope, ve))
+    def forward(self, x: torch.Tensor, *attn_args: object) -> torch.Tensor:  # Block.forward's arguments
+        return self.ln_1(x + self.attn(x, *attn_args))
 
 
 def block_type(cfg: ModelConfig) -> type[Block]:

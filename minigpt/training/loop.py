@@ -104,7 +104,6 @@ class Due(Protocol):
     def due(self, step: int, last: bool) -> bool:
         """Whether it runs after optimizer step `step` (`last`: the run's final step): a pure
         function of the step and its own config, so every process gives the same answer."""
-        ...
 
 
 class Agreement(Protocol):
@@ -112,23 +111,18 @@ class Agreement(Protocol):
 
     def add_loss(self, loss: torch.Tensor) -> None:
         """Count a step's training loss (agreed, averaged over processes, at the next meeting)."""
-        ...
 
     def stop_if_signalled(self) -> None:
         """A stop signal (under DDP, one every process has seen): save last.pt and stop (raises)."""
-        ...
 
     def meet(self) -> None:
         """The loss, stop signals and requests and callback failures agreed; a non-finite loss refused."""
-        ...
 
     def stop_requested(self, met: bool, last: bool) -> str | None:
         """A `request_stop()`'s reason once the processes agree on it (under DDP only where they met)."""
-        ...
 
     def finish(self) -> None:
         """Under DDP, meet once more: a callback's failure since the last meeting stops every process."""
-        ...
 
 
 class Run(Protocol):
@@ -147,27 +141,21 @@ class Run(Protocol):
 
     def learning_rate(self) -> float:
         """This step's rate: `lr_at`, by steps or by a time budget."""
-        ...
 
     def log(self, stats: StepStats) -> None:
         """`on_log` with the loss agreed at this meeting, averaged since the last log step."""
-        ...
 
     def evaluate_and_save(self) -> None:
         """The validation loss, then last.pt (and best.pt when it is a new best); `on_eval`."""
-        ...
 
     def save_last(self) -> None:
         """last.pt; `on_save`."""
-        ...
 
     def save_snapshot(self, stats: StepStats) -> None:
         """The weights of this step as step_NNNNNNN.pt, unless the step went non-finite."""
-        ...
 
     def emit(self, event: str, *args: object, to: Sequence[Due] | None = None) -> None:
         """Call `event` on every callback (or those `to`), in order."""
-        ...
 
 
 def train_step(run: Run) -> StepStats:
