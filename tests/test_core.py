@@ -259,6 +259,15 @@ def test_one_plan_takes_each_source_in_the_order_design_md_gives(tmp_path: Path)
     assert data(overridden) == str(texts["override"])
     flagged = plan(None, [*more, f"data.path={texts['override']}"], resume=Resume.YES, out="run", data=texts["flag"])
     assert data(flagged) == str(texts["flag"])
+    # a resume reads a CONFIG by one rule, a dict, a file or none: the checkpoint's config < what it sets
+    minigpt.train(None, [*tiny, f"data.path={texts['trained']}", "train.eval_interval=1"], out=tmp_path / "every")
+    longer = tmp_path / "longer.yaml"
+    longer.write_text("train:\n  max_steps: 4\n", encoding="utf-8")
+    for config_arg, overrides in ((None, more), ({"train": {"max_steps": 4}}, ()), (longer, ())):
+        resumed = plan(config_arg, overrides, resume=Resume.YES, out="every")
+        assert resumed.mode is Mode.RESUME and resumed.cfg.train.max_steps == 4, config_arg
+        assert resumed.cfg.train.eval_interval == 1, config_arg  # the checkpoint's, which the CONFIG leaves alone
+        assert resumed.cfg.model.dropout == 0.1 and data(resumed) == str(texts["trained"].resolve()), config_arg
     # a fine-tune: defaults < the checkpoint's model.* < overrides < flags
     tuned = plan(None, init_from=tmp_path / "run", out="tuned")
     assert tuned.mode is Mode.FINE_TUNE and tuned.cfg.model.n_embd == 32 and tuned.cfg.model.dropout == 0.05

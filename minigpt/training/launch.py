@@ -187,15 +187,17 @@ def _resume_plan(
     which: str,
     origin: str,
 ) -> Plan:
-    """A resumed run's plan: the command's config (`from_file`, when it names a CONFIG file) or the
-    checkpoint's with the overrides on top; `which` names it in an error."""
+    """A resumed run's plan, by one rule whatever the CONFIG: the checkpoint's config, then what the
+    command sets (a CONFIG file's keys that differ from the defaults, as `explicit_keys` counts them;
+    a dict's and the overrides, in `overrides`) on top; `which` names it in an error."""
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
     ckpt_path, ckpt = resumable_checkpoint(ckpt_path, log)  # a damaged last.pt falls back to best.pt
     saved = config_from_dict(ckpt.config, str(ckpt_path))
-    saved_items = [(k, v) for k, v in saved.flat().items()]
-    cfg = from_file if from_file is not None else with_overrides(Config(), saved_items + list(overrides), None, origin)
+    saved_items = list(saved.flat().items())
+    given = list(overrides) if from_file is None else [(k, v) for k, v in from_file.flat().items() if k in explicit]
+    cfg = with_overrides(Config(), saved_items + given, None, origin)
     cfg = saved_init_from(saved, cfg)  # a job script repeats its fine-tuning command's train.init_from
     if cfg.train.auto:  # what --auto chose is the run's: the command that started it resumes it
         cfg = cfg.replace(**{k: saved.flat()[k] for k in AUTO_KEYS if k not in explicit})
