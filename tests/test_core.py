@@ -35,11 +35,10 @@ def test_the_core_fits_its_budget_in_the_files_design_md_names_in_order() -> Non
     assert all(p >= 0 for p in places) and places == sorted(places), "docs/design.md names the core in reading order"
 
 
-def test_the_package_fits_its_budget() -> None:
-    package = sum(lines(p) for p in (ROOT / "minigpt").rglob("*.py"))
+def test_the_scripts_fit_their_budget() -> None:
     scripts = sum(lines(p) for p in (ROOT / "scripts").rglob("*.py"))
-    assert package <= BUDGET["package"]["max_lines"], package
     assert scripts <= BUDGET["scripts"]["max_lines"], scripts
+    assert "package" not in BUDGET  # the package stays small by one of each thing, not by a line cap
 
 
 def runtime_imports(path: Path) -> set[str]:

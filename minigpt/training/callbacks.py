@@ -28,26 +28,20 @@ class Callback:
         function of the step and the callback's own config, so every rank gives the same answer."""
         return False
 
-    def on_due(self, trainer: Any, stats: StepStats) -> None:
-        """At the steps `due` names (`stats` holds tensors still on the device)."""
+    def on_due(self, trainer: Any, stats: StepStats) -> None: ...
 
-    def on_train_start(self, trainer: Any) -> None:
-        """Once, before the first step."""
+    def on_train_start(self, trainer: Any) -> None: ...
 
     def on_step_end(self, trainer: Any, stats: StepStats) -> None:
         """After every step (keep it cheap: `stats` holds tensors still on the device)."""
 
-    def on_log(self, trainer: Any, logs: dict[str, Any]) -> None:
-        """At each log step, with the loss agreed over processes."""
+    def on_log(self, trainer: Any, logs: dict[str, Any]) -> None: ...
 
-    def on_eval(self, trainer: Any, val_loss: float, improved: bool) -> None:
-        """After each evaluation (its checkpoints are written)."""
+    def on_eval(self, trainer: Any, val_loss: float, improved: bool) -> None: ...
 
-    def on_save(self, trainer: Any, paths: list[Path]) -> None:
-        """After last.pt (or best.pt) is written."""
+    def on_save(self, trainer: Any, paths: list[Path]) -> None: ...
 
-    def on_train_end(self, trainer: Any, result: Any) -> None:
-        """Once: the `TrainResult`, or None when the run failed or was interrupted."""
+    def on_train_end(self, trainer: Any, result: Any) -> None: ...
 
 
 class Every:
