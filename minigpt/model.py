@@ -5,6 +5,7 @@ Only the model: no I/O, device choice or optimizer; inspection hooks its HookPoi
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -85,18 +86,46 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + x.roll(x.size(-1) // 2, dims=-1) * sin.to(x.dtype)
 
 
-def plain_attention(
+def causal_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Scaled dot-product attention (flash kernel where there is one). Without `mask`, either as
-    many queries as keys, attended causally (training, a full forward), or one query that sees
-    every key (a KV-cache decoding step); the KV-cache path passes its own mask otherwise."""
+    """Scaled dot-product attention (flash kernel where there is one), on every device. Without
+    `mask`, either as many queries as keys, attended causally (training, a full forward), or one
+    query that sees every key (a KV-cache decoding step); the KV-cache path passes its own mask
+    otherwise. On the CPU a bf16 model attends in float32, as its KV cache holds keys and values
+    (decode.py); q's dtype comes back."""
     if mask is None and q.size(2) not in (1, k.size(2)):
         raise ValueError(f"{q.size(2)} queries over {k.size(2)} keys need an explicit attention mask")
-    if k.dtype != q.dtype:  # a float32 KV cache of a bf16 model (decode.py): attended in float32
-        return plain_attention(q.to(k.dtype), k, v, dropout_p, mask).to(q.dtype)
     causal = mask is None and k.size(2) == q.size(2)
+    if (q.dtype == torch.bfloat16 and q.device.type == "cpu") or k.dtype != q.dtype:
+        # out of training's autocast (bf16 again there); decoding has none, and entering one costs ~20 Python calls
+        with torch.autocast("cpu", enabled=False) if torch.is_autocast_enabled("cpu") else contextlib.nullcontext():
+            y = F.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p, is_causal=causal
+            )
+        return y.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
+
+
+def unchanged(x: torch.Tensor, *_: object) -> torch.Tensor:
+    """What an option that is off does: nothing (chosen at construction, so no forward tests an option)."""
+    return x
+
+
+def rotate(qk: torch.Tensor, rope: Rope) -> torch.Tensor:
+    """model.pos_emb=rope: queries and keys rotated together by the positions' tables (half the operations);
+    a block called on its own, with no tables, attends without positions."""
+    return qk if rope is None else apply_rope(qk, *rope)
+
+
+def no_values(*_: object) -> None:
+    """model.value_embeds off: no value embedding for any block."""
+    return None
+
+
+def relu_squared(h: torch.Tensor) -> torch.Tensor:
+    """model.mlp_act=relu2: relu(h)^2."""
+    return F.relu(h).square()
 
 
 class HookPoint(nn.Identity):
@@ -116,13 +145,21 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v in one matmul
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.resid_dropout = nn.Dropout(cfg.dropout)
-        self.qk_norm = cfg.qk_norm
-        # how much of the block's value embedding joins its values (model.value_embeds)
+        hs = cfg.n_embd // cfg.n_head
+        # the options, each chosen once: RMS 1 for each head's queries and keys (model.qk_norm), rotary
+        # positions (model.pos_emb=rope), and how much of the block's value embedding joins its values
+        self.qk_norm = (
+            functools.partial(F.rms_norm, normalized_shape=(hs,), eps=QK_NORM_EPS) if cfg.qk_norm else unchanged
+        )
+        self.rotate = rotate if cfg.pos_emb == "rope" else unchanged
         self.ve_mix = nn.Parameter(torch.tensor(0.5)) if cfg.value_embeds else None
+        self.add_values = self.add_value_embeds if cfg.value_embeds else unchanged
         # the probabilities (B, nh, T, S), written out while this is hooked (no fused kernel; eval only)
         self.pattern = HookPoint()
         self.head_out = HookPoint()  # each head's output (B, nh, T, hs) before the projection (head ablation)
-        self.attend = plain_attention  # the speed layer may set another form (runtime/attention.py)
+        # the attention every run executes; only where train.attention chose the CPU's bf16 products does the
+        # trainer swap in that form (runtime/attention.py use_products, docs/design.md)
+        self.attend = causal_attention
 
     def forward(
         self,
@@ -137,13 +174,9 @@ class CausalSelfAttention(nn.Module):
         qkv = self.c_attn(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
         qk, v = qkv.split((2, 1))  # not slices, whose backward fills a zero gradient and adds into it
         v = v.squeeze(0)
-        if self.qk_norm:
-            qk = F.rms_norm(qk, (hs,), eps=QK_NORM_EPS)  # each head's query and key to RMS 1
-        if rope is not None:
-            qk = apply_rope(qk, *rope)  # queries and keys rotated together: half the operations
+        qk = self.rotate(self.qk_norm(qk), rope)
         q, k = qk.unbind(0)
-        if ve is not None:
-            v = v + self.ve_mix * ve.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        v = self.add_values(v, ve)  # (B, nh, T, hs)
         start = 0
         if cache is not None:
             start = cache.length
@@ -172,6 +205,11 @@ class CausalSelfAttention(nn.Module):
         y = self.c_proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
         return self.resid_dropout(y) if self.training else y  # no module call a layer and token when sampling
 
+    def add_value_embeds(self, v: torch.Tensor, ve: torch.Tensor) -> torch.Tensor:
+        """model.value_embeds: the block's value embedding ve (B, T, C), mixed into the values v (B, nh, T, hs)."""
+        B, nh, T, hs = v.shape
+        return v + self.ve_mix * ve.view(B, T, nh, hs).transpose(1, 2)
+
 
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -179,24 +217,23 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.relu2 = cfg.mlp_act == "relu2"
+        self.act = relu_squared if cfg.mlp_act == "relu2" else F.gelu  # model.mlp_act, chosen once
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)  # (B, T, 4C)
-        y = self.c_proj(F.relu(h).square() if self.relu2 else F.gelu(h))
+        y = self.c_proj(self.act(h))
         return self.dropout(y) if self.training else y
 
 
 class Block(nn.Module):
-    """Residual block. pre (GPT-2): x + attn(ln(x)), then x + mlp(ln(x)).
-    post (original Transformer): ln(x + attn(x)), then ln(x + mlp(x)).
-    model.attn_only: the attention half alone; no ln_2 and no mlp (no parameters for them)."""
+    """Residual block, pre-norm (GPT-2): x + attn(ln_1(x)), then x + mlp(ln_2(x)). The options
+    model.norm=post and model.attn_only are the subclasses below (`block_type` picks one)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.pre = cfg.norm == "pre"
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(cfg)
+        # model.attn_only: no ln_2 and no mlp (no parameters for them)
         self.ln_2 = None if cfg.attn_only else nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = None if cfg.attn_only else MLP(cfg)
 
@@ -208,11 +245,37 @@ class Block(nn.Module):
         rope: Rope = None,
         ve: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if self.pre:
-            x = x + self.attn(self.ln_1(x), cache, layer, rope, ve)
-            return x if self.mlp is None else x + self.mlp(self.ln_2(x))
-        x = self.ln_1(x + self.attn(x, cache, layer, rope, ve))
-        return x if self.mlp is None else self.ln_2(x + self.mlp(x))
+        x = x + self.attn(self.ln_1(x), cache, layer, rope, ve)
+        return x + self.mlp(self.ln_2(x))
+
+
+class PostNormBlock(Block):
+    """model.norm=post (the original Transformer): ln_1(x + attn(x)), then ln_2(x + mlp(x))."""
+
+    def forward(self, x: torch.Tensor, *attn_args: object) -> torch.Tensor:  # Block.forward's arguments
+        x = self.ln_1(x + self.attn(x, *attn_args))
+        return self.ln_2(x + self.mlp(x))
+
+
+class AttentionOnlyBlock(Block):
+    """model.attn_only (pre-norm): the attention half alone, x + attn(ln_1(x))."""
+
+    def forward(self, x: torch.Tensor, *attn_args: object) -> torch.Tensor:  # Block.forward's arguments
+        return x + self.attn(self.ln_1(x), *attn_args)
+
+
+class PostNormAttentionOnlyBlock(Block):
+    """model.attn_only with model.norm=post: ln_1(x + attn(x))."""
+
+    def forward(self, x: torch.Tensor, *attn_args: object) -> torch.Tensor:  # Block.forward's arguments
+        return self.ln_1(x + self.attn(x, *attn_args))
+
+
+def block_type(cfg: ModelConfig) -> type[Block]:
+    """The block of model.norm and model.attn_only, chosen once for the whole model."""
+    if cfg.attn_only:
+        return AttentionOnlyBlock if cfg.norm == "pre" else PostNormAttentionOnlyBlock
+    return Block if cfg.norm == "pre" else PostNormBlock
 
 
 class GPT(nn.Module):
@@ -235,16 +298,25 @@ class GPT(nn.Module):
                 cos, sin = rope_tables(cfg.block_size, cfg.n_embd // cfg.n_head)
                 self.register_buffer("rope_cos", cos, persistent=False)
                 self.register_buffer("rope_sin", sin, persistent=False)
+        # the positions, chosen once: what `embed` adds to the tokens, or the rotary tables it hands on
+        options = {
+            "learned": self.learned_positions,
+            "sinusoidal": self.sinusoidal_positions,
+            "rope": self.rotary_positions,
+        }
+        self.positions = options[cfg.pos_emb]
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(block_type(cfg)(cfg) for _ in range(cfg.n_layer))
         # model.value_embeds: one more token table per block, read into its attention's values (outside
         # `blocks`: an embedding, trained as the token embedding is, not as the blocks' matrices)
         tables = (nn.Embedding(vocab_size, cfg.n_embd) for _ in range(cfg.n_layer))
         self.value_embeds = nn.ModuleList(tables) if cfg.value_embeds else None
+        self.block_values = self.value_embeddings if cfg.value_embeds else no_values
         # post-norm blocks already end in a LayerNorm; pre-norm needs one before the head
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.norm == "pre" else nn.Identity()
         self.lm_head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one matrix reads and writes characters
+        self.softcap = self.capped if cfg.logit_softcap > 0 else unchanged  # model.logit_softcap, chosen once
         self.apply(self._init_weights)
         # GPT-2: scale the residual projections by 1/sqrt(their number: 2 * n_layer, n_layer without
         # MLPs) so the stream's variance does not grow with depth
@@ -300,15 +372,25 @@ class GPT(nn.Module):
         (B, T, C), and the rotary tables of those positions (None unless model.pos_emb is rope)."""
         T = idx.size(1)
         assert start + T <= self.cfg.block_size, f"sequence of {start + T} exceeds block_size {self.cfg.block_size}"
-        x = self.wte(idx)  # (B, T, C)
-        rope = None
-        if self.cfg.pos_emb == "learned":
-            x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
-        elif self.cfg.pos_emb == "sinusoidal":
-            x = x + self.pos_table[start : start + T].to(x.dtype)
-        else:
-            rope = (self.rope_cos[start : start + T], self.rope_sin[start : start + T])
+        x, rope = self.positions(self.wte(idx), start)  # (B, T, C)
         return (self.drop(x) if self.training else x), rope
+
+    def learned_positions(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, Rope]:
+        """model.pos_emb=learned (GPT-2): rows start.. of a trained table, added to the tokens x (B, T, C)."""
+        return x + self.wpe(torch.arange(start, start + x.size(1), device=x.device)), None
+
+    def sinusoidal_positions(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, Rope]:
+        """model.pos_emb=sinusoidal (the original Transformer): rows of the fixed table, added to x."""
+        return x + self.pos_table[start : start + x.size(1)].to(x.dtype), None
+
+    def rotary_positions(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, Rope]:
+        """model.pos_emb=rope: the tokens as they are, and the rotary tables of these positions for attention."""
+        end = start + x.size(1)
+        return x, (self.rope_cos[start:end], self.rope_sin[start:end])
+
+    def value_embeddings(self, i: int, idx: torch.Tensor) -> torch.Tensor:
+        """model.value_embeds: block i's value embedding of the ids idx (B, T) -> (B, T, C)."""
+        return self.value_embeds[i](idx)
 
     def run_blocks(
         self,
@@ -322,8 +404,7 @@ class GPT(nn.Module):
         """The residual stream x (B, T, C) through blocks first..last-1 (all of them by default): the
         stream after block last-1, before the final LayerNorm. idx (B, T) feeds the value embeddings."""
         for i in range(first, len(self.blocks) if last is None else last):
-            ve = self.value_embeds[i](idx) if self.value_embeds is not None else None  # (B, T, C)
-            x = self.blocks[i](x, cache, i, rope, ve)
+            x = self.blocks[i](x, cache, i, rope, self.block_values(i, idx))
         return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -331,10 +412,10 @@ class GPT(nn.Module):
         the soft-cap (B, T, V); what the model predicts if the stream stopped there (the logit lens)."""
         return self.softcap(self.lm_head(self.ln_f(x)))
 
-    def softcap(self, logits: torch.Tensor) -> torch.Tensor:
-        """model.logit_softcap: logits bounded smoothly to (-cap, cap); unchanged when it is 0."""
+    def capped(self, logits: torch.Tensor) -> torch.Tensor:
+        """model.logit_softcap: logits bounded smoothly to (-cap, cap)."""
         cap = self.cfg.logit_softcap
-        return cap * torch.tanh(logits / cap) if cap > 0 else logits
+        return cap * torch.tanh(logits / cap)
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:

@@ -27,11 +27,9 @@ import argparse
 import importlib
 import inspect
 import sys
-from pathlib import Path
 from types import ModuleType
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks package beside this file
-from benchmarks.harness import BenchError  # noqa: E402
+from benchmarks.harness import BenchError  # the package beside this file: Python puts a script's folder on the path
 
 BENCHMARKS = (
     "speed",

@@ -7,15 +7,30 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-_spec = importlib.util.spec_from_file_location("bench", SCRIPTS / "bench.py")
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench"] = bench
-_spec.loader.exec_module(bench)  # puts scripts/ on sys.path, for the benchmarks package
-from benchmarks import speed, speed_budget, speed_report  # noqa: E402
+
+
+def load(name: str, path: Path, package: bool = False) -> ModuleType:
+    """`name` from `path` as an import would load it (a package's submodules found under its folder),
+    without putting scripts/ on sys.path."""
+    where = [str(path.parent)] if package else None
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=where)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+load("screenshots", SCRIPTS / "screenshots.py")  # scripts/ modules a benchmark imports, as a script finds them
+load("benchmarks", SCRIPTS / "benchmarks" / "__init__.py", package=True)
+bench = load("bench", SCRIPTS / "bench.py")
+speed = importlib.import_module("benchmarks.speed")
+speed_budget = importlib.import_module("benchmarks.speed_budget")
+speed_report = importlib.import_module("benchmarks.speed_report")
 
 
 def test_a_curve_is_read_at_its_latest_evaluation_before_the_time() -> None:

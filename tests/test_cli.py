@@ -17,7 +17,7 @@ import yaml
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import DataConfig
 from minigpt.data.corpus import load_corpus
-from minigpt.training.trainer import Trainer
+from minigpt.training import loop
 
 from .helpers import TINY, make_text, one_error_line
 
@@ -176,19 +176,19 @@ def test_interrupt_then_resume_is_bit_exact(text_file: Path, tmp_path: Path, cli
     ]
     assert cli("train", "--out", tmp_path / "whole", *args).code == 0
 
-    real_step = Trainer.train_step
+    real_step = loop.train_step
 
     def step_with_interrupt(self):
         if self.state.step == 14:
             os.kill(os.getpid(), signal.SIGINT)  # lands mid-step: the step finishes, then training stops
         return real_step(self)
 
-    monkeypatch.setattr(Trainer, "train_step", step_with_interrupt)
+    monkeypatch.setattr(loop, "train_step", step_with_interrupt)
     r = cli("train", "--out", tmp_path / "split", *args)
     assert r.code == 130, r
     assert "--resume" in r.err
     assert load_checkpoint(tmp_path / "split" / "last.pt")["step"] == 15
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    monkeypatch.setattr(loop, "train_step", real_step)
     r = cli("train", "--out", tmp_path / "split", "--resume")
     assert r.code == 0, r
     a = load_checkpoint(tmp_path / "whole" / "last.pt")

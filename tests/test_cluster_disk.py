@@ -96,14 +96,14 @@ def _fill_at_step(monkeypatch, step: int, action) -> None:
     """Run `action()` (fill the disk, remount it) just before the checkpoints of `step` are written."""
     from minigpt.training.trainer import Trainer
 
-    real = Trainer._evaluate_and_save
+    real = Trainer.evaluate_and_save
 
     def evaluate_and_save(self):
         if self.state.step == step:
             action()
         return real(self)
 
-    monkeypatch.setattr(Trainer, "_evaluate_and_save", evaluate_and_save)
+    monkeypatch.setattr(Trainer, "evaluate_and_save", evaluate_and_save)
 
 
 @pytest.mark.parametrize("leave", [100_000, pytest.param(0, marks=pytest.mark.slow)])

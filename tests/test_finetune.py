@@ -13,8 +13,8 @@ import yaml
 
 from minigpt.checkpoint import load_checkpoint
 from minigpt.data.tokenizer import CharTokenizer
+from minigpt.training import loop
 from minigpt.training.launch import starting_vocabulary, starting_weights
-from minigpt.training.trainer import Trainer
 
 from .helpers import TINY, make_text, one_error_line
 
@@ -139,16 +139,16 @@ def test_patience_stops_at_the_expected_eval_also_after_a_resume(text_file: Path
     results = json.loads((tmp_path / "whole" / "results.json").read_text())
     assert results["steps"] == 15 and results["stopped"].startswith("early stop")
 
-    real_step = Trainer.train_step
+    real_step = loop.train_step
 
     def interrupted(self):
         if self.state.step == 12:
             os.kill(os.getpid(), signal.SIGINT)
         return real_step(self)
 
-    monkeypatch.setattr(Trainer, "train_step", interrupted)
+    monkeypatch.setattr(loop, "train_step", interrupted)
     assert cli("train", "--data", text_file, "--out", tmp_path / "split", *PATIENT).code == 130
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    monkeypatch.setattr(loop, "train_step", real_step)
     assert load_checkpoint(tmp_path / "split" / "last.pt")["step"] == 13
     r = cli("train", "--out", tmp_path / "split", "--resume")
     assert r.code == 0 and "early stop at step 15" in r.err, r

@@ -18,9 +18,9 @@ from minigpt.model import GPT, parameter_count
 from minigpt.runtime import device as runtime
 from minigpt.runtime import distributed
 from minigpt.runtime.distributed import wrap_ddp
+from minigpt.training.loop import train_step
 from minigpt.training.optim import AdamW, load_optimizer_state
 from minigpt.training.state import RngStreams
-from minigpt.training.trainer import StopRequest
 
 from .helpers import make_trainer, one_error_line
 
@@ -31,7 +31,7 @@ def test_collectives_get_tensors_on_the_training_device(text_file: Path, tmp_pat
     """Under nccl only CUDA tensors can be reduced. Here the default device for new tensors is
     'meta' while training runs on the CPU: a tensor made without device=... shows up as meta."""
     trainer = make_trainer(text_file, tmp_path / "run")
-    trainer.train_step()
+    train_step(trainer)
     seen = []
 
     def all_sum(values: torch.Tensor, dist) -> torch.Tensor:
@@ -41,7 +41,7 @@ def test_collectives_get_tensors_on_the_training_device(text_file: Path, tmp_pat
     monkeypatch.setattr(distributed, "all_sum", all_sum)
     with torch.device("meta"):
         trainer.evaluate()
-        trainer._sync(StopRequest())
+        trainer.agreement.meet()
     assert seen == [trainer.device, trainer.device]
 
 
@@ -89,8 +89,8 @@ def test_the_compile_trial_leaves_nothing_to_compile_for_the_first_step(text_fil
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting_backend))
     trainer = make_trainer(text_file, tmp_path / "run", "train.compile=true", "model.n_layer=1")
     assert len(graphs) == 1 and trainer.train_model is not trainer.model  # compiled by the trial
-    trainer.train_step()
-    trainer.train_step()
+    train_step(trainer)
+    train_step(trainer)
     assert len(graphs) == 1  # the real batches (views of one window) matched the trial's guards
 
 

@@ -13,6 +13,7 @@ import torch
 from minigpt.config.schema import Config, ModelConfig, OptimConfig
 from minigpt.model import GPT
 from minigpt.training import optim
+from minigpt.training.loop import train_step
 from minigpt.training.optim import MuonAdamW, build_optimizer, orthogonalize
 
 from .helpers import make_trainer, weights
@@ -122,12 +123,12 @@ def test_one_muon_step_moves_each_matrix_by_an_orthogonal_step_of_its_learning_r
 def test_a_muon_run_resumes_exactly(text_file: Path, tmp_path: Path) -> None:
     first = make_trainer(text_file, tmp_path / "a", "optim.optimizer=muon")
     for _ in range(3):
-        first.train_step()
+        train_step(first)
     snapshot = copy.deepcopy(first.state_dict())
-    ahead = [first.train_step().loss.item() for _ in range(2)]
+    ahead = [train_step(first).loss.item() for _ in range(2)]
     second = make_trainer(text_file, tmp_path / "b", "optim.optimizer=muon")
     second.load_state_dict(snapshot)
-    assert [second.train_step().loss.item() for _ in range(2)] == ahead
+    assert [train_step(second).loss.item() for _ in range(2)] == ahead
     expected, got = weights(first), weights(second)
     assert all(torch.equal(expected[k], got[k]) for k in expected)
     assert math.isfinite(ahead[-1])
@@ -135,7 +136,7 @@ def test_a_muon_run_resumes_exactly(text_file: Path, tmp_path: Path) -> None:
 
 def test_adamw_checkpoint_does_not_load_into_muon(text_file: Path, tmp_path: Path) -> None:
     adam = make_trainer(text_file, tmp_path / "a", "optim.optimizer=adamw")
-    adam.train_step()
+    train_step(adam)
     muon = make_trainer(text_file, tmp_path / "b", "optim.optimizer=muon")
     with pytest.raises(ValueError, match="parameter groups"):
         muon.optimizer.load_state_dict(adam.optimizer.state_dict())

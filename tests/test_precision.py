@@ -16,10 +16,10 @@ from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import Config, ModelConfig
 from minigpt.infer import sample as generation
 from minigpt.infer.decode import generate_steps
-from minigpt.model import GPT, KVCache
+from minigpt.model import GPT, KVCache, causal_attention
 from minigpt.runtime import device as runtime
 from minigpt.runtime import precision
-from minigpt.runtime.attention import causal_attention
+from minigpt.runtime.attention import attention_by_products
 from minigpt.runtime.device import sampling_dtype
 from tests.helpers import ROOT, TINY
 
@@ -206,7 +206,7 @@ def test_attention_by_products_is_the_flash_kernels_attention_in_bf16() -> None:
     outs, grads = [], []
     for products in (False, True):
         q, k, v = (t.clone().requires_grad_() for t in qkv)
-        y = causal_attention(q, k, v, products=products)
+        y = (attention_by_products if products else causal_attention)(q, k, v)
         y.float().pow(2).sum().backward()
         outs.append(y.float())
         grads.append([t.grad.float() for t in (q, k, v)])
@@ -215,8 +215,8 @@ def test_attention_by_products_is_the_flash_kernels_attention_in_bf16() -> None:
         torch.testing.assert_close(a, b, atol=6e-2, rtol=6e-2)
     shifted = [t.clone() for t in qkv]
     shifted[1][:, :, -1] += 1.0  # a later key changes nothing before it: still causal
-    before = causal_attention(*qkv, products=True)[:, :, :-1]
-    assert torch.equal(causal_attention(*shifted, products=True)[:, :, :-1], before)
+    before = attention_by_products(*qkv)[:, :, :-1]
+    assert torch.equal(attention_by_products(*shifted)[:, :, :-1], before)
 
 
 def test_the_trainer_attends_by_products_where_measured_faster_and_a_resume_keeps_it(

@@ -16,6 +16,7 @@ import torch
 
 from minigpt.checkpoint import load_checkpoint, save_checkpoint
 from minigpt.model import GPT
+from minigpt.training import loop
 
 from .helpers import TINY, Evil, spawn, wait_for_step
 
@@ -293,11 +294,9 @@ def test_bad_data_through_the_cli_leaves_no_run_directory(tmp_path: Path, cli) -
 
 def test_interrupt_never_saves_a_diverged_model(text_file: Path, tmp_path: Path, cli, monkeypatch) -> None:
     """Ctrl-C right after the loss went NaN (before any log noticed): stop with the error, keep last.pt."""
-    from minigpt.training.trainer import Trainer
-
     out = tmp_path / "run"
     args = ["--data", text_file, "--out", out, *TINY, "train.max_steps=40", "train.eval_interval=10", "log.interval=30"]
-    real_forward, real_step = GPT.forward, Trainer.train_step
+    real_forward, real_step = GPT.forward, loop.train_step
 
     def forward(self, idx, targets=None, cache=None):
         logits, loss = real_forward(self, idx, targets, cache)
@@ -313,7 +312,7 @@ def test_interrupt_never_saves_a_diverged_model(text_file: Path, tmp_path: Path,
 
     monkeypatch.setattr(GPT, "forward", forward)
     monkeypatch.setattr(GPT, "poisoned", False, raising=False)
-    monkeypatch.setattr(Trainer, "train_step", train_step)
+    monkeypatch.setattr(loop, "train_step", train_step)
     r = cli("train", *args)
     assert r.code == 2 and "training diverged" in r.err, r
     assert load_checkpoint(out / "last.pt")["step"] == 10

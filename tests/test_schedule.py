@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from minigpt.config.schema import OptimConfig
-from minigpt.training.loop import lr_at
+from minigpt.training.loop import lr_at, train_step
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "linear"])
@@ -110,7 +110,7 @@ def test_a_resumed_time_budget_continues_its_decay_from_where_it_stopped(text_fi
     )
     now = time.perf_counter()
     trainer.time_budget = (now, 0.5, now + 3600)  # resumed half way down, an hour left
-    stats = trainer.train_step()
+    stats = train_step(trainer)
     assert 0.5 <= trainer.state.time_progress < 0.501
     assert stats.lr == pytest.approx(0.5e-2, rel=1e-2)  # the cosine's midpoint, not its start
     saved = trainer.state.state_dict()

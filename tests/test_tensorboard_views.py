@@ -12,7 +12,7 @@ import torch
 
 from minigpt.checkpoint import load_checkpoint
 from minigpt.config.schema import all_keys
-from minigpt.training.trainer import Trainer
+from minigpt.training import loop
 
 from .helpers import TINY, make_text
 
@@ -150,21 +150,21 @@ def test_an_interrupted_run_has_no_session_end_until_its_resume_finishes(cli, tm
     end once the run finishes, and the projector lists the steps from before the resume too."""
     from tensorboard.plugins.hparams import api_pb2, metadata
 
-    real_step = Trainer.train_step
+    real_step = loop.train_step
 
     def step_with_interrupt(self):
         if self.state.step == 6:
             os.kill(os.getpid(), signal.SIGINT)  # the step finishes, then training stops at step 7
         return real_step(self)
 
-    monkeypatch.setattr(Trainer, "train_step", step_with_interrupt)
+    monkeypatch.setattr(loop, "train_step", step_with_interrupt)
     data = tmp_path / "text.txt"
     data.write_text(make_text(), encoding="utf-8")
     run = tmp_path / "run"
     args = ["--data", data, "--out", run, *TINY, "train.max_steps=10", "train.eval_interval=5"]
     assert cli("train", *args).code == 130
     assert metadata.SESSION_END_INFO_TAG not in hparams_data(run)
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    monkeypatch.setattr(loop, "train_step", real_step)
     assert cli("train", "--out", run, "--resume", "train.max_steps=15").code == 0
 
     assert tensorboard_runs(tmp_path) == [run] and len(list(run.glob("events.out.tfevents*"))) == 2

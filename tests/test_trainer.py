@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from minigpt.checkpoint import LAST, Checkpoint
+from minigpt.training.loop import train_step
 
 from .helpers import make_trainer, weights
 
@@ -17,16 +18,16 @@ CPU = torch.device("cpu")
 
 def test_state_dict_into_a_new_trainer_continues_exactly(text_file: Path, tmp_path: Path) -> None:
     first = make_trainer(text_file, tmp_path / "a")
-    losses = [first.train_step().loss.item() for _ in range(3)]
+    losses = [train_step(first).loss.item() for _ in range(3)]
     assert first.state.step == 3 and first.state.tokens_seen == 3 * 8 * 16
     snapshot = copy.deepcopy(first.state_dict())  # the live tensors change with the next steps
-    ahead = [first.train_step().loss.item() for _ in range(2)]
+    ahead = [train_step(first).loss.item() for _ in range(2)]
     expected = weights(first)
 
     second = make_trainer(text_file, tmp_path / "b")
     second.load_state_dict(snapshot)
     assert second.state.step == 3
-    again = [second.train_step().loss.item() for _ in range(2)]
+    again = [train_step(second).loss.item() for _ in range(2)]
     assert again == ahead
     got = weights(second)
     assert all(torch.equal(expected[k], got[k]) for k in expected)
@@ -34,7 +35,7 @@ def test_state_dict_into_a_new_trainer_continues_exactly(text_file: Path, tmp_pa
 
     # without the state, the same two steps do something else (the test can tell the difference)
     fresh = make_trainer(text_file, tmp_path / "c")
-    assert [fresh.train_step().loss.item() for _ in range(2)] != ahead
+    assert [train_step(fresh).loss.item() for _ in range(2)] != ahead
     assert all(math.isfinite(x) for x in losses + ahead)
 
 
@@ -43,15 +44,15 @@ def test_save_writes_a_checkpoint_that_resumes(text_file: Path, tmp_path: Path) 
     out.mkdir()
     trainer = make_trainer(text_file, out)
     for _ in range(4):
-        trainer.train_step()
+        train_step(trainer)
     trainer.save(LAST)
     ckpt = Checkpoint.load(out / LAST)
     ckpt.check_resumable(out / LAST)
     assert ckpt.step == 4 and ckpt.tokenizer == trainer.tok.to_dict()
-    expected = trainer.train_step().loss.item()  # before another trainer re-seeds torch's global RNG
+    expected = train_step(trainer).loss.item()  # before another trainer re-seeds torch's global RNG
     resumed = make_trainer(text_file, tmp_path / "other")
     resumed.load_state_dict(ckpt.to_dict())
-    assert resumed.train_step().loss.item() == expected
+    assert train_step(resumed).loss.item() == expected
 
 
 def test_train_runs_to_max_steps_and_keeps_the_best(text_file: Path, tmp_path: Path) -> None:
@@ -71,9 +72,9 @@ def test_a_step_the_gradient_scaler_skips_keeps_its_snapshot(text_file: Path, tm
     from minigpt.checkpoint import list_snapshots
 
     trainer = make_trainer(text_file, tmp_path / "run", "train.max_steps=2", "train.keep_every=1")
-    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=math.inf)
+    trainer.step.scaler = torch.amp.GradScaler("cpu", init_scale=math.inf)
     before = weights(trainer)
     result = trainer.train()
-    assert math.isnan(trainer.train_step().grad_norm) and result.step == 2
+    assert math.isnan(train_step(trainer).grad_norm) and result.step == 2
     assert all(torch.equal(before[k], v) for k, v in weights(trainer).items())  # every step skipped
     assert [p.name for p in list_snapshots(tmp_path / "run")] == ["step_0000001.pt", "step_0000002.pt"]

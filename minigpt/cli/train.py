@@ -13,7 +13,14 @@ import typer
 from minigpt.cli import help as cli_help
 from minigpt.cli.options import AutoOpt, DataOpt, InitFromOpt, TrainDeviceOpt, start_load
 from minigpt.errors import UserError
-from minigpt.training.plan import Resume, read_request, train_request, write_request
+from minigpt.training.plan import (
+    AUTO_PROCESSES,
+    Resume,
+    check_process_layout,
+    read_request,
+    train_request,
+    write_request,
+)
 
 
 def train_cmd(
@@ -104,20 +111,14 @@ def launch_processes(
     `plan_run`), then torchrun with N workers; --dry-run launches nothing."""
     from minigpt.config import MPS_PROCESSES
     from minigpt.config.files import load_config, parse_override
-    from minigpt.config.schema import batch_split_error
 
     pairs = [parse_override(item) for item in items]
-    if ("train.device", "mps") in pairs:
-        raise UserError(MPS_PROCESSES)
-    if ("train.auto", True) in pairs and resume is not Resume.YES:
-        raise UserError("--auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)")
     if resume is Resume.NO:  # say what is wrong once, here, rather than from every process
-        cfg = load_config(path, items)
-        split = batch_split_error(cfg.train, nproc, "--nproc")
-        if split:
-            raise UserError(split)
-        if cfg.train.device == "mps":
-            raise UserError(MPS_PROCESSES)
+        check_process_layout(load_config(path, items), nproc, resuming=False, label="--nproc")
+    elif ("train.device", "mps") in pairs:  # a resume's config is the checkpoint's: what the flags say
+        raise UserError(MPS_PROCESSES)
+    elif ("train.auto", True) in pairs and resume is Resume.AUTO:
+        raise UserError(AUTO_PROCESSES)
     if dry_run:
         return
     launch_local(nproc, write_request(path, items, out, resume))

@@ -100,7 +100,7 @@ def generate_steps(
     generators = list(generators) if generators is not None else [None] * B
     device, block = model.device, model.cfg.block_size
     seqs = [list(p) for p in prompts]
-    # float32 keys and values on the CPU, where attention runs in float32 (runtime.attention.causal_attention)
+    # float32 keys and values on the CPU, where attention runs in float32 (model.causal_attention)
     dtype = torch.float32 if device.type == "cpu" else model.dtype
     cache = KVCache(model.cfg, B, block, device, dtype) if use_cache else None
     with evaluating(model):

@@ -12,7 +12,6 @@ from minigpt.config.schema import Config, config_from_dict
 from minigpt.data.tokenizer import Tokenizer, tokenizer_from_dict
 from minigpt.errors import UserError, first_line
 from minigpt.model import GPT
-from minigpt.runtime.attention import set_attention
 from minigpt.runtime.device import sampling_dtype
 
 
@@ -40,7 +39,6 @@ def load_model(target: Path, device: torch.device) -> LoadedModel:
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{path} is a damaged minigpt checkpoint: {first_line(e)}") from None
     model.to(device).eval()
-    set_attention(model)  # bf16 on the CPU attends in float32, as the KV cache holds it
     return LoadedModel(model, tok, cfg, path, ckpt)
 
 

@@ -1,14 +1,12 @@
-"""Pictures of attention: heat maps per layer and head over a text (matplotlib, Agg; Pillow for TensorBoard), and the
+"""Pictures of attention: heat maps per layer and head over a text (Pillow), and the
 interactive explorer page over texts of any length, read window by window (docs/attention.md)."""
 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -26,87 +24,39 @@ def visible(ch: str) -> str:
     return VISIBLE.get(ch, ch)
 
 
-class AttentionFigure:
-    """A grid of attention heat maps (rows layers, columns heads), labelled at its natural size, that
-    `update` redraws with new weights for the same text."""
-
-    def __init__(self, chars: list[str], layers: list[int], heads: list[int]):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        T = len(chars)  # about 2,400 px wide at 100 dpi, 8 pt labels 0.12 in apart
-        side = min(max(1.8, 0.12 * T), max(3.0, min(8.0, 24.0 / len(heads) - 0.7)))
-        step = math.ceil(0.12 * T / side)  # a label every `step` characters
-        side += 0.7
-        self.layers, self.heads = layers, heads
-        self.fig, axes = plt.subplots(
-            len(layers),
-            len(heads),
-            figsize=(side * len(heads) + 1.2, side * len(layers) + 0.6),
-            squeeze=False,
-            layout="constrained",
-            dpi=100,
-        )
-        labels = [visible(c) for c in chars]
-        blank = [[0.0] * T for _ in range(T)]
-        self.images = {}
-        for r, layer in enumerate(layers):
-            for c, head in enumerate(heads):
-                ax = axes[r][c]
-                image = ax.imshow(blank, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
-                self.images[layer, head] = image
-                ax.set_xticks(range(0, T, step), labels[::step], fontsize=8.0)
-                ax.set_yticks(range(0, T, step), labels[::step], fontsize=8.0)
-                ax.tick_params(length=0, pad=1)
-                ax.set_title(f"layer {layer} head {head}", fontsize=11)
-                if c == 0:
-                    ax.set_ylabel("query (predicting after)", fontsize=10)
-                if r == len(layers) - 1:
-                    every = f"; a label every {step} characters" if step > 1 else ""
-                    ax.set_xlabel(f"key (attended to{every})", fontsize=10)
-        self.fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
-
-    def update(self, maps: torch.Tensor, title: str = "") -> Any:
-        """Show `maps` (L, nh, T, T); returns the Figure."""
-        for (layer, head), image in self.images.items():
-            image.set_data(maps[layer, head].float().cpu().numpy())
-        self.fig.suptitle(title, fontsize=10)
-        return self.fig
-
-    def close(self) -> None:
-        import matplotlib.pyplot as plt
-
-        plt.close(self.fig)
-
-
 VIRIDIS = np.array([(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)], dtype=np.float32)
 
 
-def attention_grid(maps: torch.Tensor, chars: list[str], title: str) -> np.ndarray:
-    """TensorBoard's picture of `maps` (L, nh, T, T) over `chars`: an RGB array (H, W, 3), a heat map
-    per layer (rows) and head (columns), characters on the outer axes. Drawn with Pillow in matplotlib's
-    font and colours (viridis, five stops), without importing matplotlib: seconds less a run."""
+def attention_grid(
+    maps: torch.Tensor, chars: list[str], title: str, layers: list[int] | None = None, heads: list[int] | None = None
+) -> np.ndarray:
+    """The one picture of attention (TensorBoard's, and `minigpt attention --out`'s): `maps` (L, nh, T, T)
+    over `chars` as an RGB array (H, W, 3), a heat map per layer (rows) and head (columns) of `layers` and
+    `heads` (all by default), characters on the outer axes, in viridis (five stops). Drawn with Pillow in
+    its own font, without importing matplotlib: seconds less a run."""
     from PIL import Image, ImageDraw, ImageFont
 
-    weights = maps.float().clamp(0, 1).cpu().numpy() * (len(VIRIDIS) - 1)
+    layers = list(range(maps.size(0))) if layers is None else layers
+    heads = list(range(maps.size(1))) if heads is None else heads
+    weights = maps[layers][:, heads].float().clamp(0, 1).cpu().numpy() * (len(VIRIDIS) - 1)
     low = np.minimum(weights.astype(int), len(VIRIDIS) - 2)
     f = (weights - low)[..., None]
     colours = (VIRIDIS[low] * (1 - f) + VIRIDIS[low + 1] * f).astype(np.uint8)  # (L, nh, T, T, 3)
-    L, H, T = maps.shape[:3]
+    L, H, T = colours.shape[:3]
     cell = max(4, min(16, 320 // T))
-    ttf = Path(importlib.util.find_spec("matplotlib").origin).parent / "mpl-data/fonts/ttf/DejaVuSans.ttf"
-    font = ImageFont.truetype(str(ttf), max(8, min(12, cell)))
-    side, margin, top = T * cell, cell + 16, 30
+    font = ImageFont.load_default(max(8, min(12, cell)))
+    side = T * cell
+    margin = cell + 16
+    top = 30
     picture = Image.new("RGB", (margin + H * (side + 8), top + L * (side + 20) + margin), "white")
     draw = ImageDraw.Draw(picture)
     draw.text((4, 4), title, fill="black", font=font)
     for r in range(L):
         for c in range(H):
-            x, y = margin + c * (side + 8), top + r * (side + 20) + 14
+            x = margin + c * (side + 8)
+            y = top + r * (side + 20) + 14
             picture.paste(Image.fromarray(colours[r, c]).resize((side, side), Image.NEAREST), (x, y))
-            draw.text((x, y - 14), f"layer {r} head {c}", fill="black", font=font)
+            draw.text((x, y - 14), f"layer {layers[r]} head {heads[c]}", fill="black", font=font)
             for t, ch in enumerate(visible(ch) for ch in chars):
                 if t % math.ceil(9 / cell):  # no overlapping labels: a long probe labels every few characters
                     continue
@@ -140,18 +90,17 @@ def chosen_layers_heads(model: GPT, layer: int | None, head: int | None) -> tupl
 
 
 def write_attention_png(model: GPT, tok: Tokenizer, text: str, out: Path, layer: int | None, head: int | None) -> Path:
-    """Render the attention of `model` over `text` to `out` (any matplotlib format, e.g. .png)."""
+    """Render the attention of `model` over `text` to `out` (`attention_grid`; any Pillow format, e.g. .png)."""
+    from PIL import Image
+
     layers, heads = chosen_layers_heads(model, layer, head)
     if not out.parent.is_dir():
         raise UserError(f"cannot write {out}: the folder {out.parent} does not exist")
     maps, chars = attention_maps_for(model, tok, text)
-    figure = AttentionFigure(chars, layers, heads)
     try:
-        figure.update(maps).savefig(out, bbox_inches="tight")
+        Image.fromarray(attention_grid(maps, chars, "attention weights: query (rows) by key", layers, heads)).save(out)
     except (OSError, ValueError) as e:
         raise UserError(f"cannot write {out}: {e}") from None
-    finally:
-        figure.close()
     return out
 
 

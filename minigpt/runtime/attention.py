@@ -1,9 +1,10 @@
-"""The attention form, set on a built model from outside (`set_attention`): on the CPU, bf16 attended in
-float32, or as bf16 products on the matrix engine where `attends_by_products` measures that faster."""
+"""The CPU's bf16 attention as explicit products on the matrix engine: measured against the model's own
+attention (`attends_by_products`), and swapped into a built model only where chosen (`use_products`)."""
 
 from __future__ import annotations
 
-import contextlib
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -11,37 +12,10 @@ import torch.nn.functional as F
 
 from minigpt.runtime.precision import Choice, cached_choice, interleaved_medians
 
+Attention = Callable[..., torch.Tensor]  # the model's attention: (q, k, v, dropout_p, mask) -> y
+
 PRODUCTS_FROM = (32, 128)  # head size, context: below either, the float32 flash kernel won where measured
 PRODUCTS_CONTEXT_MAX = 512  # products hold context² scores per head, which the flash kernel never does
-
-
-def causal_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    dropout_p: float = 0.0,
-    mask: torch.Tensor | None = None,
-    products: bool = False,
-) -> torch.Tensor:
-    """The model's attention (`model.plain_attention`), except for bf16 queries on the CPU: attended
-    in float32, or with `products` (and no mask) as `attention_by_products`; q's dtype comes back."""
-    if mask is None and q.size(2) not in (1, k.size(2)):
-        raise ValueError(f"{q.size(2)} queries over {k.size(2)} keys need an explicit attention mask")
-    causal = mask is None and k.size(2) == q.size(2)
-    if q.dtype != torch.bfloat16 or q.device.type != "cpu":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
-    if products and causal:
-        return attention_by_products(q, k, v, dropout_p)
-    # out of training's autocast (bf16 again there); decoding has none, and entering one costs ~20 Python calls
-    with torch.autocast("cpu", enabled=False) if torch.is_autocast_enabled("cpu") else contextlib.nullcontext():
-        y = F.scaled_dot_product_attention(
-            q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p, is_causal=causal
-        )
-    return y.to(q.dtype)
-
-
-def by_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0, mask=None) -> torch.Tensor:
-    return causal_attention(q, k, v, dropout_p, mask, products=True)
 
 
 def attention_by_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0) -> torch.Tensor:
@@ -56,10 +30,28 @@ def attention_by_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dro
     return torch.bmm(weights, v.reshape(B * H, T, D)).view(B, H, T, D)
 
 
-def set_attention(model: Any, products: bool = False) -> None:
-    """Give every attention layer of a built GPT its form: `causal_attention`, by products or not."""
-    for block in model.blocks:
-        block.attn.attend = by_products if products else causal_attention
+def attend_by_products(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    mask: torch.Tensor | None = None,
+    *,
+    otherwise: Attention,
+) -> torch.Tensor:
+    """bf16 causal attention on the CPU as `attention_by_products`; anything else (a mask, a decoding
+    step, another dtype or device) as `otherwise`, the model's own attention."""
+    if mask is None and q.size(2) == k.size(2) and q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        return attention_by_products(q, k, v, dropout_p)
+    return otherwise(q, k, v, dropout_p, mask)
+
+
+def use_products(model: torch.nn.Module) -> None:
+    """The speed layer's one swap: every attention layer of a built GPT attends by products where
+    train.attention chose them (the trainer calls this, once, before training)."""
+    for module in model.modules():
+        if hasattr(module, "attend"):
+            module.attend = functools.partial(attend_by_products, otherwise=module.attend)
 
 
 def attention_speed(heads: int, context: int, head_size: int) -> float:
@@ -67,10 +59,15 @@ def attention_speed(heads: int, context: int, head_size: int) -> float:
     backward, for `heads` (batch x heads) rows of `context` x `head_size` on this CPU."""
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, heads, context, head_size, generator=gen).bfloat16().requires_grad_() for _ in range(3))
-    flash, products = interleaved_medians(
-        [lambda p=p: causal_attention(q, k, v, products=p).float().sum().backward() for p in (False, True)]
-    )
-    return flash / products
+
+    def flash() -> None:  # as model.causal_attention attends bf16 on the CPU: in float32
+        F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).bfloat16().sum().backward()
+
+    def products() -> None:
+        attention_by_products(q, k, v).float().sum().backward()
+
+    flash_s, products_s = interleaved_medians([flash, products])
+    return flash_s / products_s
 
 
 def attends_by_products(cfg: Any, device: torch.device, dtype: torch.dtype, sequences: int) -> Choice | None:

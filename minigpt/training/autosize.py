@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-import types
 from dataclasses import dataclass, replace
 
 import torch
@@ -16,11 +15,10 @@ from minigpt.data.corpus import Corpus
 from minigpt.data.tokenizer import Tokenizer
 from minigpt.errors import UserError
 from minigpt.model import GPT, parameter_count
-from minigpt.runtime.attention import set_attention
 from minigpt.runtime.cores import allowed_cores
 from minigpt.runtime.device import autocast, enable_fast_matmul, log, synchronize
 from minigpt.runtime.mfu import flops_per_token
-from minigpt.training.loop import Loop
+from minigpt.training.loop import Step, optimizer_step
 from minigpt.training.optim import build_optimizer
 
 # (n_layer, n_embd, n_head, block_size, batch_size), smallest first; the anchor is configs/cpu_4min.yaml's
@@ -102,16 +100,23 @@ def time_steps(
     torch.manual_seed(0)
     enable_fast_matmul(device)  # TF32 on, as the trainer will train
     model = GPT(m, vocab).to(device)
-    set_attention(model)  # as the trainer attends
     cfg = replace(recipe, model=m, train=replace(recipe.train, batch_size=batch, grad_accum_steps=1))
     window = torch.randint(vocab, (batch, m.block_size + 1), device=device)
-    batches = types.SimpleNamespace(next=lambda: (window[:, :-1], window[:, 1:]))
-    loop = Loop(cfg, model, build_optimizer(model, cfg, device, dtype), batches, autocast(device, dtype))
+    step = Step(
+        model=model,
+        train_model=model,
+        optimizer=build_optimizer(model, cfg, device, dtype),
+        next_batch=lambda: (window[:, :-1], window[:, 1:]),
+        ctx=autocast(device, dtype),
+        scaler=torch.amp.GradScaler(device.type, enabled=False),
+        accum=1,
+        grad_clip=cfg.optim.grad_clip,
+    )
     times: list[float] = []
     end, warm_up = 0.0, 2
     while warm_up or len(times) < 3 or time.perf_counter() < end:
         start = time.perf_counter()
-        loop.train_step()  # the trainer's own step
+        optimizer_step(step, recipe.optim.lr)  # the trainer's own step
         synchronize(device)
         if warm_up:
             warm_up -= 1

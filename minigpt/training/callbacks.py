@@ -1,92 +1,59 @@
-"""The components of a training run (`loop.Callback`): logging, evaluation, checkpoints and
-snapshots, each due by its own config key, and the ones that stop a run. The progress display is
-`progress.py`'s, TensorBoard `tensorboard.py`'s; `minigpt.train(callbacks=...)` adds a user's own."""
+"""The callbacks of a training run (`Callback`, the base of a user's too), the step intervals that
+say when logging, evaluation, checkpoints and snapshots are due (`Every`), and the callbacks that
+stop a run. The progress display is `progress.py`'s, TensorBoard `tensorboard.py`'s;
+`minigpt.train(callbacks=...)` adds a user's own."""
 
 from __future__ import annotations
 
-import math
 import time
+from pathlib import Path
 from typing import Any
 
-from minigpt.training.loop import Callback, StepStats
+from minigpt.training.loop import StepStats
 
 
-def every(interval: int, step: int) -> bool:
-    """Whether `step` is a multiple of `interval` (0: never)."""
-    return bool(interval) and step % interval == 0
-
-
-class Logging(Callback):
-    """log.interval: the training loss, learning rate, gradient norm and speed (`on_log`), at every
-    log.interval steps and the last."""
-
-    def __init__(self, cfg: Any) -> None:
-        self.interval = cfg.log.interval
-
-    def due(self, step: int, last: bool) -> bool:
-        return every(self.interval, step) or last
-
-    def on_due(self, trainer: Any, stats: StepStats) -> None:
-        trainer.log_step(stats)
-
-
-class Evaluation(Callback):
-    """train.eval_interval: the validation loss at every eval_interval steps and the last, then
-    last.pt (and best.pt when it is a new best)."""
-
-    def __init__(self, cfg: Any) -> None:
-        self.interval = cfg.train.eval_interval
+class Callback:
+    """A callback of a run (`minigpt.train(callbacks=...)`): each event is given the trainer.
+    `on_train_start` once; `on_log` (step, loss, lr, grad_norm, tokens, tokens_per_s, mfu),
+    `on_eval`, `on_save` (after last.pt or best.pt is written) and `on_step_end` (every step);
+    `on_train_end` once, with the `TrainResult`, or with None when the run failed or was
+    interrupted. A callback may also be due at steps of its own: after each optimizer step the loop
+    asks `due(step, last)` and calls `on_due` where it is. Under DDP every rank gets every event
+    (`trainer.dist.is_main` is the one that writes). Stop a run with `trainer.request_stop(reason)`
+    (or `stop`, the same): under DDP, a call on any rank stops every rank at the next point the
+    processes meet (docs/distributed.md)."""
 
     def due(self, step: int, last: bool) -> bool:
-        return every(self.interval, step) or last
+        """Whether `on_due` runs after optimizer step `step` (`last`: the run's final step). A pure
+        function of the step and the callback's own config, so every rank gives the same answer."""
+        return False
 
-    def on_due(self, trainer: Any, stats: StepStats) -> None:
-        trainer._evaluate_and_save()
+    def on_due(self, trainer: Any, stats: StepStats) -> None: ...
+
+    def on_train_start(self, trainer: Any) -> None: ...
+
+    def on_step_end(self, trainer: Any, stats: StepStats) -> None:
+        """After every step (keep it cheap: `stats` holds tensors still on the device)."""
+
+    def on_log(self, trainer: Any, logs: dict[str, Any]) -> None: ...
+
+    def on_eval(self, trainer: Any, val_loss: float, improved: bool) -> None: ...
+
+    def on_save(self, trainer: Any, paths: list[Path]) -> None: ...
+
+    def on_train_end(self, trainer: Any, result: Any) -> None: ...
 
 
-class Checkpointing(Callback):
-    """train.ckpt_interval: last.pt at every ckpt_interval steps (unless an evaluation saved it)."""
+class Every:
+    """A step interval from the config: due at every `interval` steps (0: never), and at the run's
+    last step when `at_last`. The loop asks it (`due`) and then names the call itself."""
 
-    def __init__(self, cfg: Any) -> None:
-        self.interval = cfg.train.ckpt_interval
+    def __init__(self, interval: int, at_last: bool) -> None:
+        self.interval = interval
+        self.at_last = at_last
 
     def due(self, step: int, last: bool) -> bool:
-        return every(self.interval, step)
-
-    def on_due(self, trainer: Any, stats: StepStats) -> None:
-        if trainer.evaluated_at != trainer.state.step:
-            trainer.save("last.pt")
-
-
-class Snapshots(Callback):
-    """train.keep_every: rank 0 keeps the weights of every Nth step as step_NNNNNNN.pt, unless the
-    step went non-finite (a broken model is never kept)."""
-
-    def __init__(self, cfg: Any) -> None:
-        self.interval = cfg.train.keep_every
-
-    def due(self, step: int, last: bool) -> bool:
-        return every(self.interval, step)
-
-    def on_due(self, trainer: Any, stats: StepStats) -> None:
-        from minigpt.checkpoint import snapshot_name
-
-        step = trainer.state.step
-        if not trainer.dist.is_main:
-            return
-        # under a GradScaler (fp16) a non-finite gradient is a skipped step: the weights are whole
-        norm_ok = trainer.scaler.is_enabled() or math.isfinite(float(stats.grad_norm))
-        if not (math.isfinite(stats.loss.item()) and norm_ok):
-            return
-        snapshot = trainer.checkpoint(resumable=False)
-        if trainer.evaluated_at != step:
-            snapshot.val_loss = None  # the latest evaluation was an earlier step's
-        snapshot.save(trainer.out_dir / snapshot_name(step))
-
-
-def components(cfg: Any) -> list[Callback]:
-    """The loop's own components, in the order they run when due at the same step."""
-    return [Logging(cfg), Evaluation(cfg), Checkpointing(cfg), Snapshots(cfg)]
+        return (bool(self.interval) and step % self.interval == 0) or (self.at_last and last)
 
 
 class EarlyStopping(Callback):
@@ -108,7 +75,7 @@ class TimeBudget(Callback):
     """train.max_time: once it has passed (by rank 0's clock), the run scores and saves the weights
     it trained last and stops."""
 
-    def on_step_end(self, trainer: Any, stats: Any) -> None:
+    def on_step_end(self, trainer: Any, stats: StepStats) -> None:
         if trainer.deadline is not None and trainer.dist.is_main and time.perf_counter() > trainer.deadline:
             t = trainer.cfg.train
             trainer.request_stop(

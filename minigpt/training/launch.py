@@ -26,7 +26,6 @@ from minigpt.config.files import (
 from minigpt.config.schema import (
     Config,
     ModelConfig,
-    batch_split_error,
     config_from_dict,
     keys_with,
 )
@@ -46,7 +45,7 @@ from minigpt.training import disk, preflight
 from minigpt.training.autosize import AUTO_KEYS, auto_size, run_advice, timed_under_load
 from minigpt.training.callbacks import Callback
 from minigpt.training.disk import write_run_file
-from minigpt.training.plan import Override, Resume
+from minigpt.training.plan import Override, Resume, check_process_layout
 from minigpt.training.progress import ByteProgress
 from minigpt.training.schedule import RATE_KEYS, replanned_schedule_note
 from minigpt.training.trainer import Trainer, TrainResult
@@ -188,15 +187,17 @@ def _resume_plan(
     which: str,
     origin: str,
 ) -> Plan:
-    """A resumed run's plan: the command's config (`from_file`, when it names a CONFIG file) or the
-    checkpoint's with the overrides on top; `which` names it in an error."""
+    """A resumed run's plan, by one rule whatever the CONFIG: the checkpoint's config, then what the
+    command sets (a CONFIG file's keys that differ from the defaults, as `explicit_keys` counts them;
+    a dict's and the overrides, in `overrides`) on top; `which` names it in an error."""
     ckpt_path = find_checkpoint(out_dir, prefer=LAST)
     if ckpt_path is None:
         raise UserError(f"--resume: {out_dir} holds no checkpoint (last.pt or best.pt) to resume from")
     ckpt_path, ckpt = resumable_checkpoint(ckpt_path, log)  # a damaged last.pt falls back to best.pt
     saved = config_from_dict(ckpt.config, str(ckpt_path))
-    saved_items = [(k, v) for k, v in saved.flat().items()]
-    cfg = from_file if from_file is not None else with_overrides(Config(), saved_items + list(overrides), None, origin)
+    saved_items = list(saved.flat().items())
+    given = list(overrides) if from_file is None else [(k, v) for k, v in from_file.flat().items() if k in explicit]
+    cfg = with_overrides(Config(), saved_items + given, None, origin)
     cfg = saved_init_from(saved, cfg)  # a job script repeats its fine-tuning command's train.init_from
     if cfg.train.auto:  # what --auto chose is the run's: the command that started it resumes it
         cfg = cfg.replace(**{k: saved.flat()[k] for k in AUTO_KEYS if k not in explicit})
@@ -391,20 +392,6 @@ def model_vocabulary(
         start_tok = tokenizer_from_dict(init_from[1].tokenizer)
         return starting_vocabulary(start_tok, corpus.tokenizer, cfg.data.new_chars, init_from[0], corpus.description)
     return corpus.tokenizer
-
-
-def check_process_layout(cfg: Config, world_size: int, resuming: bool) -> None:
-    """Refuse what the run's processes (one, or --nproc ranks) cannot train, before any work."""
-    split = batch_split_error(cfg.train, world_size)
-    if split:
-        raise UserError(split)
-    if cfg.optim.schedule_by == "time" and world_size > 1:
-        raise UserError(
-            "optim.schedule_by time trains on one process (each would read its own clock); "
-            "use optim.schedule_by=steps with --nproc"
-        )
-    if cfg.train.auto and world_size > 1 and not resuming:
-        raise UserError("--auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)")
 
 
 def run_training(

@@ -1,21 +1,31 @@
-"""The training loop: the learning-rate schedule, one optimizer step, and the loop that steps and
-then asks each component whether it is due. Everything around it (which model, optimizer and
-batches; precision, compile and DDP; checkpoints, evaluation, logging, signals and advice) is
-built and applied from outside, by `training/trainer.py`, which subclasses `Loop`."""
+"""The training: the learning-rate schedule (`lr_at`), one optimizer step (`optimizer_step`), and
+`train`, the loop whose body names each call: the step, then logging, evaluation and saving when
+each is due, where the processes meet, and why the run stops. What it trains (model, optimizer,
+batches, precision, compile, DDP) is built before it and handed to it: `training/trainer.py`'s
+`Trainer` is such a run."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 
-def lr_at(step: int, cfg: Any, max_steps: int, progress: float | None = None) -> float:
+class Schedule(Protocol):
+    """The schedule's keys (optim.* of the run's config)."""
+
+    warmup_steps: int
+    schedule: str  # cosine, linear or constant
+    lr: float
+    min_lr: float
+
+
+def lr_at(step: int, cfg: Schedule, max_steps: int, progress: float | None = None) -> float:
     """Learning rate for step `step` (0-based) of `max_steps`: a linear warm-up to `lr` (never 0), then
     the decay to `min_lr` at the last step, or following `progress` (0 to 1, a time budget's share)."""
     if step < cfg.warmup_steps:
@@ -34,40 +44,6 @@ def lr_at(step: int, cfg: Any, max_steps: int, progress: float | None = None) ->
 
 
 @dataclass
-class TrainState:
-    """Where the run is: optimizer steps taken, tokens trained on, the best validation loss and its
-    step, and how many evaluations have passed without an improvement that counts (patience)."""
-
-    step: int = 0
-    tokens_seen: int = 0
-    best_val_loss: float = math.inf
-    best_step: int = 0
-    evals_since_best: int = 0
-    time_progress: float = 0.0  # optim.schedule_by=time: the fraction of the decay done
-
-    def state_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step = int(state["step"])
-        self.tokens_seen = int(state["tokens_seen"])
-        self.best_val_loss = float(state["best_val_loss"])
-        self.best_step = int(state.get("best_step") or 0)  # checkpoints from before early stopping
-        self.evals_since_best = int(state.get("evals_since_best") or 0)
-        self.time_progress = float(state.get("time_progress") or 0.0)
-
-    def record_eval(self, val_loss: float, min_delta: float) -> bool:
-        """Count an evaluation; True when it is a new best (best.pt). Only an improvement of more
-        than `min_delta` over the best so far resets the patience count."""
-        counts = val_loss < self.best_val_loss - min_delta
-        improved = val_loss < self.best_val_loss
-        if improved:
-            self.best_val_loss, self.best_step = val_loss, self.step
-        self.evals_since_best = 0 if counts else self.evals_since_best + 1
-        return improved
-
-
-@dataclass
 class StepStats:
     """What one optimizer step reports: its learning rate, gradient norm and summed loss (tensors
     stay on the device until a log step needs them)."""
@@ -77,120 +53,149 @@ class StepStats:
     grad_norm: torch.Tensor
 
 
-class Callback:
-    """A component of a run. After each optimizer step the loop asks every component `due(step,
-    last)`; it calls `on_due` on those that are. The other events, each given the trainer:
-    `on_train_start` once; `on_log` (step, loss, lr, grad_norm, tokens, tokens_per_s, mfu),
-    `on_eval`, `on_save` (after last.pt or best.pt is written) and `on_step_end` (every step);
-    `on_train_end` once, with the `TrainResult`, or with None when the run failed or was
-    interrupted. Under DDP every rank gets every event (`trainer.dist.is_main` is the one that
-    writes). Stop a run with `trainer.request_stop(reason)` (or `stop`, the same): under DDP, a
-    call on any rank stops every rank at the next sync point (docs/distributed.md)."""
+@dataclass
+class Step:
+    """The parts of one optimizer step, built before the loop."""
 
+    model: torch.nn.Module  # the GPT: its gradients are clipped
+    train_model: torch.nn.Module  # what the micro-steps call: the model, or it compiled or wrapped for DDP
+    optimizer: torch.optim.Optimizer
+    next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]]  # (x, y) ids of one micro-batch
+    ctx: AbstractContextManager[object]  # the precision's autocast
+    scaler: torch.amp.GradScaler  # on for float16 only
+    accum: int  # micro-steps per optimizer step (train.grad_accum_steps)
+    grad_clip: float  # the gradient norm's bound (optim.grad_clip; 0: none)
+    # DDP's no_sync: gradients are averaged over processes on the last micro-step only
+    no_sync: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+
+
+def optimizer_step(step: Step, lr: float) -> StepStats:
+    """One optimizer step at rate `lr`: `step.accum` micro-steps (forward and backward), the clip, the step."""
+    for group in step.optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's group has its own peak
+    loss_sum = torch.zeros((), device=next(step.model.parameters()).device)
+    for micro_step in range(step.accum):
+        x, y = step.next_batch()
+        last_micro_step = micro_step == step.accum - 1
+        with contextlib.nullcontext() if last_micro_step else step.no_sync(), step.ctx:
+            _, loss = step.train_model(x, y)
+            loss = loss / step.accum
+        step.scaler.scale(loss).backward()
+        loss_sum += loss.detach()
+    step.scaler.unscale_(step.optimizer)
+    max_norm = step.grad_clip if step.grad_clip > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(step.model.parameters(), max_norm)
+    step.scaler.step(step.optimizer)
+    step.scaler.update()
+    step.optimizer.zero_grad(set_to_none=True)
+    return StepStats(lr, loss_sum, grad_norm)
+
+
+# What `train` needs from the run it trains. A Protocol states a shape that a run has (nothing
+# subclasses one, and nothing fills its methods in): training/trainer.py's Trainer is the run.
+
+
+class Counts(Protocol):
+    step: int  # optimizer steps taken
+    tokens_seen: int
+
+
+class Due(Protocol):
     def due(self, step: int, last: bool) -> bool:
-        """Whether `on_due` runs after optimizer step `step` (`last`: the run's final step). A pure
-        function of the step and the component's own config, so every rank gives the same answer."""
-        return False
-
-    def on_due(self, trainer: Any, stats: StepStats) -> None: ...
-
-    def on_train_start(self, trainer: Any) -> None: ...
-
-    def on_step_end(self, trainer: Any, stats: StepStats) -> None:
-        """After every step (keep it cheap: `stats` holds tensors still on the device)."""
-
-    def on_log(self, trainer: Any, logs: dict[str, Any]) -> None: ...
-
-    def on_eval(self, trainer: Any, val_loss: float, improved: bool) -> None: ...
-
-    def on_save(self, trainer: Any, paths: list[Path]) -> None: ...
-
-    def on_train_end(self, trainer: Any, result: Any) -> None: ...
+        """Whether it runs after optimizer step `step` (`last`: the run's final step): a pure
+        function of the step and its own config, so every process gives the same answer."""
 
 
-class Loop:
-    """One process's training loop over a built model.
+class Agreement(Protocol):
+    """What the processes agree on where they meet (one process agrees with itself at once)."""
 
-    `model` is the GPT, `train_model` what the step calls (the same model, or it compiled or
-    wrapped for DDP), `batches.next()` gives (x, y) id tensors of one micro-batch, `ctx` is the
-    precision's autocast context and `scaler` a `torch.amp.GradScaler` (on for float16 only).
-    `cfg` is the run's config: train.max_steps, train.grad_accum_steps, train.batch_size,
-    model.block_size, optim.* (the schedule and optim.grad_clip)."""
+    def add_loss(self, loss: torch.Tensor) -> None:
+        """Count a step's training loss (agreed, averaged over processes, at the next meeting)."""
 
-    def __init__(
-        self, cfg: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Any, ctx: Any
-    ) -> None:
-        self.cfg, self.model, self.optimizer, self.batcher, self.ctx = cfg, model, optimizer, batches, ctx
-        self.device = next(model.parameters()).device
-        self.train_model: torch.nn.Module = model
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=False)
-        self.state = TrainState()
-        self.callbacks: list[Callback] = []  # the components, in the order they run
-        self.stopped: str | None = None  # why the run ended before train.max_steps
-        self._loss_sum = torch.zeros((), device=self.device)  # training loss since the last log step
-        self._loss_count = 0
+    def stop_if_signalled(self) -> None:
+        """A stop signal (under DDP, one every process has seen): save last.pt and stop (raises)."""
 
-    def no_sync(self, last_micro_step: bool) -> contextlib.AbstractContextManager:
-        """Where gradients are not averaged over processes (DDP's no_sync); one process: nowhere."""
-        return contextlib.nullcontext()
+    def meet(self) -> None:
+        """The loss, stop signals and requests and callback failures agreed; a non-finite loss refused."""
+
+    def stop_requested(self, met: bool, last: bool) -> str | None:
+        """A `request_stop()`'s reason once the processes agree on it (under DDP only where they met)."""
+
+    def finish(self) -> None:
+        """Under DDP, meet once more: a callback's failure since the last meeting stops every process."""
+
+
+class Run(Protocol):
+    step: Step
+    state: Counts
+    max_steps: int
+    tokens_per_step: int  # train.batch_size sequences of model.block_size
+    logging: Due  # log.interval
+    evaluation: Due  # train.eval_interval
+    checkpointing: Due  # train.ckpt_interval
+    snapshots: Due  # train.keep_every
+    callbacks: Sequence[Due]  # the built-in callbacks, then a user's (minigpt.train(callbacks=...))
+    agreement: Agreement
+    stopped: str | None  # why the run ended before max_steps
+    evaluated_at: int | None  # the step of the latest evaluation
 
     def learning_rate(self) -> float:
-        """This step's peak learning rate (the trainer's follows a time budget where there is one)."""
-        return lr_at(self.state.step, self.cfg.optim, self.cfg.train.max_steps)
+        """This step's rate: `lr_at`, by steps or by a time budget."""
 
-    def train_step(self) -> StepStats:
-        """One optimizer step over train.batch_size sequences (grad_accum_steps micro-steps)."""
-        cfg = self.cfg
-        lr = self.learning_rate()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's group has its own peak
-        accum = cfg.train.grad_accum_steps
-        step_loss = torch.zeros((), device=self.device)
-        for micro_step in range(accum):
-            x, y = self.batcher.next()
-            with self.no_sync(micro_step == accum - 1), self.ctx:
-                _, loss = self.train_model(x, y)
-                loss = loss / accum
-            self.scaler.scale(loss).backward()
-            step_loss += loss.detach()
-        self.scaler.unscale_(self.optimizer)
-        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.state.step += 1
-        self.state.tokens_seen += cfg.train.batch_size * cfg.model.block_size
-        self._loss_sum += step_loss
-        self._loss_count += 1
-        return StepStats(lr, step_loss, grad_norm)
+    def log(self, stats: StepStats) -> None:
+        """`on_log` with the loss agreed at this meeting, averaged since the last log step."""
 
-    def emit(self, event: str, *args: Any, to: Sequence[Callback] | None = None) -> None:
-        """Call `event` on every component (or those `to`), in order."""
-        for callback in self.callbacks if to is None else to:
-            getattr(callback, event)(self, *args)
+    def evaluate_and_save(self) -> None:
+        """The validation loss, then last.pt (and best.pt when it is a new best); `on_eval`."""
 
-    def run(self) -> None:
-        """Step until train.max_steps or a stop; after each step, the components that are due run
-        (after the processes meet: `meet`), then every step's `on_step_end`."""
-        max_steps = self.cfg.train.max_steps
-        every_step = [c for c in self.callbacks if type(c).on_step_end is not Callback.on_step_end]
-        self.model.train()
-        while self.state.step < max_steps and self.stopped is None:
-            self.before_step()
-            stats = self.train_step()
-            step = self.state.step
-            due = [c for c in self.callbacks if c.due(step, step == max_steps)]
-            if due:
-                self.meet()
-                self.emit("on_due", stats, to=due)
-            self.emit("on_step_end", stats, to=every_step)
-            self.after_step(synced=bool(due), last=step == max_steps)
+    def save_last(self) -> None:
+        """last.pt; `on_save`."""
 
-    # where the trainer adds what a run needs around the loop (signals, agreement across processes)
+    def save_snapshot(self, stats: StepStats) -> None:
+        """The weights of this step as step_NNNNNNN.pt, unless the step went non-finite."""
 
-    def before_step(self) -> None: ...
+    def emit(self, event: str, *args: object, to: Sequence[Due] | None = None) -> None:
+        """Call `event` on every callback (or those `to`), in order."""
 
-    def meet(self) -> None: ...
 
-    def after_step(self, synced: bool, last: bool) -> None: ...
+def train_step(run: Run) -> StepStats:
+    """One optimizer step of `run` at the schedule's rate (`learning_rate`), counted."""
+    stats = optimizer_step(run.step, run.learning_rate())
+    run.state.step += 1
+    run.state.tokens_seen += run.tokens_per_step
+    run.agreement.add_loss(stats.loss)
+    return stats
+
+
+def train(run: Run) -> None:
+    """Train `run` from its step to `run.max_steps`, or until a stop."""
+    run.step.model.train()
+    while run.state.step < run.max_steps and run.stopped is None:
+        run.agreement.stop_if_signalled()
+        stats = train_step(run)  # at the schedule's rate: the micro-steps, the clip, the optimizer step
+        step = run.state.step
+        last = step == run.max_steps
+        log_due = run.logging.due(step, last)
+        eval_due = run.evaluation.due(step, last)
+        save_due = run.checkpointing.due(step, last) and not eval_due  # an evaluation saves last.pt itself
+        snapshot_due = run.snapshots.due(step, last)
+        theirs = [c for c in run.callbacks if c.due(step, last)]  # callbacks that are due get on_due
+        met = log_due or eval_due or save_due or snapshot_due or bool(theirs)
+        if met:
+            run.agreement.meet()  # where the processes meet: never at a step where nothing is due
+        if log_due:
+            run.log(stats)
+        if eval_due:
+            run.evaluate_and_save()
+        if save_due:
+            run.save_last()
+        if snapshot_due:
+            run.save_snapshot(stats)
+        run.emit("on_due", stats, to=theirs)
+        run.emit("on_step_end", stats)
+        stop = run.agreement.stop_requested(met, last)
+        if stop is not None and run.stopped is None:
+            if run.evaluated_at != step:
+                run.evaluate_and_save()  # the weights trained last are scored and saved first: they may be the best
+            run.stopped = stop
+    run.agreement.finish()

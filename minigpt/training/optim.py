@@ -1,6 +1,7 @@
 """The optimizers, in torch.optim's state-dict layout (design.md, "Optimizers"): AdamW, torch's update op for op
 (a test holds it), and Muon on the blocks' matrices beside it (`optim.optimizer=muon`). Speed trick: AdamW
-imports no torch._dynamo, so the first step comes seconds sooner; benchmark `scripts/bench.py tricks`."""
+imports no torch._dynamo, so a run starts seconds sooner (design.md, "Optimizers"); benchmark
+`scripts/bench.py tricks`."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ if TYPE_CHECKING:
     from minigpt.config.schema import Config
 
 
-class Optimizer:
-    """What the trainer uses of torch.optim.Optimizer: the shared part of AdamW and MuonAdamW."""
+class Optimizer(torch.optim.Optimizer):
+    """The shared part of AdamW and MuonAdamW: a torch.optim.Optimizer by type, which overrides every
+    method a run calls. It never calls torch's `__init__`, whose first parameter group imports
+    torch._dynamo (seconds in a fresh process; design.md, "Optimizers")."""
 
     param_groups: list[dict[str, Any]]
 
@@ -322,7 +325,7 @@ def split_muon(named: Iterable[tuple[str, torch.Tensor]]) -> tuple[list[tuple[st
 
 def build_optimizer(
     model: torch.nn.Module, cfg: Config, device: torch.device, dtype: torch.dtype = torch.float32
-) -> Any:
+) -> torch.optim.Optimizer:
     """AdamW with weight decay on matrices (Linear weights, embeddings) only, fused where supported;
     with optim.optimizer=muon, Muon on the blocks' matrices (Newton-Schulz in bf16 when the run trains
     in `dtype` bf16, else float32) and this AdamW on the rest (above)."""
@@ -344,7 +347,7 @@ def build_optimizer(
     return MuonAdamW(muon, adam, o.lr, o.muon_lr / o.lr if o.lr > 0 else 0.0, o.muon_momentum, ns_dtype)
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer | AdamW, saved: dict[str, Any]) -> None:
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
     """Load a saved optimizer state, keeping the live optimizer's group settings (they belong to this run's
     device and config; design.md, "Optimizers"): only the state tensors come from the checkpoint."""
     live = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]

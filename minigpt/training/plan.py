@@ -8,9 +8,12 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minigpt.errors import UserError
+
+if TYPE_CHECKING:
+    from minigpt.config.schema import Config
 
 Override = str | tuple[str, Any]  # 'KEY=VALUE' as typed, or a (key, value) pair
 
@@ -21,6 +24,32 @@ class Resume(enum.Enum):
     NO = False
     YES = True
     AUTO = "auto"
+
+
+AUTO_PROCESSES = "--auto sizes a run for one process; with --nproc, set the model's keys (or leave out --nproc)"
+
+
+def check_process_layout(cfg: Config, processes: int, resuming: bool, label: str = "the number of processes") -> None:
+    """Refuse what `processes` processes (one, or --nproc's) cannot train: the one place these checks
+    live. The --nproc launcher asks before torch loads, so that the error is said once; each process
+    asks again before any work (its request may not have come through the launcher)."""
+    from minigpt.config import MPS_PROCESSES
+    from minigpt.config.schema import batch_split_error
+
+    split = batch_split_error(cfg.train, processes, label)
+    if split:
+        raise UserError(split)
+    if processes == 1:
+        return
+    if cfg.train.device == "mps":
+        raise UserError(MPS_PROCESSES)
+    if cfg.train.auto and not resuming:
+        raise UserError(AUTO_PROCESSES)
+    if cfg.optim.schedule_by == "time":
+        raise UserError(
+            "optim.schedule_by time trains on one process (each would read its own clock); "
+            "use optim.schedule_by=steps with --nproc"
+        )
 
 
 def flag_items(

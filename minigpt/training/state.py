@@ -1,8 +1,10 @@
-"""Every random-number stream of a training process (`RngStreams`), saved and restored so that a resume
-is exact (design.md, "Random-number streams")."""
+"""Where a training process is: its counts and best evaluation (`TrainState`), and every random-number
+stream (`RngStreams`), saved and restored so that a resume is exact (design.md, "Random-number streams")."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -12,12 +14,50 @@ from minigpt.runtime import distributed
 from minigpt.runtime.device import log
 
 
+@dataclass
+class TrainState:
+    """Where the run is: optimizer steps taken, tokens trained on, the best validation loss and its
+    step, and how many evaluations have passed without an improvement that counts (patience)."""
+
+    step: int = 0
+    tokens_seen: int = 0
+    best_val_loss: float = math.inf
+    best_step: int = 0
+    evals_since_best: int = 0
+    time_progress: float = 0.0  # optim.schedule_by=time: the fraction of the decay done
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.tokens_seen = int(state["tokens_seen"])
+        self.best_val_loss = float(state["best_val_loss"])
+        self.best_step = int(state.get("best_step") or 0)  # checkpoints from before early stopping
+        self.evals_since_best = int(state.get("evals_since_best") or 0)
+        self.time_progress = float(state.get("time_progress") or 0.0)
+
+    def record_eval(self, val_loss: float, min_delta: float) -> bool:
+        """Count an evaluation; True when it is a new best (best.pt). Only an improvement of more
+        than `min_delta` over the best so far resets the patience count."""
+        counts = val_loss < self.best_val_loss - min_delta
+        improved = val_loss < self.best_val_loss
+        if improved:
+            self.best_val_loss = val_loss
+            self.best_step = self.step
+        self.evals_since_best = 0 if counts else self.evals_since_best + 1
+        return improved
+
+
 class RngStreams:
     """torch's global generator (weights, dropout; per device and rank) and the batcher's, which every rank
     shares; evaluation and logged samples have their own generators and are not part of this."""
 
     def __init__(self, device: torch.device, batcher: Batcher, dist: distributed.Dist, seed: int):
-        self.device, self.batcher, self.dist, self.seed = device, batcher, dist, seed
+        self.device = device
+        self.batcher = batcher
+        self.dist = dist
+        self.seed = seed
 
     def state_dict(self) -> dict[str, Any]:
         """{"rng": this process's streams, "rng_ranks": every rank's torch streams or None}; collective under DDP."""

@@ -1,6 +1,8 @@
-"""A training run around the loop (`loop.py`): `Trainer` builds one process's model, optimizer and
-batches, applies precision, attention form, compile and DDP, and adds evaluation, checkpoints, sync
-points, signals, OOM and divergence advice, and the final evaluation (docs/design.md, "The core")."""
+"""A training run for the loop (`loop.train`): `Trainer` builds one process's model, optimizer and
+batches, applies precision, attention form, compile and DDP, and gives the loop what it calls by
+name (the schedule, logging, evaluation, checkpoints); `Agreement` is where the processes meet
+(signals, stop requests, callback failures, divergence). Around the loop: OOM advice and the final
+evaluation (docs/design.md, "The core")."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any
 
 import torch
 
-from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resume_command
+from minigpt.checkpoint import BEST, LAST, Checkpoint, find_checkpoint, resume_command, snapshot_name
 from minigpt.config.fields import parse_duration
 from minigpt.config.files import value_text
 from minigpt.config.schema import Config, config_from_dict
@@ -30,7 +32,7 @@ from minigpt.infer.evaluate import EvalResult, evaluate_ids
 from minigpt.infer.windows import token_losses
 from minigpt.model import GPT, evaluating
 from minigpt.runtime import distributed
-from minigpt.runtime.attention import set_attention
+from minigpt.runtime.attention import use_products
 from minigpt.runtime.device import (
     autocast,
     dtype_name,
@@ -40,15 +42,16 @@ from minigpt.runtime.device import (
 )
 from minigpt.runtime.distributed import wrap_ddp
 from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
-from minigpt.training.callbacks import EarlyStopping, TimeBudget, components
+from minigpt.training import loop
+from minigpt.training.callbacks import Callback, EarlyStopping, Every, TimeBudget
 from minigpt.training.disk import write_run_file
 from minigpt.training.interrupts import StopNow, StopRequest
-from minigpt.training.loop import Callback, Loop, StepStats, lr_at
+from minigpt.training.loop import Due, Step, StepStats, lr_at
 from minigpt.training.optim import build_optimizer, load_optimizer_state
 from minigpt.training.preflight import accum_steps
 from minigpt.training.progress import Progress, describe_run
 from minigpt.training.schedule import time_progress
-from minigpt.training.state import RngStreams
+from minigpt.training.state import RngStreams, TrainState
 from minigpt.training.tensorboard import tensorboard_callbacks
 
 
@@ -79,8 +82,107 @@ class TrainResult:
     final_seconds: float = 0.0  # how long the final evaluation took
 
 
-class Trainer(Loop):
-    """One training process of one run. Under torchrun every rank builds one; rank 0 alone writes."""
+class Agreement:
+    """What the processes of a run agree on where they meet (`loop.train` calls it): the training
+    loss since the last log step, stop signals, `request_stop()`, a user's callback that failed, and
+    a loss that diverged. On one process the agreement is at once; under DDP it is reached at the
+    steps where some component is due (the same on every rank), the only host syncs between evals."""
+
+    def __init__(self, run: Trainer) -> None:
+        self.run = run
+        self.dist = run.dist
+        self.signals = StopRequest()  # Trainer.train() installs the handlers
+        self.loss_sum = torch.zeros((), device=run.device)  # training loss since the last log step
+        self.loss_count = 0
+        self.mean_loss = math.nan  # the training loss agreed at the latest meeting
+        self.request: str | None = None  # request_stop()'s reason, on this rank
+        self.agreed_request = False  # some rank's request_stop(), agreed at a meeting
+        self.agreed_signal: int | None = None  # under DDP: a stop signal every rank has seen
+        self.failure: str | None = None  # a user's callback failed here (under DDP: told at the next meeting)
+        self.stopping = False  # stopping for that failure
+
+    def add_loss(self, loss: torch.Tensor) -> None:
+        self.loss_sum += loss
+        self.loss_count += 1
+
+    def take_mean_loss(self) -> float:
+        """The loss agreed at this meeting, averaged since the last log step; the count starts again."""
+        self.loss_sum.zero_()
+        self.loss_count = 0
+        return self.mean_loss
+
+    def stop_if_signalled(self) -> None:
+        """A stop signal (under DDP, one every rank has seen) saves last.pt and stops the run."""
+        signum = self.signals.signum if not self.dist.enabled else self.agreed_signal
+        if signum is None:
+            return
+        self.save_between_steps()
+        out_dir = self.run.out_dir
+        raise TrainingInterrupted(
+            128 + signum,
+            f"stopped at step {self.run.state.step}; saved {out_dir / LAST}. Resume with: {resume_command(out_dir)}",
+        )
+
+    def meet(self) -> None:
+        """Where every rank meets (a step some component is due at): the mean training loss over
+        ranks since the last log step, and whether any rank got a stop signal, called
+        `request_stop` or had a callback fail; a non-finite loss is refused before anything is saved."""
+        flags = [float(self.signals.signum or 0), float(self.request is not None), float(self.failure is not None)]
+        reduced = distributed.all_sum(
+            torch.stack([self.loss_sum.float(), *map(self.loss_sum.new_tensor, flags)]), self.dist
+        )
+        self.mean_loss = reduced[0].item() / self.dist.world_size / max(self.loss_count, 1)
+        self.agreed_request = reduced[2].item() > 0
+        if reduced[3].item() > 0:
+            self.stop_for_failure()
+        if self.dist.enabled and reduced[1].item() > 0:
+            self.agreed_signal = self.signals.signum or signal.SIGTERM
+        if not math.isfinite(self.mean_loss):  # never checkpoint a broken model
+            raise self.run.diverged("training loss", self.mean_loss)
+
+    def stop_requested(self, met: bool, last: bool) -> str | None:
+        """request_stop()'s reason: on one process at once, under DDP once the ranks agreed at a meeting."""
+        if not (self.request or self.agreed_request) or last:
+            return None
+        if self.dist.enabled and not (met and self.agreed_request):
+            return None
+        if not met:
+            self.meet()
+        return self.request or f"stopped at step {self.run.state.step}: another process asked to stop"
+
+    def finish(self) -> None:
+        if self.dist.enabled:  # a callback's failure since the last meeting is told here
+            self.meet()
+
+    def callback_failed(self, where: str, error: Exception, at_end: bool) -> None:
+        """A user's callback raised `error` (`where`: which, in which event): the run stops, last.pt
+        saved (not after `on_train_end`); under DDP at the next meeting, where every rank stops (a
+        checkpoint gathers from every rank: no rank may save alone)."""
+        if self.stopping:  # the failure being told already stops the run
+            return
+        self.failure = self.failure or f"{where}: {first_line(error)}"
+        if not self.dist.enabled or at_end:
+            self.stop_for_failure(save=not at_end)
+
+    def stop_for_failure(self, save: bool = True) -> None:
+        """A callback failed, on this rank or (under DDP) another: save last.pt (unless not `save`) and stop."""
+        self.stopping = True
+        if save:
+            self.save_between_steps()
+        failure = self.failure or "a callback failed on another process"
+        out_dir = self.run.out_dir
+        raise UserError(f"{failure}; saved {out_dir / LAST}; resume with: {resume_command(out_dir)}")
+
+    def save_between_steps(self) -> None:
+        """last.pt now (never a broken model: a non-finite loss since the last meeting raises)."""
+        if self.loss_count and not math.isfinite(self.loss_sum.item()):
+            raise self.run.diverged("training loss", self.loss_sum.item())
+        self.run.save(LAST)
+
+
+class Trainer:
+    """One training process of one run, built whole before `loop.train` trains it. Under torchrun
+    every rank builds one; rank 0 alone writes."""
 
     def __init__(
         self,
@@ -94,42 +196,64 @@ class Trainer(Loop):
         products: bool = False,
     ) -> None:
         """`products`: bf16 attention as products on a CPU (train.attention, decided before)."""
-        self.corpus, self.tok, self.out_dir = corpus, tok, out_dir
-        self.dtype, self.dist = dtype, dist or distributed.Dist()
-        t, rank, world = cfg.train, self.dist.rank, self.dist.world_size
+        self.cfg = cfg
+        self.corpus = corpus
+        self.tok = tok
+        self.out_dir = out_dir
+        self.device = device
+        self.dtype = dtype
+        self.dist = dist or distributed.Dist()
+        t = cfg.train
+        rank = self.dist.rank
+        world = self.dist.world_size
         torch.manual_seed(t.seed)  # weights (the same on every rank) and dropout
         enable_fast_matmul(device)
-        model = GPT(cfg.model, tok.vocab_size).to(device)
+        self.model = GPT(cfg.model, tok.vocab_size).to(device)
         self.products = products
-        set_attention(model, products)
+        if products:
+            use_products(self.model)  # the CPU's bf16 attention by products, where train.attention chose it
         if self.dist.enabled:
             torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
-        optimizer = build_optimizer(model, cfg, device, dtype)
+        self.optimizer = build_optimizer(self.model, cfg, device, dtype)
         micro = t.batch_size // t.grad_accum_steps  # sequences per micro-step, all ranks together
         block = cfg.model.block_size
         ids = {"rank": rank, "world_size": world, "id_map": corpus.id_map}
-        batcher = Batcher(corpus.train, block, micro, t.seed, device, **ids)
-        super().__init__(cfg, model, optimizer, batcher, autocast(device, dtype))
-        self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+        self.batcher = Batcher(corpus.train, block, micro, t.seed, device, **ids)
+        self.ctx = autocast(device, dtype)
         val_source = Batcher(corpus.val, block, micro, t.seed + 1, device, **ids)
         self.val_batches = [val_source.next() for _ in range(t.eval_steps)]  # fixed for the whole run
+        self.state = TrainState()
+        self.max_steps = t.max_steps
+        self.tokens_per_step = t.batch_size * block
+        self.logging = Every(cfg.log.interval, at_last=True)
+        self.evaluation = Every(t.eval_interval, at_last=True)
+        self.checkpointing = Every(t.ckpt_interval, at_last=False)
+        self.snapshots = Every(t.keep_every, at_last=False)
+        self.callbacks: list[Callback] = []  # Trainer.train() sets them, in the order they run
+        self.agreement = Agreement(self)
         self.rng = RngStreams(device, self.batcher, self.dist, t.seed)
+        self.stopped: str | None = None  # why the run ended before train.max_steps
         self.val_loss: float | None = None  # the latest evaluation's
         self.evaluated_at: int | None = None  # the step of the latest evaluation
         self.init_from: dict[str, Any] | None = None  # where a fine-tuned run's weights came from
-        self.started, self.deadline = time.perf_counter(), None  # train.max_time counts from started
+        self.started = time.perf_counter()  # train.max_time counts from started
+        self.deadline: float | None = None
         self.rates: list[float] = []  # tokens/s of each log interval
-        self.signals = StopRequest()  # train() installs the handlers
-        self._failure: str | None = None  # a user's callback failed here (under DDP: told at the next sync point)
-        self._stopping = False  # stopping for that failure
-        self.mean_loss = math.nan  # the training loss agreed at the latest sync point
-        self._request: str | None = None  # request_stop()'s reason, on this rank
-        self._agreed_request = False  # some rank's request_stop(), agreed at a sync point
-        self._agreed_signal: int | None = None  # under DDP: a stop signal every rank has seen
         self.time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
         describe_run(self)
         wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
         self.train_model = maybe_compile(self.model, t.compile, wrap, self._compile_trial(micro // world), device)
+        self.step = Step(
+            model=self.model,
+            train_model=self.train_model,
+            optimizer=self.optimizer,
+            next_batch=self.batcher.next,
+            ctx=self.ctx,
+            scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+            accum=t.grad_accum_steps,
+            grad_clip=cfg.optim.grad_clip,
+            no_sync=self.train_model.no_sync if self.dist.enabled else contextlib.nullcontext,
+        )
 
     def _compile_trial(self, rows: int) -> Callable[[torch.nn.Module], None]:
         """A forward and backward shaped like a real micro-step: x and y are views of one (B, T+1)
@@ -144,41 +268,19 @@ class Trainer(Loop):
 
         return trial
 
-    # -- one step, one evaluation -------------------------------------------------------------
+    # -- the schedule, one evaluation --------------------------------------------------------
 
     def learning_rate(self) -> float:
+        """This step's peak rate: `lr_at`, following a time budget's progress where there is one."""
         progress = None
         if self.time_budget is not None:  # optim.schedule_by=time
             progress = self.state.time_progress = time_progress(*self.time_budget)
         return lr_at(self.state.step, self.cfg.optim, self.cfg.train.max_steps, progress)
 
-    def no_sync(self, last_micro_step: bool) -> contextlib.AbstractContextManager:
-        """Under DDP, gradients are averaged over ranks only on the last micro-step."""
-        if not self.dist.enabled or last_micro_step:
-            return contextlib.nullcontext()
-        return self.train_model.no_sync()
-
-    def train_step(self) -> StepStats:
-        try:
-            return super().train_step()
-        except OUT_OF_MEMORY:
-            raise self._out_of_memory() from None
-
     def evaluate(self) -> float:
         """The validation loss on the run's fixed batches, averaged over ranks."""
         local = estimate_loss(self.model, self.val_batches, self.ctx)
         return distributed.all_sum(torch.tensor([local], device=self.device), self.dist).item() / self.dist.world_size
-
-    def _sync(self, stop: StopRequest) -> tuple[float, bool, bool, bool]:
-        """A sync point (the same steps on every rank): the mean training loss over ranks since the
-        last call, whether any rank got a stop signal, whether any called `request_stop`, and
-        whether a callback failed on any; the only host sync between evals."""
-        flags = [float(stop.signum or 0), float(self._request is not None), float(self._failure is not None)]
-        reduced = distributed.all_sum(
-            torch.stack([self._loss_sum.float(), *map(self._loss_sum.new_tensor, flags)]), self.dist
-        )
-        mean = reduced[0].item() / self.dist.world_size / max(self._loss_count, 1)
-        return mean, reduced[1].item() > 0, reduced[2].item() > 0, reduced[3].item() > 0
 
     # -- state and checkpoints ----------------------------------------------------------------
 
@@ -187,7 +289,7 @@ class Trainer(Loop):
         call under DDP); without it, train.keep_every's weights-only snapshot."""
         extra: dict[str, Any] = {"step": self.state.step, "tokens_seen": self.state.tokens_seen}
         if resumable:
-            scaler = self.scaler.state_dict() if self.scaler.is_enabled() else None
+            scaler = self.step.scaler.state_dict() if self.step.scaler.is_enabled() else None
             extra = {
                 "optimizer": self.optimizer.state_dict(),
                 "scaler": scaler,
@@ -218,7 +320,7 @@ class Trainer(Loop):
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optimizer"])
         if state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
+            self.step.scaler.load_state_dict(state["scaler"])
         self.state.load_state_dict(state)
         self.rng.load_state_dict(state, self.state.step)
         self.init_from = state.get("init_from")
@@ -246,98 +348,74 @@ class Trainer(Loop):
             f"{self.cfg.model.block_size}{advice}, or a smaller model; {self.out_dir / LAST} is unchanged"
         )
 
-    def _diverged(self, what: str, value: float) -> Diverged:
+    def diverged(self, what: str, value: float) -> Diverged:
         return diverged_error(self.out_dir, self.cfg, self.state.step, what, value)
 
-    # -- the loop -----------------------------------------------------------------------------
-
-    def _save_between_steps(self) -> None:
-        """last.pt now (never a broken model: a non-finite loss since the last sync point raises)."""
-        if self._loss_count and not math.isfinite(self._loss_sum.item()):
-            raise self._diverged("training loss", self._loss_sum.item())
-        self.save(LAST)
-
-    def _stop_for_signal(self, signum: int) -> None:
-        """Save last.pt and stop with the resume command."""
-        self._save_between_steps()
-        raise TrainingInterrupted(
-            128 + signum,
-            f"stopped at step {self.state.step}; saved {self.out_dir / LAST}. Resume with: "
-            f"{resume_command(self.out_dir)}",
-        )
+    # -- what the loop calls by name ----------------------------------------------------------
 
     def request_stop(self, reason: str) -> None:
         """End the run at the next point the ranks agree on (at once on one process), after scoring
         and saving the weights trained last."""
-        self._request = self._request or reason
+        self.agreement.request = self.agreement.request or reason
 
     stop = request_stop  # one rank's call must reach every rank: never at once under DDP
 
-    def emit(self, event: str, *args: Any, to: Sequence[Callback] | None = None) -> None:
+    def emit(self, event: str, *args: object, to: Sequence[Due] | None = None) -> None:
         """Call `event` on every callback (or those `to`), in order. A user's callback that raises
-        stops the run, last.pt saved, with an error naming it; under DDP at the next sync point,
-        where every rank stops (a checkpoint gathers from every rank: no rank may save alone)."""
+        stops the run with an error naming it (`Agreement.callback_failed`)."""
         for callback in self.callbacks if to is None else to:
             try:
                 getattr(callback, event)(self, *args)
             except Exception as e:
                 if type(callback).__module__.startswith("minigpt."):
                     raise
-                if self._stopping:  # the failure being told already stops the run
-                    continue
                 rank = f" on rank {self.dist.rank}" if self.dist.enabled else ""
                 where = f"callback {type(callback).__name__} failed in {event} at step {self.state.step}{rank}"
-                self._failure = self._failure or f"{where}: {first_line(e)}"
-                if not self.dist.enabled or event == "on_train_end":
-                    self._stop_for_failure(save=event != "on_train_end")
+                self.agreement.callback_failed(where, e, at_end=event == "on_train_end")
 
-    def _stop_for_failure(self, save: bool = True) -> None:
-        """A callback failed, on this rank or (under DDP) another: save last.pt (unless not `save`) and stop."""
-        self._stopping = True
-        if save:
-            self._save_between_steps()
-        failure = self._failure or "a callback failed on another process"
-        raise UserError(f"{failure}; saved {self.out_dir / LAST}; resume with: {resume_command(self.out_dir)}")
+    def log(self, stats: StepStats) -> None:
+        """`on_log` with the loss agreed at this step's meeting, averaged since the last log step."""
+        loss = self.agreement.take_mean_loss()
+        now = time.perf_counter()
+        tokens = self.state.tokens_seen
+        tps = (tokens - self._tokens_at_log) / max(now - self._t_log, 1e-9)
+        self._t_log = now
+        self._tokens_at_log = tokens
+        self.rates.append(tps)
+        logs = {"step": self.state.step, "loss": loss, "lr": stats.lr, "grad_norm": float(stats.grad_norm)}
+        self.emit("on_log", {**logs, "tokens": tokens, "tokens_per_s": tps, "mfu": self.mfu(tps)})
 
-    def _evaluate_and_save(self) -> None:
+    def evaluate_and_save(self) -> None:
         """The validation loss (a divergence stops the run), then last.pt, and best.pt when it is a new best."""
         t0 = time.perf_counter()
         self.val_loss = self.evaluate()
         if not math.isfinite(self.val_loss):
-            raise self._diverged("validation loss", self.val_loss)
+            raise self.diverged("validation loss", self.val_loss)
         improved = self.state.record_eval(self.val_loss, self.cfg.train.min_delta)
         self.evaluated_at = self.state.step
-        self.save(LAST, BEST) if improved else self.save(LAST)
+        if improved:
+            self.save(LAST, BEST)
+        else:
+            self.save(LAST)
         self.emit("on_eval", self.val_loss, improved)
         self._t_log += time.perf_counter() - t0  # evaluation and its callbacks stay out of tokens/s
 
-    def before_step(self) -> None:
-        """A stop signal (under DDP, one every rank has seen) saves last.pt and stops the run."""
-        signum = self.signals.signum if not self.dist.enabled else self._agreed_signal
-        if signum is not None:
-            self._stop_for_signal(signum)
+    def save_last(self) -> None:
+        self.save(LAST)
 
-    def meet(self) -> None:
-        """Where every rank meets (a step some component is due at): the loss and stop flags
-        agreed, and a non-finite loss refused before anything is saved."""
-        self.mean_loss, any_stop, self._agreed_request, any_failed = self._sync(self.signals)
-        if any_failed:
-            self._stop_for_failure()
-        if self.dist.enabled and any_stop:
-            self._agreed_signal = self.signals.signum or signal.SIGTERM
-        if not math.isfinite(self.mean_loss):  # never checkpoint a broken model
-            raise self._diverged("training loss", self.mean_loss)
-
-    def log_step(self, stats: StepStats) -> None:
-        """`on_log` with the loss agreed at this step's sync point, averaged since the last log step."""
-        self._loss_sum.zero_()
-        self._loss_count = 0
-        now, tokens = time.perf_counter(), self.state.tokens_seen
-        tps = (tokens - self._tokens_at_log) / max(now - self._t_log, 1e-9)
-        self._t_log, self._tokens_at_log = now, tokens
-        self.rates.append(tps)
-        logs = {"step": self.state.step, "loss": self.mean_loss, "lr": stats.lr, "grad_norm": float(stats.grad_norm)}
-        self.emit("on_log", {**logs, "tokens": tokens, "tokens_per_s": tps, "mfu": self.mfu(tps)})
+    def save_snapshot(self, stats: StepStats) -> None:
+        """train.keep_every: rank 0 keeps this step's weights as step_NNNNNNN.pt, unless the step went
+        non-finite (a broken model is never kept)."""
+        if not self.dist.is_main:
+            return
+        # under a GradScaler (fp16) a non-finite gradient is a skipped step: the weights are whole
+        norm_ok = self.step.scaler.is_enabled() or math.isfinite(float(stats.grad_norm))
+        if not (math.isfinite(stats.loss.item()) and norm_ok):
+            return
+        snapshot = self.checkpoint(resumable=False)
+        if self.evaluated_at != self.state.step:
+            snapshot.val_loss = None  # the latest evaluation was an earlier step's
+        snapshot.save(self.out_dir / snapshot_name(self.state.step))
 
     def mfu(self, tokens_per_s: float) -> float | None:
         """Model FLOPs utilisation in percent, where the device's peak is known."""
@@ -368,7 +446,7 @@ class Trainer(Loop):
         log(f"final evaluation: {what}")
         t_full = time.perf_counter()
         try:
-            with self.signals.at_once():
+            with self.agreement.signals.at_once():
                 return self.final_eval(), time.perf_counter() - t_full
         except StopNow as e:
             raise TrainingInterrupted(
@@ -396,8 +474,8 @@ class Trainer(Loop):
         kept = f"training finished and {self.out_dir / LAST} is saved; score it with: minigpt eval {self.out_dir}"
         write_run_file(self.out_dir / "results.json", json.dumps(results, indent=1) + "\n", kept)
 
-    def _begin(self, started: float | None, callbacks: Sequence[Any]) -> None:
-        """The clocks, the time budget and the components of one `train()`."""
+    def _begin(self, started: float | None, callbacks: Sequence[Callback]) -> None:
+        """The clocks, the time budget and the callbacks of one `train()`."""
         t = self.cfg.train
         self.started = started or time.perf_counter()
         self.deadline = self.started + parse_duration(t.max_time) if t.max_time else None
@@ -406,24 +484,27 @@ class Trainer(Loop):
             self.time_budget = (time.perf_counter(), self.state.time_progress, self.deadline)
         self._flops_per_token = flops_per_token(self.cfg.model, self.tok.vocab_size)
         self._peak = device_peak(self.device, self.cfg.log.peak_tflops)[0]
-        self._t_log, self._tokens_at_log = time.perf_counter(), self.state.tokens_seen
+        self._t_log = time.perf_counter()
+        self._tokens_at_log = self.state.tokens_seen
         self.callbacks = []  # a built-in that fails to start leaves none to close
         watchers = [Progress(), *tensorboard_callbacks(self)] if self.dist.is_main else []  # the terminal first
-        self.callbacks = [*components(self.cfg), *watchers, EarlyStopping(), TimeBudget(), *callbacks]
+        self.callbacks = [*watchers, EarlyStopping(), TimeBudget(), *callbacks]
 
-    def train(self, started: float | None = None, callbacks: Sequence[Any] = ()) -> TrainResult:
-        """Train until train.max_steps (or a component stops it), telling `callbacks` (after the
+    def train(self, started: float | None = None, callbacks: Sequence[Callback] = ()) -> TrainResult:
+        """Train (`loop.train`) until train.max_steps (or a stop), telling `callbacks` (after the
         built-in ones) each event; then score the best checkpoint on the whole validation split.
         `started` is the perf_counter time the command began (wall times and train.max_time count
         from it)."""
-        t, result = self.cfg.train, None
+        t = self.cfg.train
+        result = None
         self._begin(started, callbacks)
         try:
             self.emit("on_train_start")
-            with StopRequest(hard_exit=not self.dist.enabled) as self.signals:
-                self.run()
-                if self.dist.enabled:  # a callback's failure since the last sync point is told here
-                    self.meet()
+            with StopRequest(hard_exit=not self.dist.enabled) as self.agreement.signals:
+                try:
+                    loop.train(self)
+                except OUT_OF_MEMORY:
+                    raise self._out_of_memory() from None
                 if self.stopped:
                     log(self.stopped)
                 full, seconds = self._final_evaluation() if t.final_eval and self.dist.is_main else (None, 0.0)
@@ -434,19 +515,6 @@ class Trainer(Loop):
             raise
         self.emit("on_train_end", result)
         return result
-
-    def after_step(self, synced: bool, last: bool) -> None:
-        """request_stop(): on one process at once, under DDP once the ranks agree at a sync point;
-        the weights trained last are scored (they may be the best) and saved first."""
-        if not (self._request or self._agreed_request) or last or self.stopped is not None:
-            return
-        if self.dist.enabled and not (synced and self._agreed_request):
-            return
-        if self.evaluated_at != self.state.step:
-            if not synced:
-                self.meet()
-            self._evaluate_and_save()
-        self.stopped = self._request or f"stopped at step {self.state.step}: another process asked to stop"
 
     def _result(self, full: EvalResult | None, final_seconds: float) -> TrainResult:
         s = self.state

@@ -17,6 +17,7 @@ from minigpt.data.corpus import load_corpus
 from minigpt.model import parameter_count
 from minigpt.runtime.device import configure_threads, resolve_dtype
 from minigpt.runtime.memory import process_rss
+from minigpt.training.loop import train_step
 from minigpt.training.preflight import estimate
 from minigpt.training.trainer import Trainer
 
@@ -27,7 +28,7 @@ dtype = resolve_dtype(cfg.train.dtype, torch.device("cpu"))[0]
 trainer = Trainer(cfg, corpus, corpus.tokenizer, torch.device("cpu"), dtype, Path(tempfile.mkdtemp()))
 before = process_rss()
 for _ in range(3):
-    trainer.train_step()
+    train_step(trainer)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 n_params = parameter_count(cfg.model, corpus.tokenizer.vocab_size)
 micro = cfg.train.batch_size // cfg.train.grad_accum_steps
