@@ -20,6 +20,11 @@ class Dist:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    local_world: int | None = None  # the processes on this machine (LOCAL_WORLD_SIZE); None: world_size
+
+    @property
+    def local_world_size(self) -> int:
+        return self.local_world or self.world_size
 
     @property
     def enabled(self) -> bool:
@@ -36,16 +41,21 @@ def launched() -> Dist:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
         local = int(os.environ.get("LOCAL_RANK", "0"))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     except ValueError:
-        raise UserError("RANK / WORLD_SIZE / LOCAL_RANK must be integers (set them through torchrun)") from None
-    return Dist(rank, local, world)
+        raise UserError(
+            "RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE must be integers (set them through torchrun)"
+        ) from None
+    return Dist(rank, local, world, local_world)
 
 
 def init(dist: Dist, device: torch.device) -> None:
-    """Start the process group when launched by torchrun: nccl for CUDA devices, gloo for the CPU."""
+    """Make a CUDA device the current one (cuda:N in one process too: the compiler's kernels and any
+    call without a device go there, not to cuda:0), and start the process group when launched by
+    torchrun: nccl for CUDA devices, gloo for the CPU."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if dist.enabled and not tdist.is_initialized():
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
         backend = "nccl" if device.type == "cuda" else "gloo"
         tdist.init_process_group(backend=backend, timeout=timedelta(minutes=10))
 
@@ -70,6 +80,26 @@ def all_gather(obj: Any, dist: Dist) -> list[Any]:
     out: list[Any] = [None] * dist.world_size
     tdist.all_gather_object(out, obj)
     return out
+
+
+def all_agree(ok: bool, dist: Dist) -> bool:
+    """Whether `ok` holds on every rank: one answer, the same on each (`ok` itself in one process)."""
+    return all(all_gather(bool(ok), dist))
+
+
+def check_same_start(found: dict[str, Any], dist: Dist) -> None:
+    """Every rank starts from what rank 0 chose: `found` (plain data: what this rank read, e.g. a
+    checkpoint's file, step and checksum) against rank 0's. A difference is the same UserError on
+    every rank, one line naming the ranks and what each found."""
+    every = all_gather(found, dist)
+    differ = [rank for rank, theirs in enumerate(every) if theirs != every[0]]
+    if not differ:
+        return
+    shown = "; ".join(f"rank {rank}: " + ", ".join(f"{k} {v}" for k, v in every[rank].items()) for rank in [0, *differ])
+    raise UserError(
+        f"the processes do not start from the same checkpoint ({shown}); every node must see the same run "
+        "folder (a shared filesystem that lags?): wait until it does, then start again"
+    )
 
 
 def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:

@@ -39,6 +39,7 @@ from minigpt.runtime.device import (
     maybe_compile,
 )
 from minigpt.runtime.distributed import wrap_ddp
+from minigpt.runtime.memory import free_cached, out_of_memory
 from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
 from minigpt.training.callbacks import EarlyStopping, TimeBudget, components
 from minigpt.training.disk import write_run_file
@@ -61,9 +62,6 @@ def estimate_loss(model: GPT, batches: Sequence[tuple[torch.Tensor, torch.Tensor
             with ctx:
                 total += token_losses(model, x, y)[0].mean()
     return total.item() / len(batches)
-
-
-OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 @dataclass
@@ -129,7 +127,8 @@ class Trainer(Loop):
         self.time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
         describe_run(self)
         wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
-        self.train_model = maybe_compile(self.model, t.compile, wrap, self._compile_trial(micro // world), device)
+        trial = self._compile_trial(micro // world)
+        self.train_model = maybe_compile(self.model, t.compile, wrap, trial, device, self.dist)  # agreed by all ranks
 
     def _compile_trial(self, rows: int) -> Callable[[torch.nn.Module], None]:
         """A forward and backward shaped like a real micro-step: x and y are views of one (B, T+1)
@@ -161,7 +160,9 @@ class Trainer(Loop):
     def train_step(self) -> StepStats:
         try:
             return super().train_step()
-        except OUT_OF_MEMORY:
+        except RuntimeError as e:  # CUDA's OutOfMemoryError, MPS's RuntimeError
+            if not out_of_memory(e):
+                raise
             raise self._out_of_memory() from None
 
     def evaluate(self) -> float:
@@ -205,6 +206,7 @@ class Trainer(Loop):
                 "dtype": dtype_name(self.dtype),
                 "attention": "products" if self.products else "flash",
                 "threads": torch.get_num_threads(),
+                "processes": self.dist.local_world_size,  # the processes that shared the cores
             },
             init_from=self.init_from,
             **extra,
@@ -236,8 +238,7 @@ class Trainer(Loop):
         """A device that ran out of memory despite the preflight: the same advice, nothing saved."""
         t = self.cfg.train
         self.optimizer.zero_grad(set_to_none=True)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        free_cached(self.device)
         micro = t.batch_size // t.grad_accum_steps // self.dist.world_size
         split = accum_steps(self.cfg, self.dist.world_size, t.grad_accum_steps + 1)
         advice = f"; try train.grad_accum_steps={split[0]} (the same batch in smaller micro-batches)" if split else ""
@@ -352,10 +353,13 @@ class Trainer(Loop):
         best = find_checkpoint(self.out_dir, prefer=BEST)
         if best is not None:
             model.load_state_dict(Checkpoint.load(best).model)
-        return evaluate_ids(model, self.corpus.val, self.corpus.id_map, self.cfg.train.final_eval_tokens)
+        t = self.cfg.train  # windows a batch: at most what a training micro-batch held, beside the optimizer's state
+        rows = max(1, min(64, t.batch_size // t.grad_accum_steps // self.dist.world_size))
+        return evaluate_ids(model, self.corpus.val, self.corpus.id_map, t.final_eval_tokens, rows)
 
-    def _final_evaluation(self) -> tuple[EvalResult, float]:
-        """final_eval() and its seconds; a stop signal ends it at once: last.pt holds the final step."""
+    def _final_evaluation(self) -> tuple[EvalResult | None, float]:
+        """final_eval() and its seconds; a stop signal ends it at once: last.pt holds the final step;
+        out of memory even one window at a time, None (results.json is written without it)."""
         n, bound = len(self.corpus.val), self.cfg.train.final_eval_tokens
         what = (
             f"the whole validation split ({n:,} {self.tok.unit}s)"
@@ -377,6 +381,11 @@ class Trainer(Loop):
                 f"{self.state.step}, saved in {self.out_dir / LAST}. Score it with: "
                 f"{resume_command(self.out_dir, auto=True)}",
             ) from None
+        except RuntimeError as e:
+            if not out_of_memory(e):
+                raise
+            log(f"final evaluation: out of memory on {self.device} in one window; later: minigpt eval {self.out_dir}")
+            return None, time.perf_counter() - t_full
 
     def _write_results(self, result: TrainResult) -> None:
         full = result.full
