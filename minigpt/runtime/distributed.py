@@ -53,7 +53,7 @@ def init(dist: Dist, device: torch.device) -> None:
     """Make a CUDA device the current one (cuda:N in one process too: the compiler's kernels and any
     call without a device go there, not to cuda:0), and start the process group when launched by
     torchrun: nccl for CUDA devices, gloo for the CPU."""
-    if device.type == "cuda":
+    if device.type == "cuda" and device.index is not None:  # plain "cuda" is the current device already
         torch.cuda.set_device(device)
     if dist.enabled and not tdist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"

@@ -253,9 +253,12 @@ class Trainer(Loop):
     # -- the loop -----------------------------------------------------------------------------
 
     def _save_between_steps(self) -> None:
-        """last.pt now (never a broken model: a non-finite loss since the last sync point raises)."""
-        if self._loss_count and not math.isfinite(self._loss_sum.item()):
-            raise self._diverged("training loss", self._loss_sum.item())
+        """last.pt now (never a broken model: a non-finite loss since the last sync point raises). Every
+        rank comes here together (an agreed signal or failure): the loss is summed over ranks, so all
+        raise or all save, never one raising while the others wait in the save's collectives."""
+        loss = distributed.all_sum(self._loss_sum.reshape(1), self.dist).item()
+        if self._loss_count and not math.isfinite(loss):
+            raise self._diverged("training loss", loss)
         self.save(LAST)
 
     def _stop_for_signal(self, signum: int) -> None:
