@@ -3,10 +3,12 @@ starts the process group (nccl on CUDA, gloo on CPU); without torchrun all of it
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -87,10 +89,14 @@ def all_agree(ok: bool, dist: Dist) -> bool:
     return all(all_gather(bool(ok), dist))
 
 
-def check_same_start(found: dict[str, Any], dist: Dist) -> None:
-    """Every rank starts from what rank 0 chose: `found` (plain data: what this rank read, e.g. a
-    checkpoint's file, step and checksum) against rank 0's. A difference is the same UserError on
-    every rank, one line naming the ranks and what each found."""
+def check_same_start(plan: str, source: Path | None, ckpt: Any, dist: Dist) -> None:
+    """Every rank starts from what rank 0 found: its plan (new, resume, fine_tune) and checkpoint
+    (`source`, and `ckpt`'s step and tensor checksums), against rank 0's. A difference (a shared
+    filesystem that lags) is the same UserError on every rank: one line naming what each found."""
+    found: dict[str, Any] = {"plan": plan}
+    if source is not None and ckpt is not None:
+        checksum = hashlib.sha256(repr(sorted((ckpt.checksums or {}).items())).encode()).hexdigest()[:12]
+        found.update(file=source.name, step=ckpt.step, checksum=checksum)
     every = all_gather(found, dist)
     differ = [rank for rank, theirs in enumerate(every) if theirs != every[0]]
     if not differ:

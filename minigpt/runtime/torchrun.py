@@ -34,14 +34,13 @@ def main(argv: list[str]) -> int:
     except SignalException as e:  # the workers were sent the same signal and have saved
         return 128 + int(e.sigval)
     except ChildFailedError as e:
-        first = e.failures.get(0)  # rank 0's reason, where it has one; else the first (the others were stopped)
-        if first is None or first.exitcode not in PLANNED:
-            first = e.get_first_failure()[1]
-        if first.exitcode in PLANNED:
-            for line in failure_lines({rank: (f.exitcode, f.message) for rank, f in e.failures.items()}):
-                print(line, file=sys.stderr, flush=True)
-            return first.exitcode
-        raise
+        # rank 0's planned exit, else another rank's: the ranks torchrun stopped after it (SIGTERM) are not the cause
+        planned = [f.exitcode for rank, f in sorted(e.failures.items()) if f.exitcode in PLANNED]
+        if not planned:
+            raise
+        for line in failure_lines({rank: (f.exitcode, f.message) for rank, f in e.failures.items()}):
+            print(line, file=sys.stderr, flush=True)
+        return planned[0]
     finally:
         if remove is not None:
             remove.unlink(missing_ok=True)

@@ -4,7 +4,6 @@ precedence is docs/design.md's table), then `run_training` checks every input an
 from __future__ import annotations
 
 import enum
-import hashlib
 import itertools
 import re
 import time
@@ -433,7 +432,7 @@ def run_training(
         keep_freed_memory()  # each step's activations reuse the last step's pages, not fresh ones
     distributed.init(dist, device)  # rank 0's choices reach every rank
     if dist.enabled:  # every rank starts from what rank 0 found: a new run, or the same checkpoint
-        distributed.check_same_start(start_identity(plan), dist)
+        distributed.check_same_start(plan.mode.name.lower(), plan.source, plan.start, dist)
     rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * world) * cfg.model.block_size
     trained = resume_from.precision if resume_from is not None else None  # a resume keeps its run's
     chosen, advised = decide(cfg, device, rows, trained, dist, (load or CoreLoad()).others())  # cores others keep
@@ -479,15 +478,6 @@ def run_training(
         if lock is not None:
             lock.release()
         distributed.shutdown()
-
-
-def start_identity(plan: Plan) -> dict[str, Any]:
-    """What tells one rank's start from another's: the plan's mode and its checkpoint's file, step and
-    the checksum of its tensors' checksums."""
-    if plan.start is None or plan.source is None:
-        return {"plan": plan.mode.name.lower()}
-    digest = hashlib.sha256(repr(sorted((plan.start.checksums or {}).items())).encode()).hexdigest()[:12]
-    return {"plan": plan.mode.name.lower(), "file": plan.source.name, "step": plan.start.step, "checksum": digest}
 
 
 def dry_run_text(cfg: Config, explicit: frozenset[str], expected: int | None) -> str:
