@@ -274,16 +274,16 @@ def test_the_preflight_charges_attention_scores_only_where_the_kernels_keep_them
     from minigpt.training import preflight
 
     cfg = load_config(None, GPT2_SMALL_1024)
+    monkeypatch.setattr(preflight, "available_bytes", lambda device: (24 * 2**30, "free on a 24 GB GPU"))
+    assert preflight.check(cfg, 65, torch.device("cuda", 0), torch.bfloat16) is None
+    refused = preflight.check(cfg, 65, torch.device("cpu"), torch.bfloat16)
+    assert refused is not None and refused.startswith("train.batch_size=16 in micro-batches of 16 ")
     n = parameter_count(cfg.model, 65)
     est = {kind: preflight.estimate(cfg, 65, n, torch.bfloat16, kind) for kind in ("cpu", "cuda", "mps")}
     scores = 1.15 * 16 * 13 * 12 * 12 * 1024**2  # the overhead factor x micro-batch x every head's (T, T) bytes
     assert 35e9 < scores < 37e9  # "about 36 GB"
     assert est["cpu"].total(16) - est["cuda"].total(16) == pytest.approx(scores, rel=1e-3)
     assert est["mps"].total(16) == est["cpu"].total(16)
-    monkeypatch.setattr(preflight, "available_bytes", lambda device: (24 * 2**30, "free on a 24 GB GPU"))
-    assert preflight.check(cfg, 65, torch.device("cuda", 0), torch.bfloat16) is None
-    refused = preflight.check(cfg, 65, torch.device("cpu"), torch.bfloat16)
-    assert refused is not None and refused.startswith("train.batch_size=16 in micro-batches of 16 ")
     # DDP's gradient buckets (4 bytes a parameter) and autocast's weight copies (2) are charged too
     ddp = preflight.estimate(cfg, 65, n, torch.bfloat16, "cuda", ddp=True)
     fp32 = preflight.estimate(cfg, 65, n, torch.float32, "cuda")
@@ -297,8 +297,9 @@ def test_cpu_processes_share_one_machines_memory_and_split_the_worlds_batch(monk
     from minigpt.training import preflight
 
     cfg = load_config(None, ["model.n_layer=4", "model.n_embd=256", "model.block_size=256", "train.batch_size=32"])
-    est = preflight.estimate(cfg, 65, parameter_count(cfg.model, 65), torch.float32, "cpu", ddp=True)
-    available = int(est.total(16) / 0.9) + 2**20  # one process's half of the batch, and no more
+    n = parameter_count(cfg.model, 65)
+    one = preflight.estimate(cfg, 65, n, torch.float32).total(16) + 4 * n  # DDP's buckets: 4 bytes a parameter
+    available = int(one / 0.9) + 2**20  # one process's half of the batch, and no more
     monkeypatch.setattr(preflight, "available_bytes", lambda device: (available, "MemAvailable"))
     cpu = torch.device("cpu")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
