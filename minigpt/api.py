@@ -198,9 +198,19 @@ def train(
     result = start_run(
         path, items, out_dir, Resume(resume), started, callbacks=callbacks, load=cores, origin="minigpt.train()"
     )
-    dist = launched()  # under torchrun, each rank's own device
-    model = load(out_dir, str(resolve_device("auto", dist))) if dist.is_main or model_on_every_rank else None
+    dist = launched()  # under torchrun, each rank's own device: the one it trained on (cuda:1, or the CPU)
+    wanted = dist.is_main or model_on_every_rank
+    model = load(out_dir, str(resolve_device(trained_device(out_dir, device), dist))) if wanted else None
     return Run(out_dir, result, model)
+
+
+def trained_device(out_dir: Path, device: str | None) -> str:
+    """The device a run trains on: `device` where given, else its config.yaml's train.device (auto without)."""
+    from minigpt.config.files import load_config
+
+    if device is not None or not (out_dir / "config.yaml").is_file():
+        return device or "auto"
+    return load_config(out_dir / "config.yaml").train.device
 
 
 def load(target: str | Path = "runs/default", device: str = "auto") -> Model:

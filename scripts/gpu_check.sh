@@ -4,6 +4,8 @@
 #   bash scripts/gpu_check.sh paths      # fp16 + GradScaler, eager, nccl DDP, resume, sample/eval/score/attention
 #   bash scripts/gpu_check.sh features   # round four: head scores, eval --by-position, heads ablation,
 #                                        # a sweep whose second point is larger, --auto for one minute
+#   bash scripts/gpu_check.sh ranks      # the memory preflight's estimate against a real step's peak
+#                                        # (max_memory_allocated), and --nproc 2 on one GPU: rank 1's error line
 # Logs and results.json files go to $OUT (default ./gpu_check); checkpoints stay in a scratch folder.
 # `features` prints each step's wall time and the GPU's peak memory (nvidia-smi, sampled) and
 # collects those lines in $OUT/summary.txt.
@@ -11,9 +13,9 @@
 set -uo pipefail
 PART=${1:-recipe}
 case "$PART" in
-recipe | paths | features) ;;
+recipe | paths | features | ranks) ;;
 *)
-    echo "error: unknown part '$PART' (use recipe, paths or features)" >&2
+    echo "error: unknown part '$PART' (use recipe, paths, features or ranks)" >&2
     exit 2
     ;;
 esac
@@ -103,7 +105,7 @@ from minigpt.config.files import load_config
 from minigpt.model import parameter_count
 from minigpt.training.preflight import estimate
 cfg = load_config("configs/shakespeare_char.yaml", [])
-est = estimate(cfg, 65, parameter_count(cfg.model, 65), torch.bfloat16)
+est = estimate(cfg, 65, parameter_count(cfg.model, 65), torch.bfloat16, "cuda")
 total = torch.cuda.mem_get_info()[1]
 print(*(max(8, int((share * total - est.fixed) / est.per_sequence) // 8 * 8) for share in (0.5, 0.75)))
 PYEOF
@@ -117,5 +119,39 @@ PYEOF
     grep -h "plan:\|done:\|stopped at" "$OUT/auto.log"
     step "summary"
     cat "$OUT/summary.txt"
+    ;;
+ranks)
+    DATA=data/tinyshakespeare.txt
+    step "the preflight's estimate against a real step: 12 x 12 heads, context 1024, dropout 0.1, micro-batch 16"
+    "$PY" - <<'PYEOF' | tee "$OUT/preflight.log"
+import torch
+from minigpt.config.files import load_config
+from minigpt.model import GPT, parameter_count
+from minigpt.training.optim import build_optimizer
+from minigpt.training.preflight import estimate
+
+keys = ["model.n_layer=12", "model.n_head=12", "model.n_embd=768", "model.block_size=1024", "model.dropout=0.1"]
+cfg = load_config(None, [*keys, "train.batch_size=16"])
+device = torch.device("cuda", 0)
+torch.cuda.set_device(device)
+model = GPT(cfg.model, 65).to(device)
+optimizer = build_optimizer(model, cfg, device, torch.bfloat16)
+x = torch.randint(65, (16, 1024), device=device)
+for _ in range(2):  # the second step holds the optimizer's state too
+    with torch.autocast("cuda", torch.bfloat16):
+        _, loss = model(x, x)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+torch.cuda.synchronize(device)
+need = estimate(cfg, 65, parameter_count(cfg.model, 65), torch.bfloat16, "cuda").total(16)
+peak = torch.cuda.max_memory_allocated(device)
+print(f"preflight {need / 2**30:.2f} GB, max_memory_allocated {peak / 2**30:.2f} GB, estimate / peak {need / peak:.2f}")
+PYEOF
+    step "--nproc 2 on one GPU: rank 1 has none of its own, and its line must reach the terminal"
+    mg train --nproc 2 --device cuda --data "$DATA" --out "$RUNS/two_on_one" train.max_steps=5 2>"$OUT/two_on_one.log"
+    rc=$?
+    grep "^error: " "$OUT/two_on_one.log"
+    echo "exit $rc (expected: 2, and one line 'error: rank 1: LOCAL_RANK 1 but only 1 CUDA device(s): ...')"
     ;;
 esac

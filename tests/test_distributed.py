@@ -299,3 +299,137 @@ def test_the_time_advice_for_nproc_times_one_process_share_of_the_batch(monkeypa
     for device in ("cuda", "cpu"):
         assert autosize.budget_steps(cfg, 65, torch.device(device), torch.float32, time.perf_counter(), 4) > 1000
     assert timed == [16, 64]
+
+
+def test_dry_run_with_nproc_checks_the_layout_of_the_launched_processes(text_file: Path, tmp_path: Path, cli) -> None:
+    """--dry-run --nproc 2 refuses what the two processes would refuse (a time schedule: each rank its clock)."""
+    args = ["--data", text_file, "--out", tmp_path / "r", *TINY, "optim.schedule_by=time", "train.max_time=1m"]
+    r = cli("train", "--nproc", "2", "--dry-run", *args)
+    assert r.code == 2 and r.err.startswith("error: optim.schedule_by time trains on one process"), r
+    assert cli("train", "--dry-run", *args).code == 0  # one process may
+
+
+def test_the_launcher_tells_each_ranks_error_once() -> None:
+    """{rank: (exit code, message)} of the failed workers: rank 0 printed its own; the others' lines
+    name their ranks, the same message once; a planned exit without a message still says so."""
+    from minigpt.runtime.torchrun import failure_lines
+
+    no_file = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"  # torch's, without one
+    assert failure_lines({0: (2, "no room"), 1: (2, "no room")}) == []
+    assert failure_lines({1: (2, "LOCAL_RANK 1 but 1 GPU"), 2: (2, "LOCAL_RANK 1 but 1 GPU"), 3: (143, "")}) == [
+        "error: ranks 1, 2: LOCAL_RANK 1 but 1 GPU"
+    ]
+    assert failure_lines({0: (2, "a"), 1: (74, "b"), 2: (2, no_file)}) == [
+        "error: rank 1: b",
+        "error: rank 2: exited with code 2",
+    ]
+
+
+def hook(tmp_path: Path, body: str) -> Path:
+    """A folder whose sitecustomize.py runs `body` in every process of a launch (torchrun's and each worker)."""
+    folder = tmp_path / "hook"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text("import os\n\n" + body)
+    return folder
+
+
+@pytest.mark.slow  # a torchrun launch (10-20 s); .ci/run runs it
+def test_a_user_error_on_rank_1_alone_reaches_the_terminal_naming_the_rank(text_file: Path, tmp_path: Path) -> None:
+    """`--nproc 4` on a 2-GPU machine: ranks 2 and 3 alone raise the LOCAL_RANK error (here rank 1 of 2,
+    by a patched resolve_device). Only rank 0 used to print, and the launcher took exit 2 as planned: silence."""
+    body = (
+        "if os.environ.get('RANK') == '1':\n"
+        "    import minigpt.training.launch as launch\n"
+        "    from minigpt.errors import UserError\n"
+        "    def resolve_device(name, dist=None):\n"
+        "        raise UserError('LOCAL_RANK 1 but only 1 CUDA device(s): lower --nproc_per_node')\n"
+        "    launch.resolve_device = resolve_device\n"
+    )
+    out = tmp_path / "r"
+    proc = launch("--data", text_file, "--out", out, *RUN, cache=tmp_path / "cache", extra_path=hook(tmp_path, body))
+    err = proc.communicate_result[1]
+    assert proc.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert lines == ["error: rank 1: LOCAL_RANK 1 but only 1 CUDA device(s): lower --nproc_per_node"], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow  # a torchrun launch and a resume (15-25 s); .ci/run runs it
+def test_nproc_on_the_cpu_shares_the_cores_and_a_single_process_resume_takes_them_all(
+    text_file: Path, tmp_path: Path, cli, monkeypatch
+) -> None:
+    """With OMP_NUM_THREADS unset, torchrun gave each of --nproc's CPU ranks one thread, recorded as the
+    run's, so a later one-process resume kept one. The rule: the cores (6 here, patched in every
+    process of the launch) divided among the processes; a resume on its own measures its own."""
+    from minigpt.config.files import load_config
+    from minigpt.runtime import cores
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    body = "import minigpt.runtime.cores as cores\ncores.allowed_cores = lambda: 6\n"
+    out = tmp_path / "r"
+    proc = launch("--data", text_file, "--out", out, *RUN, cache=tmp_path / "cache", extra_path=hook(tmp_path, body))
+    assert proc.returncode == 0, proc.communicate_result[1]
+    assert load_config(out / "config.yaml").train.threads == 6 // 2
+    assert load_checkpoint(out / "last.pt")["precision"]["threads"] == 3
+    monkeypatch.setattr(cores, "allowed_cores", lambda: 6)
+    monkeypatch.setattr(cores.CoreLoad, "others", lambda self: 0.0)  # an idle machine
+    r = cli("train", "--out", out, "--resume", "train.max_steps=14")
+    assert r.code == 0, r
+    assert load_config(out / "config.yaml").train.threads == 6
+    assert load_checkpoint(out / "last.pt")["precision"]["threads"] == 6
+
+
+@pytest.mark.slow  # a torchrun launch (10-20 s); .ci/run runs it
+def test_a_compile_that_fails_on_rank_1_alone_trains_every_rank_eagerly(text_file: Path, tmp_path: Path) -> None:
+    """torch.compile's trial fails on rank 1 only (out of memory on a shared GPU, a cache race): every
+    rank trains eagerly, one warning; rank 1 used to wrap the model for DDP a second time, a verify and a
+    broadcast the other rank never made."""
+    body = (
+        "import torch\n\n"
+        "class Failing(torch.nn.Module):  # compiles (lazily), then fails at its first call\n"
+        "    def __init__(self, model):\n"
+        "        super().__init__()\n"
+        "        self.model = model\n\n"
+        "    def forward(self, *args, **kwargs):\n"
+        "        raise RuntimeError('simulated compile failure on rank 1')\n\n"
+        "torch.compile = lambda model, **kw: Failing(model) if RANK == 1 else model\n\n"
+        "class Shown(minigpt.Callback):\n"
+        "    def on_train_start(self, trainer):\n"
+        "        print(f'rank {RANK} trains {type(trainer.train_model.module).__name__}', flush=True)\n\n"
+        "run = minigpt.train(None, [*OVERRIDES, 'train.compile=true'], out=OUT, callbacks=[Shown()])\n"
+        "print(f'rank {RANK} returned at step {run.result.step}', flush=True)\n"
+    )
+    proc = torchrun_script(tmp_path, text_file, body, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for rank in (0, 1):
+        assert f"rank {rank} trains GPT" in proc.stdout and f"rank {rank} returned at step 12" in proc.stdout
+    assert proc.stderr.count("training eagerly") == 1, proc.stderr
+    assert "warning: torch.compile failed on another process; training eagerly" in proc.stderr
+
+
+@pytest.mark.slow  # a run and a torchrun launch (15-25 s); .ci/run runs it
+def test_ranks_that_find_different_checkpoints_stop_with_one_line(text_file: Path, tmp_path: Path, cli) -> None:
+    """A shared filesystem that lags: rank 1 finds an older last.pt (patched: a copy of step 6) than
+    rank 0 (step 12). Each used to resume from its own; now one line, naming both, and nothing trains."""
+    out = tmp_path / "r"
+    assert cli("train", "--data", text_file, "--out", out, *RUN, "train.max_steps=6").code == 0
+    (out / "older.pt").write_bytes((out / "last.pt").read_bytes())
+    assert cli("train", "--out", out, "--resume", "train.max_steps=12").code == 0
+    body = (
+        "if os.environ.get('RANK') == '1':\n"
+        "    import minigpt.training.launch as launch\n"
+        "    real = launch.find_checkpoint\n"
+        "    def find_checkpoint(out_dir, prefer):\n"
+        "        found = real(out_dir, prefer)\n"
+        "        return found.with_name('older.pt') if found is not None and found.name == 'last.pt' else found\n"
+        "    launch.find_checkpoint = find_checkpoint\n"
+    )
+    extra = hook(tmp_path, body)
+    proc = launch("--out", out, "--resume", "train.max_steps=18", cache=tmp_path / "cache", extra_path=extra)
+    err = proc.communicate_result[1]
+    assert proc.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: the processes do not start from the same checkpoint ("), err
+    assert "rank 0: plan resume, file last.pt, step 12, checksum " in lines[0]
+    assert "rank 1: plan resume, file older.pt, step 6, checksum " in lines[0]
+    assert load_checkpoint(out / "last.pt")["step"] == 12

@@ -254,3 +254,119 @@ def test_no_device_call_that_gpus_answer_wrongly() -> None:
                 if call.func.attr == "mem_get_info" and "memory_reserved" not in names:
                     found.append(f"{where} mem_get_info without PyTorch's cache")
     assert found == []
+
+
+GPT2_SMALL_1024 = [  # the issue's example: 12 layers x 12 heads, context 1024, dropout 0.1, micro-batch 16
+    "model.n_layer=12",
+    "model.n_head=12",
+    "model.n_embd=768",
+    "model.block_size=1024",
+    "model.dropout=0.1",
+    "train.batch_size=16",
+]
+
+
+def test_the_preflight_charges_attention_scores_only_where_the_kernels_keep_them(monkeypatch) -> None:
+    """CUDA's flash and memory-efficient kernels apply attention dropout without (T, T) scores: the
+    example that the CPU's unfused path would need ~36 GB more for fits a 24 GB GPU. The CPU under
+    dropout and MPS (whose attention always materialises the scores) are still charged them."""
+    from minigpt.config.files import load_config
+    from minigpt.training import preflight
+
+    cfg = load_config(None, GPT2_SMALL_1024)
+    monkeypatch.setattr(preflight, "available_bytes", lambda device: (24 * 2**30, "free on a 24 GB GPU"))
+    assert preflight.check(cfg, 65, torch.device("cuda", 0), torch.bfloat16) is None
+    refused = preflight.check(cfg, 65, torch.device("cpu"), torch.bfloat16)
+    assert refused is not None and refused.startswith("train.batch_size=16 in micro-batches of 16 ")
+    n = parameter_count(cfg.model, 65)
+    est = {kind: preflight.estimate(cfg, 65, n, torch.bfloat16, kind) for kind in ("cpu", "cuda", "mps")}
+    scores = 1.15 * 16 * 13 * 12 * 12 * 1024**2  # the overhead factor x micro-batch x every head's (T, T) bytes
+    assert 35e9 < scores < 37e9  # "about 36 GB"
+    assert est["cpu"].total(16) - est["cuda"].total(16) == pytest.approx(scores, rel=1e-3)
+    assert est["mps"].total(16) == est["cpu"].total(16)
+    # DDP's gradient buckets (4 bytes a parameter) and autocast's weight copies (2) are charged too
+    ddp = preflight.estimate(cfg, 65, n, torch.bfloat16, "cuda", ddp=True)
+    fp32 = preflight.estimate(cfg, 65, n, torch.float32, "cuda")
+    assert ddp.fixed - est["cuda"].fixed == 4 * n and est["cuda"].fixed - fp32.fixed == 2 * n
+
+
+def test_cpu_processes_share_one_machines_memory_and_split_the_worlds_batch(monkeypatch) -> None:
+    """Two nodes of one CPU process each (world 2, LOCAL_WORLD_SIZE 1): each process holds half the
+    batch, in all of its machine's memory, not a half share of it."""
+    from minigpt.config.files import load_config
+    from minigpt.training import preflight
+
+    cfg = load_config(None, ["model.n_layer=4", "model.n_embd=256", "model.block_size=256", "train.batch_size=32"])
+    n = parameter_count(cfg.model, 65)
+    one = preflight.estimate(cfg, 65, n, torch.float32).total(16) + 4 * n  # DDP's buckets: 4 bytes a parameter
+    available = int(one / 0.9) + 2**20  # one process's half of the batch, and no more
+    monkeypatch.setattr(preflight, "available_bytes", lambda device: (available, "MemAvailable"))
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert preflight.check(cfg, 65, cpu, torch.float32, processes=2) is None
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # both on one machine: half of it each
+    assert preflight.check(cfg, 65, cpu, torch.float32, processes=2) is not None
+
+
+def test_a_mac_is_checked_against_metals_recommended_memory_or_told_it_is_not(monkeypatch, capsys) -> None:
+    from minigpt.runtime.memory import available_bytes
+    from minigpt.training import preflight
+
+    mps = torch.device("mps")
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 16 * 2**30, raising=False)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 2**30, raising=False)
+    assert available_bytes(mps) == (15 * 2**30, "recommended for Metal on this Mac")
+    monkeypatch.delattr(torch.mps, "recommended_max_memory")  # an older torch
+    assert available_bytes(mps) == (None, "not reported by this torch release")
+    from minigpt.config.files import load_config
+
+    assert preflight.check(load_config(None, GPT2_SMALL_1024), 65, mps, torch.float32) is None
+    assert "memory: not checked on mps (not reported by this torch release)" in capsys.readouterr().err
+
+
+def test_a_single_process_on_cuda_n_makes_it_the_current_device(monkeypatch) -> None:
+    """cuda:1 without torchrun: the compiler's kernels and every call without a device go to cuda:1, not cuda:0."""
+    current = []
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    distributed.init(distributed.Dist(), torch.device("cuda", 1))
+    distributed.init(distributed.Dist(), torch.device("cpu"))
+    assert current == [torch.device("cuda", 1)]
+
+
+def test_tf32_stays_out_of_muons_float32_iteration_and_the_final_evaluation(monkeypatch) -> None:
+    """The trainer turns TF32 on for CUDA's training products; Muon's float32 Newton-Schulz and the
+    evaluation that results.json reports must run in float32 (TF32 is read per product: checked on the CPU)."""
+    from minigpt.infer import evaluate as evaluation
+    from minigpt.training import optim
+
+    seen = []
+
+    def orthogonalize(g, dtype=torch.bfloat16, schedule=optim.NS_SCHEDULE):
+        seen.append(("muon", torch.backends.cuda.matmul.allow_tf32))
+        return torch.zeros_like(g)
+
+    def token_losses(model, x, y):
+        seen.append(("eval", torch.backends.cuda.matmul.allow_tf32))
+        return torch.zeros(x.shape), None
+
+    monkeypatch.setattr(optim, "orthogonalize", orthogonalize)
+    monkeypatch.setattr(evaluation, "token_losses", token_losses)
+    model = GPT(TINY_MODEL, 10)
+    muon = optim.build_optimizer(model, _muon_config(), torch.device("cpu"), torch.float32)
+    model(torch.randint(10, (2, 8)), torch.randint(10, (2, 8)))[1].backward()
+    before = torch.backends.cuda.matmul.allow_tf32  # a torch setting, not an attribute monkeypatch restores
+    torch.backends.cuda.matmul.allow_tf32 = True  # as the trainer sets it on CUDA
+    try:
+        muon.step()
+        evaluation.evaluate_ids(model, torch.arange(40) % 10)
+        after = torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    assert seen and {flag for _, flag in seen} == {False} and {what for what, _ in seen} == {"muon", "eval"}
+    assert after  # and back on for the training after them
+
+
+def _muon_config():
+    from minigpt.config.files import load_config
+
+    return load_config(None, ["optim.optimizer=muon", "model.n_layer=1", "model.n_head=2", "model.n_embd=16"])

@@ -187,7 +187,13 @@ def test_a_resume_keeps_the_precision_its_run_trained_in(text_file, tmp_path, cl
     out = tmp_path / "run"
     args = ["--data", text_file, *TINY, "train.max_steps=4", "train.eval_interval=2", "train.dtype=auto"]
     assert cli("train", "--out", out, *args).code == 0
-    used = {"device": "cpu", "dtype": "bfloat16", "attention": "flash", "threads": torch.get_num_threads()}
+    used = {
+        "device": "cpu",
+        "dtype": "bfloat16",
+        "attention": "flash",
+        "threads": torch.get_num_threads(),
+        "processes": 1,
+    }
     assert load_checkpoint(out / "last.pt")["precision"] == used
     (precision.default_cache_dir() / precision.CACHE_NAME).unlink()  # this machine now measures afresh
     _measured(monkeypatch, 0.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from minigpt.data.corpus import load_corpus
 from minigpt.errors import UserError
 from minigpt.runtime import device as runtime
 
-from .helpers import TINY
+from .helpers import TINY, make_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -292,7 +293,14 @@ def test_preflight_refuses_an_impossible_batch_and_names_a_grad_accum_that_fits(
     assert available_bytes(cpu)[0] > 0
 
 
-def test_out_of_memory_during_a_step_is_one_line_and_keeps_last_pt(text_file, tmp_path, cli, monkeypatch) -> None:
+OUT_OF_MEMORY = {  # what a GPU raises, and what MPS raises in torch releases: a plain RuntimeError
+    "cuda": lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    "mps": lambda: RuntimeError("MPS backend out of memory (MPS allocated: 17.1 GB, other allocations: 1.2 GB)"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OUT_OF_MEMORY))
+def test_out_of_memory_during_a_step_is_one_line_and_keeps_last_pt(text_file, tmp_path, cli, monkeypatch, kind) -> None:
     from minigpt.model import GPT
 
     out = tmp_path / "r"
@@ -303,7 +311,7 @@ def test_out_of_memory_during_a_step_is_one_line_and_keeps_last_pt(text_file, tm
         if targets is not None and self.training:
             calls[0] += 1
             if calls[0] == 8:
-                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+                raise OUT_OF_MEMORY[kind]()
         return real(self, idx, targets, cache)
 
     monkeypatch.setattr(GPT, "forward", forward)
@@ -312,3 +320,35 @@ def test_out_of_memory_during_a_step_is_one_line_and_keeps_last_pt(text_file, tm
     line = [ln for ln in r.err.splitlines() if ln.startswith("error: ")][0]
     assert "out of memory on cpu at step 7 with micro-batches of 8" in line and "train.grad_accum_steps=2" in line
     assert load_checkpoint(out / "last.pt")["step"] == 5
+
+
+@pytest.mark.parametrize("smallest", [2, 0])
+def test_the_final_evaluation_out_of_memory_scores_in_smaller_batches_and_results_json_is_written(
+    text_file, tmp_path, monkeypatch, capsys, smallest
+) -> None:
+    """The final evaluation runs after training, beside the optimizer's state: out of memory (MPS's
+    error here) it scores again in batches half as large, saying so, and gives the same loss; where
+    not even one window fits (`smallest` 0), results.json is still written, without the full loss."""
+    from minigpt.model import GPT
+
+    trainer = make_trainer(text_file, tmp_path / "run", "train.max_steps=4")
+    real = GPT.forward
+
+    def forward(self, idx, targets=None, cache=None):
+        if self is not trainer.model and idx.size(0) > smallest:  # the final evaluation's copy of the model
+            raise OUT_OF_MEMORY["mps"]()
+        return real(self, idx, targets, cache)
+
+    monkeypatch.setattr(GPT, "forward", forward)
+    result = trainer.train()
+    err = capsys.readouterr().err
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert "evaluation: out of memory on cpu in batches of 8 windows; again in 4" in err
+    if smallest:
+        assert "in batches of 4 windows; again in 2" in err and "again in 1" not in err
+        monkeypatch.setattr(GPT, "forward", real)
+        again = trainer.final_eval()  # the same weights, in batches of 8
+        assert result.full is not None and results["val_loss_full"] == pytest.approx(again.loss, rel=1e-6)
+    else:
+        assert "final evaluation: out of memory on cpu in one window; later: minigpt eval " in err
+        assert result.full is None and results["val_loss_full"] is None and results["steps"] == 4

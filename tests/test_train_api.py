@@ -177,3 +177,17 @@ def test_train_takes_a_shipped_configs_name_from_any_folder(text_file: Path, tmp
     assert repr(run) == f"<minigpt.Run r: 2 steps, best val est {run.result.best_val_loss:.4f}>"  # a notebook's view
     with pytest.raises(minigpt.UserError, match=r"config file cpu_5min does not exist \(the shipped configs"):
         minigpt.train("cpu_5min")
+
+
+def test_train_returns_the_model_on_the_device_it_trained_on(text_file: Path, tmp_path: Path, monkeypatch) -> None:
+    """A run trained on the CPU (train.device=cpu in TINY) comes back on the CPU, though a GPU is
+    visible by the end (`auto` would pick it): the device the run resolved, not `auto` again."""
+
+    class GpuAppears(minigpt.Callback):
+        def on_train_end(self, trainer, result) -> None:
+            monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    run = minigpt.train(
+        None, [*TINY, "train.max_steps=2"], data=text_file, out=tmp_path / "r", callbacks=[GpuAppears()]
+    )
+    assert run.model is not None and run.model.loaded.model.device == torch.device("cpu")

@@ -395,8 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         result = app(args=argv, standalone_mode=False, prog_name="minigpt")
         return result if isinstance(result, int) else 0
     except UserError as e:
-        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank hits the same mistake: say it once
-            print(f"error: {e}", file=sys.stderr)
+        from minigpt.runtime.torchrun import error_line  # under torchrun: rank 0 says it, the launcher the others'
+
+        line = error_line(str(e))
+        if line is not None:
+            print(line, file=sys.stderr)
         return getattr(e, "exit_code", 2)  # 74 for a WriteError
     except typer.TyperException as e:  # usage errors: unknown option, missing argument, bad value
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `minigpt`: the help was shown

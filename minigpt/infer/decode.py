@@ -72,7 +72,8 @@ def _sample_rows(
     if temperature == 0:
         return logits.float().argmax(dim=-1).tolist()
     probs = next_token_probs(logits, temperature, top_k, top_p)
-    return [int(torch.multinomial(probs[i : i + 1], 1, generator=g)) for i, g in enumerate(generators)]
+    draws = [torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(generators)]
+    return torch.cat(draws).view(-1).tolist()  # one device sync a step, not one a row
 
 
 @torch.inference_mode()

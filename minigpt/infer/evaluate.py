@@ -17,6 +17,8 @@ from minigpt.errors import UserError
 from minigpt.infer.loading import LoadedModel
 from minigpt.infer.windows import spread_starts, text_windows, token_losses
 from minigpt.model import GPT, evaluating
+from minigpt.runtime.device import full_float32, log
+from minigpt.runtime.memory import free_cached, out_of_memory
 
 
 @dataclass
@@ -51,20 +53,38 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate_ids(
-    model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None, max_tokens: int = 0
+    model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None = None, max_tokens: int = 0, batch: int = 64
 ) -> EvalResult:
     """Mean next-token loss over all of `ids` (each of its len(ids) - 1 predictions), or past `max_tokens`
-    predictions over an evenly spread, deterministic sample of whole windows (`spread_starts`)."""
+    predictions over an evenly spread, deterministic sample of whole windows (`spread_starts`), `batch`
+    windows at a time, in float32 products (no TF32). Out of memory, it scores again in batches half
+    as large, saying so, down to one window."""
     block, n_pred = model.cfg.block_size, len(ids) - 1
     if n_pred < 1:
         raise UserError("the text to evaluate needs at least 2 characters")
     starts = spread_starts(n_pred, block, max_tokens)
+    while True:
+        try:
+            total, scored = _summed_losses(model, ids, table, starts, batch)
+            break
+        except RuntimeError as e:
+            if batch == 1 or not out_of_memory(e):
+                raise
+            free_cached(model.device)
+            log(f"evaluation: out of memory on {model.device} in batches of {batch} windows; again in {batch // 2}")
+            batch //= 2
+    return EvalResult(total / scored, scored, of_tokens=n_pred if starts is not None else None)
+
+
+def _summed_losses(
+    model: GPT, ids: np.ndarray | torch.Tensor, table: np.ndarray | None, starts: list[int] | None, batch: int
+) -> tuple[float, int]:
     total, scored = 0.0, 0
-    with evaluating(model):
-        for x, y in text_windows(ids, block, table, starts, device=model.device):
+    with evaluating(model), full_float32():
+        for x, y in text_windows(ids, model.cfg.block_size, table, starts, batch, device=model.device):
             total += token_losses(model, x, y)[0].sum().item()
             scored += y.numel()
-    return EvalResult(total / scored, scored, of_tokens=n_pred if starts is not None else None)
+    return total, scored
 
 
 @torch.no_grad()

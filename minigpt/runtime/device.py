@@ -79,8 +79,9 @@ def resolve_device(name: str, dist: distributed.Dist | None = None) -> torch.dev
 
 
 def configure_threads(requested: int = 0, busy: float | None = None, kept: int | None = None) -> int:
-    """Set and return torch's intra-op thread count: `requested`; else (0) OMP_NUM_THREADS, else a resumed
-    run's `kept` count, else the cores this process may run on less those other processes keep `busy`."""
+    """Set and return torch's intra-op thread count: `requested`; else (0) OMP_NUM_THREADS (the user's, or
+    under `--nproc` the launcher's share of the cores, `runtime/torchrun.py`), else a resumed run's `kept`
+    count, else the cores this process may run on less those other processes keep `busy`."""
     if requested > 0:
         count = requested
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
@@ -159,7 +160,9 @@ def decide(
     why; `trained` (a resume's checkpoint's `precision`) keeps the run's. Under DDP rank 0 decides
     (the process group started) and every rank takes its choices."""
     t, kept = cfg.train, trained if (trained or {}).get("device") == device.type else {}
-    threads = configure_threads(t.threads, busy, kept.get("threads") if device.type == "cpu" else None)
+    # a count kept from processes that shared this machine's cores otherwise is not the user's: measured again
+    same_share = kept.get("processes", 1) == dist.local_world_size
+    threads = configure_threads(t.threads, busy, kept.get("threads") if device.type == "cpu" and same_share else None)
     choices: dict[str, Any] | None = None
     lines: list[str] = []
     if dist.is_main:
@@ -200,10 +203,23 @@ def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractCon
 
 
 def enable_fast_matmul(device: torch.device) -> None:
-    """TF32 matrix multiplies and convolutions on CUDA (no effect elsewhere)."""
+    """TF32 matrix multiplies and convolutions on CUDA (no effect elsewhere), for the training's own
+    products; `full_float32` turns it off where float32 must be float32."""
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+
+
+@contextlib.contextmanager
+def full_float32():
+    """float32 products in float32, not TF32, for a while (Muon's float32 iteration, the final evaluation,
+    which must score as `minigpt eval` does); the settings before are restored. CUDA only: elsewhere no-op."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def synchronize(device: torch.device) -> None:
@@ -249,28 +265,47 @@ def maybe_compile(
     wrap: Callable[[torch.nn.Module], torch.nn.Module],
     trial: Callable[[torch.nn.Module], Any],
     device: torch.device,
+    dist: distributed.Dist | None = None,
 ) -> torch.nn.Module:
     """`wrap(torch.compile(model))` (wrap: DDP or nothing), else `wrap(model)` eager when no compiler works.
     `trial(wrapped)`, a step of the training's shapes under forked random state, compiles it here, so
-    the first real step compiles nothing and the run is unchanged."""
+    the first real step compiles nothing and the run is unchanged. Under DDP the ranks agree on the
+    outcome (one rank's failure makes every rank train eagerly): each wraps the same model the same
+    number of times, so DDP's start-up collectives pair up."""
     if not enabled:
         return wrap(model)
-    t0 = time.perf_counter()
+    dist = dist or distributed.launched()
+    t0, failure = time.perf_counter(), None
+    wrapped = None
     try:
         with without_cuda_home_notice():
-            wrapped = wrap(torch.compile(model))
-            from torch._dynamo.utils import counters  # imported by torch.compile
-
-            failed = counters["frames"]["total"] - counters["frames"]["ok"]
-            with fork_rng(device):
-                trial(wrapped)
-        model.zero_grad(set_to_none=True)
+            compiled = torch.compile(model)
     except Exception as e:  # any backend failure (no C++ compiler, unsupported op, ...)
+        failure = f"torch.compile failed ({first_line(e)[:200]})"
+    if distributed.all_agree(failure is None, dist):
+        wrapped = wrap(compiled)
+        failure = _trial_failure(wrapped, trial, device)
         model.zero_grad(set_to_none=True)
-        log(f"warning: torch.compile failed ({first_line(e)[:200]}); training eagerly")
-        return wrap(model)
-    if counters["frames"]["total"] - counters["frames"]["ok"] > failed:  # suppressed errors: dynamo ran it eagerly
-        log("warning: torch.compile fell back to eager (torch._dynamo suppressed its errors); training eagerly")
+    if not distributed.all_agree(failure is None, dist):
+        del wrapped  # its DDP hooks go with it
+        log(f"warning: {failure or 'torch.compile failed on another process'}; training eagerly")
         return wrap(model)
     log(f"compiled the model in {time.perf_counter() - t0:.1f}s")
     return wrapped
+
+
+def _trial_failure(
+    wrapped: torch.nn.Module, trial: Callable[[torch.nn.Module], Any], device: torch.device
+) -> str | None:
+    """Why the compiled `wrapped` cannot train (its trial raised, or dynamo ran it eagerly), or None."""
+    from torch._dynamo.utils import counters  # imported by torch.compile
+
+    failed = counters["frames"]["total"] - counters["frames"]["ok"]
+    try:
+        with without_cuda_home_notice(), fork_rng(device):
+            trial(wrapped)
+    except Exception as e:  # any backend failure (no C++ compiler, unsupported op, out of memory, ...)
+        return f"torch.compile failed ({first_line(e)[:200]})"
+    if counters["frames"]["total"] - counters["frames"]["ok"] > failed:  # suppressed errors: dynamo ran it eagerly
+        return "torch.compile fell back to eager (torch._dynamo suppressed its errors)"
+    return None

@@ -21,8 +21,13 @@ def available_bytes(device: torch.device) -> tuple[int | None, str]:
         # free (a sweep's earlier run in the same process leaves its memory there)
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return free + cached, f"free on {torch.cuda.get_device_name(device)}"
+    if device.type == "mps":  # Metal's recommended working set, less what this process's driver holds
+        recommended = getattr(torch.mps, "recommended_max_memory", None)
+        if recommended is None:
+            return None, "not reported by this torch release"
+        return recommended() - torch.mps.driver_allocated_memory(), "recommended for Metal on this Mac"
     if device.type != "cpu":
-        return None, "unknown"
+        return None, "not reported for this device"
     limit, avail = _cgroup_room(), None
     with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -45,6 +50,22 @@ def _cgroup_room() -> int | None:
         return max(0, int(limit) - int((base / "memory.current").read_text()))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether `e` is a device out of memory: torch.OutOfMemoryError (CUDA), or the plain RuntimeError
+    that MPS ("MPS backend out of memory") and older CUDA releases ("CUDA out of memory") raise."""
+    if isinstance(e, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)):
+        return True
+    return isinstance(e, RuntimeError) and ("MPS backend out of memory" in str(e) or "CUDA out of memory" in str(e))
+
+
+def free_cached(device: torch.device) -> None:
+    """Give the blocks PyTorch caches on a GPU or a Mac back to the device (after an out-of-memory error)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif device.type == "mps":
+        torch.mps.empty_cache()
 
 
 def gb(n: float) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -409,7 +408,7 @@ def run_training(
     resume_from = plan.start if plan.mode is Mode.RESUME else None
     init_from = (plan.source, plan.start) if plan.mode is Mode.FINE_TUNE else None
     t_start = started if started is not None else time.perf_counter()
-    check_process_layout(cfg, distributed.launched().world_size, resume_from is not None)  # before reading the text
+    check_process_layout(cfg, max(distributed.launched().world_size, processes), resume_from is not None)  # first
     corpus = load_corpus(cfg.data, cfg.model.block_size, ByteProgress, vocabulary_check(cfg.model))
     tok = model_vocabulary(cfg, corpus, resume_from, init_from)
     corpus = corpus.in_vocabulary(tok)  # a fine-tuned model may order or hold more characters than the text
@@ -419,6 +418,8 @@ def run_training(
     if device.type == "cpu":
         keep_freed_memory()  # each step's activations reuse the last step's pages, not fresh ones
     distributed.init(dist, device)  # rank 0's choices reach every rank
+    if dist.enabled:  # every rank starts from what rank 0 found: a new run, or the same checkpoint
+        distributed.check_same_start(plan.mode.name.lower(), plan.source, plan.start, dist)
     rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * world) * cfg.model.block_size
     trained = resume_from.precision if resume_from is not None else None  # a resume keeps its run's
     chosen, advised = decide(cfg, device, rows, trained, dist, (load or CoreLoad()).others())  # cores others keep
@@ -426,8 +427,7 @@ def run_training(
     steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
     if cfg.train.auto and resume_from is None:
         cfg, steps = auto_size(cfg, plan.explicit, corpus, tok, device, dtype, t_start)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    too_big = preflight.check(cfg, tok.vocab_size, device, dtype, local)
+    too_big = preflight.check(cfg, tok.vocab_size, device, dtype, world)  # each of the world's processes
     if too_big:
         raise UserError(too_big)
     kept = [disk.snapshot_plan(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)]

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from minigpt.runtime.device import full_float32
+
 if TYPE_CHECKING:
     from minigpt.config.schema import Config
 
@@ -270,7 +272,8 @@ class MuonAdamW(Optimizer):
                 for view, upd in zip(muon_views(name, p), muon_views(name, update)):
                     by_shape.setdefault(tuple(view.shape), []).append((view, upd))
             for (rows, cols), pairs in by_shape.items():  # one batched orthogonalization per shape
-                ortho = orthogonalize(torch.stack([u for _, u in pairs]), dtype=self.ns_dtype)
+                with full_float32():  # the float32 iteration (Gram route included) is not run in TF32
+                    ortho = orthogonalize(torch.stack([u for _, u in pairs]), dtype=self.ns_dtype)
                 views = [view for view, _ in pairs]
                 torch._foreach_add_(
                     views,

@@ -1,15 +1,18 @@
-"""Will this training fit in memory? An estimate before the first step (16 bytes a parameter, plus the
-activations one micro-batch keeps, by constants `scripts/bench.py memory` measures), so an impossible
-batch is one error line, not a silent SIGKILL."""
+"""Will this training fit in memory? An estimate before the first step (16 bytes a parameter, 4 more
+for DDP's gradient buckets and 2 for autocast's copies of the weights, plus the activations one
+micro-batch keeps, by constants `scripts/bench.py memory` measures, as each device's attention kernels
+keep them), so an impossible batch is one error line, not a silent SIGKILL."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 
 from minigpt.config.schema import Config
 from minigpt.model import parameter_count
+from minigpt.runtime.device import log
 from minigpt.runtime.memory import available_bytes, gb
 
 # bytes an element takes in the activations that autograd keeps, per compute dtype
@@ -29,7 +32,10 @@ class Estimate:
         return self.fixed + micro_batch * self.per_sequence
 
 
-def estimate(cfg: Config, vocab_size: int, n_params: int, dtype: torch.dtype) -> Estimate:
+def estimate(
+    cfg: Config, vocab_size: int, n_params: int, dtype: torch.dtype, device_type: str = "cpu", ddp: bool = False
+) -> Estimate:
+    """The memory of one training process on a `device_type` device (`ddp`: wrapped for several processes)."""
     m = cfg.model
     per_layer = m.n_embd * _ACT_BYTES_PER_TOKEN_LAYER.get(dtype, 68) * (_ATTN_ONLY_SHARE if m.attn_only else 1)
     per_token = m.n_layer * per_layer + vocab_size * _LOGIT_BYTES.get(dtype, 16)
@@ -37,9 +43,12 @@ def estimate(cfg: Config, vocab_size: int, n_params: int, dtype: torch.dtype) ->
     if m.dropout > 0:
         dropouts = 2 if m.attn_only else 3  # the embedding's, attention's output and the MLP's
         per_sequence += m.block_size * m.n_layer * m.n_embd * dropouts  # a mask byte per element
-        # attention dropout's unfused path keeps every head's (T, T) scores, probabilities and mask
+    if (m.dropout > 0 and device_type == "cpu") or device_type == "mps":
+        # the unfused attention (the CPU's under dropout, MPS's always) keeps every head's (T, T) scores,
+        # probabilities and mask; CUDA's flash and memory-efficient kernels apply dropout without them
         per_sequence += 13 * m.n_layer * m.n_head * m.block_size**2
-    return Estimate(fixed=16 * n_params + _FIRST_STEP, per_sequence=int(_OVERHEAD * per_sequence))
+    per_param = 16 + (4 if ddp else 0) + (2 if dtype != torch.float32 else 0)
+    return Estimate(fixed=per_param * n_params + _FIRST_STEP, per_sequence=int(_OVERHEAD * per_sequence))
 
 
 def accum_steps(cfg: Config, processes: int, least: int) -> list[int]:
@@ -78,8 +87,13 @@ def preflight(cfg: Config, est: Estimate, available: int | None, where: str, pro
 
 
 def check(cfg: Config, vocab_size: int, device: torch.device, dtype: torch.dtype, processes: int = 1) -> str | None:
-    """The preflight for a training run about to start on `device`: None, or what to change."""
-    est = estimate(cfg, vocab_size, parameter_count(cfg.model, vocab_size), dtype)
+    """The preflight for one of `processes` (the world size: every node's) training processes about to
+    start on `device`: None, or what to change. Each GPU is its own process's; the CPU processes of one
+    machine (LOCAL_WORLD_SIZE of them) share its memory."""
+    est = estimate(cfg, vocab_size, parameter_count(cfg.model, vocab_size), dtype, device.type, processes > 1)
     available, where = available_bytes(device)
-    local = processes if device.type == "cpu" else 1  # the CPU processes of one machine share its memory
-    return preflight(cfg, est, None if available is None else available // local, where, processes)
+    if available is None:
+        log(f"memory: not checked on {device} ({where}); a batch too large stops with an out-of-memory error")
+        return None
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", processes)) if device.type == "cpu" else 1
+    return preflight(cfg, est, available // local, where, processes)

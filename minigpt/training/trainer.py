@@ -41,6 +41,7 @@ from minigpt.runtime.device import (
     maybe_compile,
 )
 from minigpt.runtime.distributed import wrap_ddp
+from minigpt.runtime.memory import free_cached, out_of_memory
 from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
 from minigpt.training import loop
 from minigpt.training.callbacks import Callback, EarlyStopping, Every, TimeBudget
@@ -64,9 +65,6 @@ def estimate_loss(model: GPT, batches: Sequence[tuple[torch.Tensor, torch.Tensor
             with ctx:
                 total += token_losses(model, x, y)[0].mean()
     return total.item() / len(batches)
-
-
-OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 @dataclass
@@ -174,9 +172,12 @@ class Agreement:
         raise UserError(f"{failure}; saved {out_dir / LAST}; resume with: {resume_command(out_dir)}")
 
     def save_between_steps(self) -> None:
-        """last.pt now (never a broken model: a non-finite loss since the last meeting raises)."""
-        if self.loss_count and not math.isfinite(self.loss_sum.item()):
-            raise self.run.diverged("training loss", self.loss_sum.item())
+        """last.pt now (never a broken model: a non-finite loss since the last meeting raises). Every
+        rank comes here together (an agreed signal or failure): the loss is summed over ranks, so all
+        raise or all save, never one raising while the others wait in the save's collectives."""
+        loss = distributed.all_sum(self.loss_sum.reshape(1), self.dist).item()
+        if self.loss_count and not math.isfinite(loss):
+            raise self.run.diverged("training loss", loss)
         self.run.save(LAST)
 
 
@@ -242,7 +243,8 @@ class Trainer:
         self.time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
         describe_run(self)
         wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
-        self.train_model = maybe_compile(self.model, t.compile, wrap, self._compile_trial(micro // world), device)
+        trial = self._compile_trial(micro // world)
+        self.train_model = maybe_compile(self.model, t.compile, wrap, trial, device, self.dist)  # agreed by all ranks
         self.step = Step(
             model=self.model,
             train_model=self.train_model,
@@ -307,6 +309,7 @@ class Trainer:
                 "dtype": dtype_name(self.dtype),
                 "attention": "products" if self.products else "flash",
                 "threads": torch.get_num_threads(),
+                "processes": self.dist.local_world_size,  # the processes that shared the cores
             },
             init_from=self.init_from,
             **extra,
@@ -338,8 +341,7 @@ class Trainer:
         """A device that ran out of memory despite the preflight: the same advice, nothing saved."""
         t = self.cfg.train
         self.optimizer.zero_grad(set_to_none=True)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        free_cached(self.device)
         micro = t.batch_size // t.grad_accum_steps // self.dist.world_size
         split = accum_steps(self.cfg, self.dist.world_size, t.grad_accum_steps + 1)
         advice = f"; try train.grad_accum_steps={split[0]} (the same batch in smaller micro-batches)" if split else ""
@@ -430,10 +432,13 @@ class Trainer:
         best = find_checkpoint(self.out_dir, prefer=BEST)
         if best is not None:
             model.load_state_dict(Checkpoint.load(best).model)
-        return evaluate_ids(model, self.corpus.val, self.corpus.id_map, self.cfg.train.final_eval_tokens)
+        t = self.cfg.train  # windows a batch: at most what a training micro-batch held, beside the optimizer's state
+        rows = max(1, min(64, t.batch_size // t.grad_accum_steps // self.dist.world_size))
+        return evaluate_ids(model, self.corpus.val, self.corpus.id_map, t.final_eval_tokens, rows)
 
-    def _final_evaluation(self) -> tuple[EvalResult, float]:
-        """final_eval() and its seconds; a stop signal ends it at once: last.pt holds the final step."""
+    def _final_evaluation(self) -> tuple[EvalResult | None, float]:
+        """final_eval() and its seconds; a stop signal ends it at once: last.pt holds the final step;
+        out of memory even one window at a time, None (results.json is written without it)."""
         n, bound = len(self.corpus.val), self.cfg.train.final_eval_tokens
         what = (
             f"the whole validation split ({n:,} {self.tok.unit}s)"
@@ -455,6 +460,11 @@ class Trainer:
                 f"{self.state.step}, saved in {self.out_dir / LAST}. Score it with: "
                 f"{resume_command(self.out_dir, auto=True)}",
             ) from None
+        except RuntimeError as e:
+            if not out_of_memory(e):
+                raise
+            log(f"final evaluation: out of memory on {self.device} in one window; later: minigpt eval {self.out_dir}")
+            return None, time.perf_counter() - t_full
 
     def _write_results(self, result: TrainResult) -> None:
         full = result.full
@@ -503,7 +513,9 @@ class Trainer:
             with StopRequest(hard_exit=not self.dist.enabled) as self.agreement.signals:
                 try:
                     loop.train(self)
-                except OUT_OF_MEMORY:
+                except RuntimeError as e:  # CUDA's OutOfMemoryError, MPS's RuntimeError
+                    if not out_of_memory(e):
+                        raise
                     raise self._out_of_memory() from None
                 if self.stopped:
                     log(self.stopped)
