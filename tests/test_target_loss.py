@@ -94,6 +94,9 @@ def test_speedrun_by_name_stops_at_a_loose_target_and_reports_the_time_to_it(
         f"{step:,}",
         f"{target['val_loss_full']:.4f}",
     ]
+    # a job script's resume finds it finished; a lower target would train on
+    r = cli("train", "--out", str(out), "--resume", "auto")
+    assert r.code == 0 and f"is finished: it reached train.target_loss 2.8 (val {target['val_loss_full']:.4f}" in r.err
 
 
 def test_an_unreachable_target_ends_the_budget_and_says_by_how_much_and_a_resume_may_set_one(
