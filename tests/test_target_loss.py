@@ -8,6 +8,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +17,7 @@ from minigpt.infer.evaluate import EvalResult
 from minigpt.runtime.cores import cpu_model_and_flags
 from minigpt.runtime.mfu import Host
 from minigpt.training.callbacks import TargetLoss
-from minigpt.training.progress import target_text
+from minigpt.training.progress import target_row, target_text
 from minigpt.training.trainer import Trainer
 
 from .helpers import TINY, launch, one_error_line
@@ -72,6 +73,7 @@ def test_speedrun_by_name_stops_at_a_loose_target_and_reports_the_time_to_it(
     assert target["reached"] and target["loss"] == 2.8 and target["from_step"] == 0
     assert res["steps"] == step < 300 and res["stopped"].startswith(f"target reached at step {step}:")
     assert target["val_loss_full"] <= 2.8 and target["val_loss_est"] <= 2.8
+    assert target["val_sampled"] is False  # 2,000 validation characters: under train.final_eval_tokens
     assert res["val_loss_full"] == target["val_loss_full"]  # the final evaluation is the check's score
     assert load_checkpoint(out / "best.pt")["step"] == step
     assert 0 < target["train_s"] <= target["process_s"]  # the process's time holds the training's
@@ -131,7 +133,8 @@ def test_an_estimate_the_whole_split_does_not_confirm_lets_training_go_on(
     text_file: Path, tmp_path: Path, cli, monkeypatch
 ) -> None:
     """The first whole-split check says the loss is above the target (patched): the run goes on
-    past that step and stops at a later estimate that the real whole split confirms."""
+    past that step and stops at a later estimate that the real check confirms (a spread sample of
+    the split here, past train.final_eval_tokens, as the final evaluation would score it)."""
     checked: list[int] = []
     real = Trainer.score_now
 
@@ -143,9 +146,10 @@ def test_an_estimate_the_whole_split_does_not_confirm_lets_training_go_on(
     monkeypatch.setattr(Trainer, "score_now", first_one_fails)
     out = tmp_path / "run"
     r = cli("train", "--data", text_file, "--out", out, *PINNED, "train.eval_interval=5", "train.max_steps=300",
-            "train.target_loss=2.8")  # fmt: skip
+            "train.target_loss=2.8", "train.final_eval_tokens=500")  # fmt: skip
     assert r.code == 0, r
     target = results(out)["target"]
+    assert target["val_sampled"] and "on a spread sample of the split (train.final_eval_tokens), at or below" in r.err
     assert len(checked) >= 2 and target["reached"] and target["step"] == checked[-1] > checked[0]
     assert f"step {checked[0]}: val est " in r.err
     assert "is at or below train.target_loss 2.8, the whole split's 3.1000 is not: training goes on" in r.err
@@ -164,6 +168,9 @@ def test_what_a_missed_target_reports_without_a_whole_split_score_or_with_one_be
     below = stop.summary(EvalResult(0.99, 100), 1.01, "stopped at step 9: train.max_time (1m) reached")
     assert below["best"] == 0.99 and below["missed_by"] == pytest.approx(-0.01)
     assert target_text(below).startswith("1 reached only by the final evaluation (0.9900): no estimate was at or")
+    result = SimpleNamespace(target=below, wall_seconds=60.2, step=9, full=EvalResult(0.99, 100), best_val_loss=1.01)
+    cells = row_cells(f"{ROW_HEADING}\n{target_row(result)}")
+    assert cells[0] == "?" and cells[2:] == ["at most 60 s (the final evaluation)", "9", "0.9900"]  # no host: no run
     assert TargetLoss(0).summary(None, 1.0, None) is None  # 0: off
 
 

@@ -142,6 +142,7 @@ class TargetLoss(Callback):
             "process_s": round(process_s, 3),
             "val_loss_full": full.loss,
             "val_loss_est": val_loss,
+            "val_sampled": full.sampled,  # past train.final_eval_tokens: a spread sample of the split's windows
         }
         trainer.stopped = trainer.stopped or (  # every rank decides alike (rank 0's whole-split loss)
             f"target reached at step {step}: val {full.loss:.4f} on the whole split, at or below "

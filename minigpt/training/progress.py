@@ -164,8 +164,9 @@ def target_text(target: dict[str, Any]) -> str:
     where = f" on {Host(**target['host']).text()}" if target["host"] else ""
     if target["reached"]:
         resumed = f" (resumed at step {target['from_step']:,})" if target["from_step"] else ""
+        split = "a spread sample of the split (train.final_eval_tokens)" if target["val_sampled"] else "the whole split"
         return (
-            f"val {target['val_loss_full']:.4f} on the whole split, at or below {goal}, at step {target['step']:,}: "
+            f"val {target['val_loss_full']:.4f} on {split}, at or below {goal}, at step {target['step']:,}: "
             f"{target['train_s']:.1f}s of training{resumed}, {target['process_s']:.1f}s since the command "
             f"started{where}"
         )
@@ -193,10 +194,10 @@ def target_row(result: Any) -> str:
     if target["reached"]:
         took = f"{target['process_s']:.0f} s ({target['train_s']:.0f} s training)"
         steps, loss = target["step"], target["val_loss_full"]
-    elif target["missed_by"] <= 0:
-        took = f"at most {result.wall_seconds:.0f} s (the final evaluation)"
     else:
         took = f"not reached in {result.wall_seconds:.0f} s (+{target['missed_by']:.4f})"
+        if target["missed_by"] <= 0:
+            took = f"at most {result.wall_seconds:.0f} s (the final evaluation)"
         steps, loss = result.step, result.full.loss if result.full is not None else result.best_val_loss
     return f"| {where} | {command_line()} | {took} | {steps:,} | {loss:.4f} |"
 

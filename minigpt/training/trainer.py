@@ -442,6 +442,9 @@ class Trainer:
         """The current weights on the whole validation split (`score`), scored on rank 0 and sent to
         every rank (an all-reduce to which the others add zeros), so every rank holds rank 0's result."""
         mine = self.score() if self.dist.is_main else EvalResult(0.0, 0)
+        mine.unit = self.tok.unit
+        if not self.dist.enabled:
+            return mine
         sent = torch.tensor([mine.loss, mine.tokens, mine.of_tokens or 0], dtype=torch.float64, device=self.device)
         loss, tokens, of_tokens = distributed.all_sum(sent, self.dist).tolist()
         return EvalResult(loss, int(tokens), self.tok.unit, int(of_tokens) or None)
