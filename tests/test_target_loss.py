@@ -96,6 +96,7 @@ def test_speedrun_by_name_stops_at_a_loose_target_and_reports_the_time_to_it(
         f"{step:,}",
         f"{target['val_loss_full']:.4f}",
     ]
+    assert f"loss {target['val_loss_full']:.4f} nats" in cli("eval", str(out)).out  # the check is minigpt eval's score
     # a job script's resume finds it finished; a lower target would train on
     r = cli("train", "--out", str(out), "--resume", "auto")
     assert r.code == 0 and f"is finished: it reached train.target_loss 2.8 (val {target['val_loss_full']:.4f}" in r.err
