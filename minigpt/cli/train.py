@@ -138,7 +138,7 @@ def launch_local(nproc: int, request: Path) -> NoReturn:
         "train",
         f"--request={request}",
     ]
-    os.environ.setdefault("MINIGPT_COMMAND", shlex.join(["minigpt", *sys.argv[1:]]))  # the workers' done line names it
+    os.environ["MINIGPT_COMMAND"] = shlex.join(["minigpt", *sys.argv[1:]])  # the command the workers' done line names
     sys.stdout.flush()
     sys.stderr.flush()
     try:
