@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -138,6 +139,7 @@ def launch_local(nproc: int, request: Path) -> NoReturn:
         "train",
         f"--request={request}",
     ]
+    os.environ["MINIGPT_COMMAND"] = shlex.join(["minigpt", *sys.argv[1:]])  # the command the workers' done line names
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -170,6 +170,13 @@ class TrainConfig:
         duration=True,
         on_resume=True,
     )
+    target_loss: float | None = config_field(
+        None,
+        "stop once the validation loss reaches this (an evaluation's estimate at or below it, confirmed on the "
+        "whole validation split); the done line and results.json give the time it took (0 or null = off)",
+        ge=0,
+        on_resume=True,
+    )
     auto: bool = config_field(
         False,
         "choose the model and optimizer for train.max_time from the text and a short speed probe (keys set "

@@ -1,10 +1,28 @@
 """The cores this process may use, how busy other processes keep them, and the thread count that leaves
-them their share (decided once, at the start: a count that changes mid-run changes the numbers)."""
+them their share (decided once, at the start: a count that changes mid-run changes the numbers); what
+the CPU is (`cpu_model_and_flags`)."""
 
 from __future__ import annotations
 
 import os
+import platform
 import time
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f")  # the /proc/cpuinfo flags that decide how fast bf16 multiplies
+
+
+def cpu_model_and_flags() -> tuple[str, tuple[str, ...]]:
+    """The CPU's model name and which of `BF16_FLAGS` it has, from /proc/cpuinfo (its first 64 KiB: the
+    first core's entry); elsewhere platform.processor() and no flags."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read(1 << 16)
+    except OSError:
+        return platform.processor(), ()
+    words = info.split()
+    flags = tuple(flag for flag in BF16_FLAGS if flag in words)
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    return model, flags
 
 
 def _cpu_ticks(cpus: set[int] | None) -> int | None:

@@ -1,13 +1,16 @@
 """Model FLOPs utilisation (MFU): the model's training FLOPs per token (the PaLM convention), and the
-device's dense 16-bit peak (docs/gpu.md says how both are counted)."""
+device's dense 16-bit peak (docs/gpu.md says how both are counted); `Host`, what a timed run ran on."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
 from minigpt.config.schema import ModelConfig
+from minigpt.runtime.cores import cpu_model_and_flags
 
 # dense tensor-core TFLOPS per device and its 16-bit type; names match whole words of the device
 # name ("A10" is not "A100"), the more specific names (NVL, PCIe) first
@@ -65,3 +68,47 @@ def device_peak(device: torch.device, override_tflops: float) -> tuple[float | N
 def mfu_percent(tokens_per_s: float, flops_tok: int, peak: float, n_devices: int = 1) -> float:
     """MFU in percent: tokens_per_s counts the tokens of all n_devices together."""
     return 100.0 * tokens_per_s * flops_tok / (peak * n_devices)
+
+
+@dataclass(frozen=True)
+class Host:
+    """What a timed run ran on, for the figure beside its time: the GPU's name, or the CPU's model, its
+    bf16 flags and the threads; the matmul peak where it is known (`device_peak`: the GPU table or
+    log.peak_tflops, which is where `scripts/bench.py peak`'s figure for a CPU goes)."""
+
+    device: str  # cpu, cuda or mps
+    name: str
+    flags: tuple[str, ...]  # a CPU's of cores.BF16_FLAGS
+    threads: int
+    peak_tflops: float | None
+    peak: str  # where the peak came from, or why it is unknown
+
+    def text(self) -> str:
+        """One line: 'NVIDIA H100 80GB HBM3 (peak 989 TFLOPS)', 'Intel Xeon (amx_bf16, avx512_bf16; 2 threads)'
+        (a CPU's peak where log.peak_tflops gives it)."""
+        peak = [f"peak {self.peak_tflops:g} TFLOPS"] if self.peak_tflops else []
+        if self.device != "cpu":
+            return f"{self.name} ({'; '.join(peak)})" if peak else self.name
+        flags = ", ".join(self.flags) or "no bf16 flags"
+        threads = f"{self.threads} thread{'s' * (self.threads != 1)}"
+        return f"{self.name or 'CPU'} ({'; '.join([flags, threads, *peak])})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "flags": list(self.flags)}
+
+
+def host(device: torch.device, override_tflops: float) -> Host:
+    """This process's `Host` on `device`."""
+    peak, source = device_peak(device, override_tflops)
+    tflops = peak / 1e12 if peak is not None else None
+    if device.type == "cuda":
+        return Host("cuda", torch.cuda.get_device_name(device), (), torch.get_num_threads(), tflops, source)
+    name, flags = cpu_model_and_flags()
+    return Host(
+        device.type,
+        name if device.type == "cpu" else f"{device.type} ({name})",
+        flags,
+        torch.get_num_threads(),
+        tflops,
+        source,
+    )

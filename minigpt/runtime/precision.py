@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 from minigpt.io import default_cache_dir
 from minigpt.io.atomic import atomic_write
 from minigpt.io.textfiles import read_json_dict
+from minigpt.runtime.cores import cpu_model_and_flags
 
 MARGIN = 1.1  # bf16 must beat float32 by this factor: the probe times products, a step has more in it
 CACHE_NAME = "precision.json"
@@ -49,18 +49,10 @@ def machine_key(shape: str) -> str:
         minigpt = version("minigpt")  # the distribution's: this layer does not import the package root
     except PackageNotFoundError:
         minigpt = "?"
-
-    flags = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            info = f.read(1 << 16)
-        flags = ",".join(flag for flag in ("amx_bf16", "avx512_bf16", "avx512f") if flag in info.split())
-        model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    except OSError:
-        model = platform.processor()
+    model, flags = cpu_model_and_flags()
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
     threads = torch.get_num_threads()
-    return f"{model}|{flags}|torch {torch.__version__}|isa {isa}|minigpt {minigpt}|{threads} threads|{shape}"
+    return f"{model}|{','.join(flags)}|torch {torch.__version__}|isa {isa}|minigpt {minigpt}|{threads} threads|{shape}"
 
 
 def interleaved_medians(runs: Sequence[Callable[[], object]], repeats: int = 3) -> list[float]:

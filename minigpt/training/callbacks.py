@@ -1,6 +1,7 @@
 """The callbacks of a training run (`Callback`, the base of a user's too), the step intervals that
 say when logging, evaluation, checkpoints and snapshots are due (`Every`), and the callbacks that
-stop a run. The progress display is `progress.py`'s, TensorBoard `tensorboard.py`'s;
+stop a run (`EarlyStopping`, `TimeBudget`, `TargetLoss`). The progress display is `progress.py`'s,
+TensorBoard `tensorboard.py`'s;
 `minigpt.train(callbacks=...)` adds a user's own."""
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from minigpt.checkpoint import BEST
+from minigpt.infer.evaluate import EvalResult
+from minigpt.runtime.device import log
+from minigpt.runtime.mfu import Host, host
 from minigpt.training.loop import StepStats
 
 
@@ -82,3 +87,72 @@ class TimeBudget(Callback):
                 f"stopped at step {trainer.state.step}: train.max_time ({t.max_time}) reached; "
                 f"saved {trainer.out_dir / 'last.pt'}"
             )
+
+
+class TargetLoss(Callback):
+    """train.target_loss: the run ends once its validation loss reaches the target. An evaluation whose
+    estimate (the run's fixed batches, averaged over ranks) is at or below it has the weights scored on
+    the whole validation split as the final evaluation scores them (`Trainer.score_now`: rank 0 computes
+    it and sends every rank its result, so every rank decides alike); only that confirms, and the run
+    stops. An estimate the whole split does not confirm lets training go on. The time to the target is
+    the training's (from the first step, after any compilation: steps, evaluations, checks, saves) and
+    the whole process's (from the command's start, torch's import in it)."""
+
+    def __init__(self, target: float | None) -> None:
+        self.target = target or None  # 0: off
+        self.reached: dict[str, Any] | None = None  # the step, the times and the losses where it was reached
+        self.full: EvalResult | None = None  # the whole split's result there (the final evaluation's, unscored again)
+        self.best_full: float | None = None  # the lowest whole-split loss a check found
+        self.from_step = 0
+        self.t_train = time.perf_counter()
+        self.host: Host | None = None
+
+    def on_train_start(self, trainer: Any) -> None:
+        self.t_train = time.perf_counter()
+        self.from_step = trainer.state.step  # a resumed run's times count from here
+        if self.target is not None:
+            self.host = host(trainer.device, trainer.cfg.log.peak_tflops)
+
+    def on_eval(self, trainer: Any, val_loss: float, improved: bool) -> None:
+        if self.target is None or self.reached is not None or val_loss > self.target:
+            return
+        full, step = trainer.score_now(), trainer.state.step
+        self.best_full = min(full.loss, self.best_full if self.best_full is not None else full.loss)
+        if full.loss > self.target:
+            log(
+                f"step {step}: val est {val_loss:.4f} is at or below train.target_loss {self.target:g}, "
+                f"the whole split's {full.loss:.4f} is not: training goes on"
+            )
+            return
+        train_s, process_s = time.perf_counter() - self.t_train, time.perf_counter() - trainer.started
+        if trainer.state.best_step != step:
+            # a lower estimate came earlier, and its weights failed the whole split: best.pt becomes these
+            trainer.state.best_val_loss, trainer.state.best_step = val_loss, step
+            trainer.save(BEST)
+        self.full = full
+        self.reached = {
+            "step": step,
+            "train_s": round(train_s, 3),
+            "process_s": round(process_s, 3),
+            "val_loss_full": full.loss,
+            "val_loss_est": val_loss,
+            "val_sampled": full.sampled,  # past train.final_eval_tokens: a spread sample of the split's windows
+        }
+        trainer.stopped = trainer.stopped or (  # every rank decides alike (rank 0's whole-split loss)
+            f"target reached at step {step}: val {full.loss:.4f} on the whole split, at or below "
+            f"train.target_loss {self.target:g}"
+        )
+
+    def summary(self, full: EvalResult | None, best_est: float, stopped: str | None) -> dict[str, Any] | None:
+        """results.json's `target`: where it was reached and how long it took, or by how much the run
+        missed it (the best whole-split loss known, a check's or the final evaluation's, else the best
+        estimate, minus the target) and why it ended."""
+        if self.target is None:
+            return None
+        base = {"loss": self.target, "reached": self.reached is not None, "from_step": self.from_step}
+        base["host"] = self.host.to_dict() if self.host is not None else None
+        if self.reached is not None:
+            return {**base, **self.reached}
+        known = [loss for loss in (self.best_full, full.loss if full is not None else None) if loss is not None]
+        best, of = (min(known), "whole split") if known else (best_est, "estimate")
+        return {**base, "best": best, "best_of": of, "missed_by": best - self.target, "ended": stopped or "max_steps"}

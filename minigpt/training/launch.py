@@ -239,6 +239,9 @@ def why_finished(out_dir: Path, ckpt: Checkpoint, cfg: Config) -> str | None:
     raised = before and t.max_time and (parse_duration(str(t.max_time)) or 0) > (parse_duration(str(before)) or 0)
     if t.max_time and "train.max_time" in stopped and not raised:
         return f"its time budget, train.max_time {t.max_time}, ran out"
+    target = results.get("target") or {}
+    if t.target_loss and target.get("reached") and target["val_loss_full"] <= t.target_loss:  # not a lower one
+        return f"it reached train.target_loss {t.target_loss:g} (val {target['val_loss_full']:.4f} on the whole split)"
     return None
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import shlex
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -14,7 +17,7 @@ from tqdm import tqdm
 from minigpt.runtime import device as runtime
 from minigpt.runtime import distributed
 from minigpt.runtime.device import log
-from minigpt.runtime.mfu import device_peak, flops_per_token
+from minigpt.runtime.mfu import Host, device_peak, flops_per_token
 from minigpt.training.callbacks import Callback
 
 
@@ -133,6 +136,8 @@ class Progress(Callback):
         exact = ""
         if full is not None:
             took = f"scored in {result.final_seconds:.1f}s"
+            if result.target and result.target["reached"]:
+                took = f"scored at step {result.target['step']:,} for the target"
             exact = f"; val full {full.loss:.4f} ({full.bpc:.3f} {self.bits} on the whole split, {took})"
             if full.sampled:  # past train.final_eval_tokens
                 exact = (
@@ -141,10 +146,67 @@ class Progress(Callback):
                     f"{took}; minigpt eval scores them all)"
                 )
         out, best = self.out_dir, result.best_val_loss
+        target = f"\n  target:      {target_text(result.target)}" if result.target else ""
+        row = f"\n{target_row_heading()}\n{target_row(result)}" if result.target else ""
         log(
             f"done: {result.step} steps in {result.wall_seconds:.1f}s{speed}, best val est {best:.4f} "
-            f"({best / math.log(2):.3f} {self.bits}){exact}\n"
+            f"({best / math.log(2):.3f} {self.bits}){exact}{target}\n"
             f"  sample:      minigpt sample {out}\n"
             f"  evaluate:    minigpt eval {out}\n"
-            f"  tensorboard: tensorboard --logdir {out.parent}"
+            f"  tensorboard: tensorboard --logdir {out.parent}{row}"
         )
+
+
+def target_text(target: dict[str, Any]) -> str:
+    """The done line's words on train.target_loss (results.json's `target`): where and how fast it was
+    reached, on what; or that it was not, by how much, and what ended the run."""
+    goal = f"{target['loss']:g}"
+    where = f" on {Host(**target['host']).text()}" if target["host"] else ""
+    if target["reached"]:
+        resumed = f" (resumed at step {target['from_step']:,})" if target["from_step"] else ""
+        split = "a spread sample of the split (train.final_eval_tokens)" if target["val_sampled"] else "the whole split"
+        return (
+            f"val {target['val_loss_full']:.4f} on {split}, at or below {goal}, at step {target['step']:,}: "
+            f"{target['train_s']:.1f}s of training{resumed}, {target['process_s']:.1f}s since the command "
+            f"started{where}"
+        )
+    best = f"{target['best']:.4f}"
+    if target["missed_by"] <= 0:  # best.pt, whose estimate was above the target, is at or below it
+        return (
+            f"{goal} reached only by the final evaluation ({best}): no estimate was at or below it, so the run "
+            f"did not stop there ({target['ended']}){where}"
+        )
+    what = "whole-split loss" if target["best_of"] == "whole split" else "estimate"
+    return (
+        f"{goal} not reached: the best {what}, {best}, is {target['missed_by']:.4f} above it ({target['ended']}){where}"
+    )
+
+
+def target_row_heading() -> str:
+    return "time to target, a markdown table row (host | command | time to target | steps | final loss):"
+
+
+def target_row(result: Any) -> str:
+    """The run as one row of a markdown table: host | command | time to target | steps | final loss
+    (the whole split's: at the target, else the final evaluation's)."""
+    target = result.target
+    where = Host(**target["host"]).text() if target["host"] else "?"
+    if target["reached"]:
+        took = f"{target['process_s']:.0f} s ({target['train_s']:.0f} s training)"
+        steps, loss = target["step"], target["val_loss_full"]
+    else:
+        took = f"not reached in {result.wall_seconds:.0f} s (+{target['missed_by']:.4f})"
+        if target["missed_by"] <= 0:
+            took = f"at most {result.wall_seconds:.0f} s (the final evaluation)"
+        steps, loss = result.step, result.full.loss if result.full is not None else result.best_val_loss
+    return f"| {where} | {command_line()} | {took} | {steps:,} | {loss:.4f} |"
+
+
+def command_line() -> str:
+    """The command that started this process as typed (`minigpt train speedrun`); --nproc's workers
+    are told it by the launcher (MINIGPT_COMMAND), a Python caller's is its script's."""
+    if os.environ.get("MINIGPT_COMMAND"):
+        return os.environ["MINIGPT_COMMAND"]
+    name = Path(sys.argv[0]).name
+    program = "minigpt" if name in ("minigpt", "__main__.py") else f"python {name}"
+    return shlex.join([program, *sys.argv[1:]]) if sys.argv[1:] else program

@@ -20,6 +20,7 @@ from minigpt.errors import WriteError
 from minigpt.infer.decode import generate
 from minigpt.io.diskspace import write_errors
 from minigpt.model import GPT, evaluating
+from minigpt.runtime.mfu import Host
 from minigpt.training.callbacks import Callback
 
 HPARAM_METRICS = (
@@ -204,6 +205,17 @@ class TensorBoard(Callback):
             "attention", attention_grid(maps, tok.pieces(self.probe), f"step {step}"), step, dataformats="HWC"
         )
 
+    def _target(self, target: dict[str, Any], step: int) -> None:
+        """train.target_loss: the seconds to it (training, the whole process) at the step it was reached,
+        or by how much the run missed it at its last step; the host as text."""
+        if target["reached"]:
+            self.writer.add_scalar("target/train_seconds", target["train_s"], target["step"])
+            self.writer.add_scalar("target/process_seconds", target["process_s"], target["step"])
+        else:
+            self.writer.add_scalar("target/missed_by", target["missed_by"], step)
+        if target["host"] is not None:
+            self.writer.add_text("target/host", Host(**target["host"]).text(), step)
+
     def on_train_end(self, trainer: Any, result: Any) -> None:
         """The whole-split loss and the HParams session's end with success (none for a stopped run: TensorBoard
         keeps the first end, so it stays unknown until a resume finishes it); then the file closes."""
@@ -211,6 +223,8 @@ class TensorBoard(Callback):
             if result is not None and result.full is not None:
                 self.writer.add_scalar("val/loss_full", result.full.loss, result.step)
                 self.writer.add_scalar("val/bpc_full", result.full.bpc, result.step)
+            if result is not None and result.target is not None:
+                self._target(result.target, result.step)
             if result is not None and self.session_end is not None:
                 self.writer.add_summaries([self.session_end], result.step)
         finally:

@@ -44,7 +44,7 @@ from minigpt.runtime.distributed import wrap_ddp
 from minigpt.runtime.memory import free_cached, out_of_memory
 from minigpt.runtime.mfu import device_peak, flops_per_token, mfu_percent
 from minigpt.training import loop
-from minigpt.training.callbacks import Callback, EarlyStopping, Every, TimeBudget
+from minigpt.training.callbacks import Callback, EarlyStopping, Every, TargetLoss, TimeBudget
 from minigpt.training.disk import write_run_file
 from minigpt.training.interrupts import StopNow, StopRequest
 from minigpt.training.loop import Due, Step, StepStats, lr_at
@@ -78,6 +78,7 @@ class TrainResult:
     full: EvalResult | None = None  # the best checkpoint on the whole validation split
     tokens_per_s: float | None = None  # the median over the run's log intervals
     final_seconds: float = 0.0  # how long the final evaluation took
+    target: dict[str, Any] | None = None  # train.target_loss: reached where and when, or missed by how much
 
 
 class Agreement:
@@ -241,6 +242,7 @@ class Trainer:
         self.deadline: float | None = None
         self.rates: list[float] = []  # tokens/s of each log interval
         self.time_budget: tuple[float, float, float] | None = None  # (start, progress then, deadline)
+        self.target = TargetLoss(None)  # train.target_loss: Trainer.train() sets it
         describe_run(self)
         wrap = functools.partial(wrap_ddp, device=device) if self.dist.enabled else lambda m: m
         trial = self._compile_trial(micro // world)
@@ -426,15 +428,30 @@ class Trainer:
         return mfu_percent(tokens_per_s, self._flops_per_token, self._peak, self.dist.world_size)
 
     def final_eval(self) -> EvalResult:
-        """The best checkpoint (else the current weights) on the whole validation split, in float32,
-        as `minigpt eval` scores it; past train.final_eval_tokens, a spread sample of its windows."""
-        model = copy.deepcopy(self.model).float().eval()
+        """The best checkpoint (else the current weights) on the whole validation split (`score`)."""
         best = find_checkpoint(self.out_dir, prefer=BEST)
-        if best is not None:
-            model.load_state_dict(Checkpoint.load(best).model)
+        return self.score(Checkpoint.load(best).model if best is not None else None)
+
+    def score(self, weights: dict[str, torch.Tensor] | None = None) -> EvalResult:
+        """`weights` (else the current ones) on the whole validation split, in float32, as `minigpt eval`
+        scores it; past train.final_eval_tokens, a spread sample of its windows."""
+        model = copy.deepcopy(self.model).float().eval()
+        if weights is not None:
+            model.load_state_dict(weights)
         t = self.cfg.train  # windows a batch: at most what a training micro-batch held, beside the optimizer's state
         rows = max(1, min(64, t.batch_size // t.grad_accum_steps // self.dist.world_size))
         return evaluate_ids(model, self.corpus.val, self.corpus.id_map, t.final_eval_tokens, rows)
+
+    def score_now(self) -> EvalResult:
+        """The current weights on the whole validation split (`score`), scored on rank 0 and sent to
+        every rank (an all-reduce to which the others add zeros), so every rank holds rank 0's result."""
+        mine = self.score() if self.dist.is_main else EvalResult(0.0, 0)
+        mine.unit = self.tok.unit
+        if not self.dist.enabled:
+            return mine
+        sent = torch.tensor([mine.loss, mine.tokens, mine.of_tokens or 0], dtype=torch.float64, device=self.device)
+        loss, tokens, of_tokens = distributed.all_sum(sent, self.dist).tolist()
+        return EvalResult(loss, int(tokens), self.tok.unit, int(of_tokens) or None)
 
     def _final_evaluation(self) -> tuple[EvalResult | None, float]:
         """final_eval() and its seconds; a stop signal ends it at once: last.pt holds the final step;
@@ -448,6 +465,9 @@ class Trainer:
                 "(train.final_eval_tokens)"
             )
         )
+        if self.target.full is not None:  # best.pt holds the weights the target's check scored
+            log(f"final evaluation: {what}, scored at step {self.target.reached['step']} for train.target_loss")
+            return self.target.full, 0.0
         log(f"final evaluation: {what}")
         t_full = time.perf_counter()
         try:
@@ -480,6 +500,7 @@ class Trainer:
             "stopped": result.stopped or "max_steps",
             "val_tokens_scored": full.tokens if full else None,
             "val_tokens": (full.of_tokens or full.tokens) if full else None,
+            "target": result.target,
         }
         kept = f"training finished and {self.out_dir / LAST} is saved; score it with: minigpt eval {self.out_dir}"
         write_run_file(self.out_dir / "results.json", json.dumps(results, indent=1) + "\n", kept)
@@ -498,7 +519,8 @@ class Trainer:
         self._tokens_at_log = self.state.tokens_seen
         self.callbacks = []  # a built-in that fails to start leaves none to close
         watchers = [Progress(), *tensorboard_callbacks(self)] if self.dist.is_main else []  # the terminal first
-        self.callbacks = [*watchers, EarlyStopping(), TimeBudget(), *callbacks]
+        self.target = TargetLoss(t.target_loss)  # before the other stops: a run at its target says so
+        self.callbacks = [*watchers, self.target, EarlyStopping(), TimeBudget(), *callbacks]
 
     def train(self, started: float | None = None, callbacks: Sequence[Callback] = ()) -> TrainResult:
         """Train (`loop.train`) until train.max_steps (or a stop), telling `callbacks` (after the
@@ -534,6 +556,7 @@ class Trainer:
         wall = time.perf_counter() - self.started
         result = TrainResult(self.out_dir, s.step, s.best_val_loss, self.val_loss, wall, self.stopped, full, rate)
         result.final_seconds = final_seconds
+        result.target = self.target.summary(full, s.best_val_loss, self.stopped)
         if self.dist.is_main:
             self._write_results(result)
         return result

@@ -178,13 +178,12 @@ def machine_info() -> dict[str, Any]:
     """What the figures were measured on, for every JSON line."""
     import torch
 
-    cpu, info = platform.processor() or platform.machine(), Path("/proc/cpuinfo")
-    for line in info.read_text().splitlines() if info.is_file() else []:
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+    from minigpt.runtime.cores import cpu_model_and_flags
+
+    cpu, flags = cpu_model_and_flags()  # the host a target run's results.json names, read the same way
     return {
-        "cpu": cpu,
+        "cpu": cpu or platform.machine(),
+        "cpu_flags": list(flags),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
