@@ -15,7 +15,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 CONFIG_PAGE = ROOT / "docs" / "configuration.md"
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+GUIDE = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [*GUIDE, *sorted((ROOT / "docs" / "lab").glob("*.md"))]  # the lab keeps history: links only
 
 
 def test_readme_config_table_is_current() -> None:
@@ -126,7 +127,7 @@ RESULTS = json.loads((RECORD / "results.json").read_text(encoding="utf-8"))
 CONFIG = yaml.safe_load((RECORD / "config.yaml").read_text(encoding="utf-8"))
 RECIPE = json.loads((ROOT / "docs" / "recorded" / "cpu_4min.json").read_text(encoding="utf-8"))
 # Every guide page, and the two configs whose comments quote these numbers; docs/lab/ keeps history.
-HEADLINE_PAGES = [*PAGES, ROOT / "configs" / "default.yaml", ROOT / "configs" / "cpu_4min.yaml"]
+HEADLINE_PAGES = [*GUIDE, ROOT / "configs" / "default.yaml", ROOT / "configs" / "cpu_4min.yaml"]
 LN2 = 0.6931471805599453
 
 DONE = re.compile(
@@ -268,3 +269,11 @@ def test_the_readme_shows_the_recorded_run() -> None:
     sample = (RECORD / "sample.txt").read_text(encoding="utf-8").splitlines()
     block = README.split(sample[0].replace("$ minigpt", "$ uv run minigpt"))[1].split("```")[0].strip().splitlines()
     assert len(block) >= 4 and block == sample[1 : 1 + len(block)]
+
+
+def test_the_first_hour_shows_the_recorded_run() -> None:
+    """Its quick start's training block ends with the recorded run's own last lines."""
+    page = (ROOT / "docs" / "first_hour.md").read_text(encoding="utf-8")
+    tail = (RECORD / "train_tail.txt").read_text(encoding="utf-8").rstrip()
+    block = page.split("$ minigpt train\n")[1].split("```")[0]
+    assert block.rstrip().endswith(tail)
