@@ -169,65 +169,94 @@ def seconds(n: str, unit: str) -> float:
     return count * (60 if unit.lower().startswith("minute") else 1)
 
 
-def headline_mistakes(text: str) -> list[str]:
-    """What a page says about the default run or the four-minute recipe that the records contradict."""
-    wall, steps, est, full = RESULTS["wall_s"], RESULTS["steps"], RESULTS["best_val_loss_est"], RESULTS["val_loss_full"]
-    losses, bpcs = (est, full), (est / LN2, RESULTS["val_bpc_full"])
-    optimizer = CONFIG["optim"]["optimizer"]
+def units(text: str, yaml_file: bool = False) -> list[str]:
+    """The text as the pieces a claim lives in: a sentence of prose (a paragraph's lines joined; in
+    a YAML file, its comment lines'), and each heading, table row and line of code by itself."""
+    out: list[str] = []
+    paragraph: list[str] = []
+    fence = None
+
+    def flush() -> None:
+        out.extend(re.split(r"(?<=[.!?])\s+(?=[A-Z`(*\[])", " ".join(paragraph)))
+        paragraph.clear()
+
+    for line in text.splitlines():
+        m = None if yaml_file else FENCE.match(line)
+        if m and (fence is None or m.group(1) == fence):
+            fence = m.group(1) if fence is None else None
+            flush()
+        elif fence is not None or line.lstrip().startswith("|"):
+            out.append(line)
+        elif yaml_file and line.startswith("#"):
+            paragraph.append(line.lstrip("#").strip())
+        elif yaml_file or HEADING.match(line) or not line.strip():
+            flush()
+            out.append(line)
+        else:
+            paragraph.append(line.strip())
+    flush()
+    return [u for u in out if u.strip()]
+
+
+def output_mistakes(lines: list[str]) -> list[str]:
+    """The default run's done: lines and eval lines, as a page quotes what the commands printed."""
+    steps, est, full, bpc = (RESULTS[k] for k in ("steps", "best_val_loss_est", "val_loss_full", "val_bpc_full"))
     wrong: list[str] = []
-    lines = text.splitlines()
     for i, line in enumerate(lines):
-        nearby = " ".join(lines[i : i + 4])
+        around = " ".join(lines[max(0, i - 3) : i + 4])
         for m in DONE.finditer(line):  # a done: line that train printed for runs/default
-            if "sample runs/default" not in nearby and "sample runs/default" not in " ".join(lines[i - 3 : i]):
+            if "sample runs/default" not in around:
                 continue
             if int(m["steps"].replace(",", "")) != steps:
                 wrong.append(f"{m['steps']} steps in a done: line of the default run (recorded: {steps})")
-            for key, value in (
-                ("est", est),
-                ("est_bpc", est / LN2),
-                ("full", full),
-                ("full_bpc", RESULTS["val_bpc_full"]),
-            ):
+            for key, value in (("est", est), ("est_bpc", est / LN2), ("full", full), ("full_bpc", bpc)):
                 if not shown(value, m[key]):
                     wrong.append(f"{key} {m[key]} in a done: line of the default run (recorded: {value:.4f})")
         for m in EVAL.finditer(line):  # minigpt eval's line for the default run on its own split
             before = " ".join(lines[max(0, i - 2) : i + 1])
-            other = "--data" in before or re.search(r"runs/(?!default\b)[\w.-]+", before)
-            if other:
+            if "--data" in before or re.search(r"runs/(?!default\b)[\w.-]+", before):
                 continue
-            for key, value in (("loss", full), ("bpc", RESULTS["val_bpc_full"])):
+            for key, value in (("loss", full), ("bpc", bpc), ("ppl", 2.718281828459045**full)):
                 if not shown(value, m[key]):
                     wrong.append(f"eval's {key} {m[key]} (recorded: {value:.4f})")
-            if not shown(2.718281828459045**full, m["ppl"]):
-                wrong.append(f"eval's perplexity {m['ppl']} (recorded: {2.718281828459045**full:.3f})")
-        for m in OPTIMIZER.finditer(line):
-            if m[1].lower() != optimizer:
-                wrong.append(f"'{m[0]}' (recorded: optim.optimizer {optimizer})")
-        if ABOUT_DEFAULT.search(line) and not RECIPE_LINE.search(line):
-            for m in STEPS.finditer(line):
-                if int(m[1].replace(",", "")) != steps:
-                    wrong.append(f"'{m[0]}' about the default run (recorded: {steps} steps)")
-            for m in DURATION.finditer(line):
-                claimed = seconds(m["n"], m["unit"])
-                if not claimed / 1.5 <= wall <= claimed * 1.5:
-                    wrong.append(f"'{m[0].strip()}' for the default run (recorded: {wall:.1f} s)")
-            for m in BPC.finditer(line):
-                if not any(shown(v, m[1]) for v in bpcs):
-                    wrong.append(f"{m[0]} for the default run (recorded: {bpcs[1]:.4f} full, {bpcs[0]:.4f} est)")
-            for m in LOSS.finditer(line):
-                if not any(shown(v, m[1]) for v in losses):
-                    wrong.append(f"'{m[0]}' for the default run (recorded: {full:.4f} full, {est:.4f} est)")
-        if RECIPE_LINE.search(line):
-            for m in LOSS.finditer(line):
-                if not shown(RECIPE["val_loss_full_median"], m[1]):
-                    wrong.append(f"'{m[0]}' for the four-minute recipe (recorded: {RECIPE['val_loss_full_median']})")
     return wrong
+
+
+def claim_mistakes(unit: str) -> list[str]:
+    """What one sentence (or code line) says about the default run or the four-minute recipe."""
+    wall, steps, est, full = RESULTS["wall_s"], RESULTS["steps"], RESULTS["best_val_loss_est"], RESULTS["val_loss_full"]
+    wrong = [f"'{m[0]}' (recorded: optim.optimizer {CONFIG['optim']['optimizer']})"
+             for m in OPTIMIZER.finditer(unit) if m[1].lower() != CONFIG["optim"]["optimizer"]]  # fmt: skip
+    if RECIPE_LINE.search(unit):
+        for m in LOSS.finditer(unit):
+            if not shown(RECIPE["val_loss_full_median"], m[1]):
+                wrong.append(f"'{m[0]}' for the four-minute recipe (recorded: {RECIPE['val_loss_full_median']})")
+    elif ABOUT_DEFAULT.search(unit):
+        for m in STEPS.finditer(unit):
+            if int(m[1].replace(",", "")) != steps:
+                wrong.append(f"'{m[0]}' about the default run (recorded: {steps} steps)")
+        for m in DURATION.finditer(unit):
+            claimed = seconds(m["n"], m["unit"])
+            if not claimed / 1.5 <= wall <= claimed * 1.5:
+                wrong.append(f"'{m[0].strip()}' for the default run (recorded: {wall:.1f} s)")
+        for m in BPC.finditer(unit):
+            if not any(shown(v, m[1]) for v in (est / LN2, RESULTS["val_bpc_full"])):
+                wrong.append(f"{m[0]} for the default run (recorded: {RESULTS['val_bpc_full']:.4f} full)")
+        for m in LOSS.finditer(unit):
+            if not any(shown(v, m[1]) for v in (est, full)):
+                wrong.append(f"'{m[0]}' for the default run (recorded: {full:.4f} full, {est:.4f} est)")
+    return wrong
+
+
+def headline_mistakes(text: str, yaml_file: bool = False) -> list[str]:
+    """What a page says about the default run or the four-minute recipe that the records contradict."""
+    claims = [w for unit in units(text, yaml_file) for w in claim_mistakes(unit)]
+    return output_mistakes(text.splitlines()) + claims
 
 
 @pytest.mark.parametrize("page", HEADLINE_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_headline_numbers_agree_with_the_recorded_runs(page: Path) -> None:
-    wrong = headline_mistakes(page.read_text(encoding="utf-8"))
+    wrong = headline_mistakes(page.read_text(encoding="utf-8"), yaml_file=page.suffix == ".yaml")
     assert not wrong, (
         f"{page.relative_to(ROOT)}: " + "; ".join(wrong) + " (re-record: uv run python scripts/record_default.py)"
     )
@@ -247,6 +276,12 @@ def test_the_headline_check_catches_the_contradictions_it_was_written_for() -> N
         if line.startswith("# The built-in"):
             line += " a minute"
         assert headline_mistakes(line), line
+    # across a line break, and in a YAML comment
+    assert headline_mistakes("The default run (300 steps of Muon,\n0.60M parameters) takes about a minute.")
+    old_header = (
+        "# The built-in default run: a small character-level GPT that trains on a laptop CPU in about\n# a minute"
+    )
+    assert headline_mistakes(old_header + "\nmodel:\n  n_layer: 3\n", yaml_file=True)
     done = (RECORD / "train_tail.txt").read_text(encoding="utf-8")
     evaluation = (RECORD / "eval.txt").read_text(encoding="utf-8")
     wall = RESULTS["wall_s"]
