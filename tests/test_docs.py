@@ -313,3 +313,22 @@ def test_the_first_hour_shows_the_recorded_run() -> None:
     tail = (RECORD / "train_tail.txt").read_text(encoding="utf-8").rstrip()
     block = page.split("$ minigpt train\n")[1].split("```")[0]
     assert block.rstrip().endswith(tail)
+
+
+def test_the_record_is_of_the_default_of_today() -> None:
+    """The recorded config.yaml is the built-in default but for what the run decided on its machine
+    (precision, attention form, threads): a changed default fails here until it is re-recorded."""
+    import dataclasses
+
+    from minigpt.config.files import load_config
+
+    default = dataclasses.asdict(load_config(None, []))
+    decided = {("train", "dtype"), ("train", "attention"), ("train", "threads")}
+    differ = [
+        f"{section}.{key}: recorded {value!r}, default {default[section].get(key)!r}"
+        for section, keys in CONFIG.items()
+        for key, value in keys.items()
+        if (section, key) not in decided and default[section].get(key) != value
+    ]
+    assert not differ, "re-record: uv run python scripts/record_default.py (" + "; ".join(differ) + ")"
+    assert set(CONFIG) == set(default) and all(set(CONFIG[s]) == set(default[s]) for s in CONFIG)
