@@ -258,7 +258,9 @@ def headline_mistakes(text: str, yaml_file: bool = False) -> list[str]:
 def test_headline_numbers_agree_with_the_recorded_runs(page: Path) -> None:
     wrong = headline_mistakes(page.read_text(encoding="utf-8"), yaml_file=page.suffix == ".yaml")
     assert not wrong, (
-        f"{page.relative_to(ROOT)}: " + "; ".join(wrong) + " (re-record: uv run python scripts/record_default.py)"
+        f"{page.relative_to(ROOT)}: "
+        + "; ".join(wrong)
+        + " (the records: docs/recorded/; the default's: uv run python scripts/record_default.py)"
     )
 
 
