@@ -334,3 +334,21 @@ def test_the_record_is_of_the_default_of_today() -> None:
     ]
     assert not differ, "re-record: uv run python scripts/record_default.py (" + "; ".join(differ) + ")"
     assert set(CONFIG) == set(default) and all(set(CONFIG[s]) == set(default[s]) for s in CONFIG)
+
+
+def test_the_saved_lessons_show_the_recorded_run_with_pictures_and_no_machine_path() -> None:
+    """lessons/ as a reader sees them on GitHub: every code cell run, the pictures kept, no folder
+    of the machine that saved them, and lesson 1's run the recorded default (same steps, same loss)."""
+    pictures = {}
+    for path in sorted((ROOT / "lessons").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert all(c["execution_count"] for c in code), f"{path.name}: a cell was not run before saving"
+        outs = [o for c in code for o in c["outputs"]]
+        text = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")) for o in outs)
+        assert not re.search(r"/(tmp|home|work|Users|root)/|[A-Z]:\\\\", text), f"{path.name} shows a machine path"
+        pictures[path.name] = sum("image/png" in o.get("data", {}) for o in outs)
+        if path.name.startswith("01"):
+            run = f"(step {RESULTS['steps']}, val est {RESULTS['best_val_loss_est']:.4f};"
+            assert f"runs/default/best.pt {run}" in text, f"{path.name} was not saved from the recorded default run"
+    assert all(n >= 1 for n in pictures.values()) and pictures["01_characters_to_vectors.ipynb"] >= 4, pictures
