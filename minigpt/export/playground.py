@@ -1,5 +1,6 @@
 """The playground (`minigpt playground`, `Model.playground`): one self-contained HTML page with a
-model's weights, its vocabulary and a JavaScript GPT and sampler; no network, no Python (docs/inside.md, "The playground").
+model's weights, its vocabulary and a JavaScript GPT and sampler; no network, no Python (docs/inside.md,
+"The playground").
 `minigpt explain` writes the same page opened on one prediction, explained step by step (docs/model.md)."""
 
 from __future__ import annotations
