@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from minigpt.config import PLAYGROUND_DTYPES
 from minigpt.errors import UserError
-from minigpt.inspect.pages import HtmlPage, check_output, render, token_label
+from minigpt.inspect.pages import UNIT_WORDS, HtmlPage, check_output, render, token_label
 
 if TYPE_CHECKING:
     from minigpt.infer.loading import LoadedModel
@@ -258,7 +258,7 @@ def explain_run(target: Path, out: Path, text: str, at: int | None = None, dtype
     n = len(ids)
     index = n - 1 if at is None else at + n if at < 0 else at
     if not 0 <= index < n:
-        unit = "bytes" if loaded.tokenizer.kind == "byte" else "characters"
+        unit = UNIT_WORDS[loaded.tokenizer.unit]
         raise UserError(f"--at {at} is outside the text's {n} {unit}; give 0..{n - 1} (or -1 for the last)")
     page = playground_page(loaded, dtype, {"text": text, "at": index})
     page.save(out)
