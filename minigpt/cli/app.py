@@ -98,6 +98,7 @@ def eval_(
     """Loss over the whole validation split (or --data FILE), every position scored."""
     from minigpt.infer.evaluate import evaluate
     from minigpt.infer.loading import load_model
+    from minigpt.inspect.pages import UNIT_WORDS
 
     if png is not None and not by_position:
         raise UserError("--png draws the loss by position; add --by-position")
@@ -112,7 +113,7 @@ def eval_(
     else:
         print(
             f"loss {result.loss:.4f} nats | {result.bpc:.4f} bits/{result.unit} | perplexity {result.perplexity:.3f} | "
-            f"{result.tokens:,} {'characters' if result.unit == 'char' else 'bytes'} ({label}, {loaded.path})"
+            f"{result.tokens:,} {UNIT_WORDS[result.unit]} ({label}, {loaded.path})"
         )
 
 

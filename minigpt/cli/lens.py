@@ -14,7 +14,7 @@ import typer
 
 from minigpt.cli.options import DeviceOpt, HtmlOpt, TargetArg, ThreadsOpt, UnknownOpt, inference_device, wants_colour
 from minigpt.errors import UserError
-from minigpt.inspect.pages import VISIBLE, check_output
+from minigpt.inspect.pages import UNIT_WORDS, VISIBLE, check_output
 
 if TYPE_CHECKING:
     from minigpt.inspect.lens import Lens
@@ -72,7 +72,7 @@ def lens_cmd(
     positions = detail_positions(len(lens.chars), at) if top or at else []
     if lens.dropped:
         print(
-            f"note: the lens reads the first {len(lens.chars)} {_units(lens)} (block_size); "
+            f"note: the lens reads the first {len(lens.chars)} {UNIT_WORDS[lens.unit]} (block_size); "
             f"{lens.dropped:,} more not read",
             file=sys.stderr,
         )
@@ -97,10 +97,6 @@ def detail_positions(n: int, at: list[int] | None) -> list[int]:
     return sorted({p % n for p in at})
 
 
-def _units(lens: Lens) -> str:
-    return "characters" if lens.unit == "char" else "bytes"
-
-
 def _shown(c: str) -> str:
     return "\u00b7" if c == "" else VISIBLE.get(c, c)
 
@@ -120,7 +116,8 @@ def lens_terminal(
     the character that came; the top 5 at `positions` (none: how to see them)."""
     names = [*lens.layers[:-1], f"{lens.layers[-1]} = output"]
     pad = max(len(n) for n in names) + 2
-    lines = [f"logit lens over {len(lens.chars):,} {_units(lens)}: {source}", "", f"{'layer':<{pad}}bits/{lens.unit}"]
+    units = UNIT_WORDS[lens.unit]
+    lines = [f"logit lens over {len(lens.chars):,} {units}: {source}", "", f"{'layer':<{pad}}bits/{lens.unit}"]
     lines += [f"{n:<{pad}}{b:>9.3f}" for n, b in zip(names, lens.bits_per_char)]
     if vocab:  # the uniform guess's row under the layers', and why a layer above it is no mistake
         uniform = math.log2(vocab)

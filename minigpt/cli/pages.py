@@ -12,7 +12,7 @@ from minigpt.errors import UserError
 from minigpt.infer.loading import LoadedModel, source_line
 from minigpt.infer.score import Scores
 from minigpt.inspect.attention import attention_page, write_attention_png
-from minigpt.inspect.pages import check_output
+from minigpt.inspect.pages import UNIT_WORDS, check_output
 from minigpt.io.textfiles import check_regular, read_text
 
 SURPRISE_RAMP = [22, 28, 64, 100, 136, 172, 166, 160, 124]  # ANSI 256 colours, dark green .. dark red
@@ -85,6 +85,6 @@ def score_terminal(scores: Scores, colour: bool, source: str) -> str:
         pairs = enumerate(zip(scores.text[1:], scores.bits), start=1)
         lines = ["pos\tchar\tbits", *(f"{i}\t{c!r}\t{b:.3f}" for i, (c, b) in pairs)]
     total = f"{sum(scores.bits):,.1f} bits in all; {source}"
-    unit = "characters" if scores.unit == "char" else "bytes"
+    unit = UNIT_WORDS[scores.unit]
     summary = f"{scores.bits_per_char:.4f} bits/{scores.unit} over {len(scores.bits):,} {unit} ({total})"
     return "\n".join([*lines, summary])

@@ -76,7 +76,7 @@ def list_runs(root: Path) -> list[RunInfo]:
 
 def format_runs(runs: list[RunInfo]) -> str:
     """The table of runs (a data column when their texts differ: losses compare only on one) and what a ~ marks."""
-    data = {r.run: data_name(r.config["data.path"]) for r in runs if r.config}
+    data = {r.run: data_label(r.config["data.path"]) for r in runs if r.config}
     with_data = len(set(data.values())) > 1
     rows = [("run", *(["data"] if with_data else []), *HEADS, "snapshots", "started from")]
     for r in runs:
@@ -101,7 +101,7 @@ def estimate_legend(runs: list[RunInfo]) -> list[str]:
     return []
 
 
-def data_name(path: str | list[str]) -> str:
+def data_label(path: str | list[str]) -> str:
     """A run's data.path, short: the file or folder name ('notes.txt', 'books/ +2' for a list)."""
     items = [path] if isinstance(path, str) else list(path)
     first = Path(items[0])

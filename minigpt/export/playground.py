@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from minigpt.config import PLAYGROUND_DTYPES
 from minigpt.errors import UserError
-from minigpt.inspect.pages import HtmlPage, check_output, render, token_label
+from minigpt.inspect.pages import UNIT_WORDS, HtmlPage, check_output, render, token_label
 
 if TYPE_CHECKING:
     from minigpt.infer.loading import LoadedModel
@@ -255,18 +255,13 @@ def explain_run(target: Path, out: Path, text: str, at: int | None = None, dtype
     check_output(out, "")
     loaded = load_model(target, torch.device("cpu"))
     text = checked_text(loaded.tokenizer, text, "--text", "error")
-    n = len(loaded.tokenizer.encode(text))
+    ids = loaded.tokenizer.encode(text)
+    n = len(ids)
     index = n - 1 if at is None else at + n if at < 0 else at
     if not 0 <= index < n:
-        unit = "bytes" if loaded.tokenizer.kind == "byte" else "characters"
+        unit = UNIT_WORDS[loaded.tokenizer.unit]
         raise UserError(f"--at {at} is outside the text's {n} {unit}; give 0..{n - 1} (or -1 for the last)")
     page = playground_page(loaded, dtype, {"text": text, "at": index})
     page.save(out)
-    where = unit_name(loaded, text, index)
-    return f"wrote {out}: the prediction after {where} explained; {page.summary} (from {loaded.path})"
-
-
-def unit_name(loaded: LoadedModel, text: str, index: int) -> str:
-    """How the explained position reads: its character (a byte model: its byte) and index."""
-    label = token_label(loaded.tokenizer, loaded.tokenizer.encode(text)[index])
-    return f"'{label}' (#{index})"
+    label = token_label(loaded.tokenizer, ids[index])  # its character (a byte model: its byte)
+    return f"wrote {out}: the prediction after '{label}' (#{index}) explained; {page.summary} (from {loaded.path})"

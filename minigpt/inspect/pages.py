@@ -25,6 +25,7 @@ TOP_GUESSES = 5
 MORE_SCRIPTS = {"playground": ("gpt.js", "explain.js")}
 MORE_STYLES = {"playground": ("explain.css",)}  # and the page's own CSS after page.css
 VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}  # ␣ ↵ → ␍
+UNIT_WORDS = {"char": "characters", "byte": "bytes"}  # a tokenizer's unit, counted in words
 
 
 @dataclass

@@ -147,7 +147,7 @@ class Progress(Callback):
                 )
         out, best = self.out_dir, result.best_val_loss
         target = f"\n  target:      {target_text(result.target)}" if result.target else ""
-        row = f"\n{target_row_heading()}\n{target_row(result)}" if result.target else ""
+        row = f"\n{TARGET_ROW_HEADING}\n{target_row(result)}" if result.target else ""
         log(
             f"done: {result.step} steps in {result.wall_seconds:.1f}s{speed}, best val est {best:.4f} "
             f"({best / math.log(2):.3f} {self.bits}){exact}{target}\n"
@@ -155,6 +155,9 @@ class Progress(Callback):
             f"  evaluate:    minigpt eval {out}\n"
             f"  tensorboard: tensorboard --logdir {out.parent}{row}"
         )
+
+
+TARGET_ROW_HEADING = "time to target, a markdown table row (host | command | time to target | steps | final loss):"
 
 
 def target_text(target: dict[str, Any]) -> str:
@@ -180,10 +183,6 @@ def target_text(target: dict[str, Any]) -> str:
     return (
         f"{goal} not reached: the best {what}, {best}, is {target['missed_by']:.4f} above it ({target['ended']}){where}"
     )
-
-
-def target_row_heading() -> str:
-    return "time to target, a markdown table row (host | command | time to target | steps | final loss):"
 
 
 def target_row(result: Any) -> str:

@@ -352,8 +352,21 @@ class Trainer:
             f"{self.cfg.model.block_size}{advice}, or a smaller model; {self.out_dir / LAST} is unchanged"
         )
 
-    def diverged(self, what: str, value: float) -> Diverged:
-        return diverged_error(self.out_dir, self.cfg, self.state.step, what, value)
+    def diverged(self, quantity: str, value: float) -> Diverged:
+        """The error a non-finite loss or gradient ends the run with: where the last good checkpoint
+        is, and the command that continues from it at half the rate (`lower_rate_command`)."""
+        good = find_checkpoint(self.out_dir, prefer=LAST)
+        o, where = self.cfg.optim, f"training diverged: the {quantity} became {value} at step {self.state.step}"
+        if good is None:
+            return Diverged(
+                f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
+                "keep optim.grad_clip on, or check the data"
+            )
+        return Diverged(
+            f"{where} (the last good checkpoint is kept: {good}); continue from it at half the learning rate "
+            f"with: {lower_rate_command(self.out_dir, self.cfg, good)} (halve it again if it diverges again), "
+            "or check the data"
+        )
 
     # -- what the loop calls by name ----------------------------------------------------------
 
@@ -586,19 +599,3 @@ def lower_rate_command(out_dir: Path, cfg: Config, good: Path) -> str:
     now = cfg.flat()
     kept = [f"{k}={value_text(v)}" for k, v in now.items() if k in saved and saved[k] != v and k not in rates]
     return resume_command(out_dir, *kept, *(f"{k}={v}" for k, v in rates.items()))
-
-
-def diverged_error(out_dir: Path, cfg: Config, step: int, quantity: str, value: float) -> Diverged:
-    """The error a non-finite loss or gradient ends a run with: where the last good checkpoint is,
-    and the command that continues from it at half the rate."""
-    good = find_checkpoint(out_dir, prefer=LAST)
-    o, where = cfg.optim, f"training diverged: the {quantity} became {value} at step {step}"
-    if good is None:
-        return Diverged(
-            f"{where} (no checkpoint was written); start again with a lower optim.lr (now {o.lr:g}), "
-            "keep optim.grad_clip on, or check the data"
-        )
-    return Diverged(
-        f"{where} (the last good checkpoint is kept: {good}); continue from it at half the learning rate with: "
-        f"{lower_rate_command(out_dir, cfg, good)} (halve it again if it diverges again), or check the data"
-    )
