@@ -110,12 +110,12 @@ class Model:
 
     def lens(self, text: str, unknown: str = "error") -> Lens:
         """The logit lens over `text` (`minigpt lens`; its first block_size characters): what the model
-        would predict after each layer (docs/lens.md)."""
+        would predict after each layer (docs/inside.md)."""
         return lens_of(self.loaded, text, "the text", unknown)
 
     def hooked(self):
         """The model inside TransformerLens (`pip install 'minigpt[interp]'`): a `TransformerBridge` with the
-        same weights and logits that takes token ids (docs/transformer_lens.md); what it cannot express is refused."""
+        same weights and logits that takes token ids (docs/inside.md); what it cannot express is refused."""
         from minigpt.inspect.hooked import hooked_model
 
         return hooked_model(self.loaded)
@@ -128,7 +128,7 @@ class Model:
         text: str | None = None,
     ):
         """What each attention head does (`minigpt heads`), measured on the run's validation text (or `data`,
-        or `text`): a `HeadsReport`; `.to_dict()` for JSON (docs/heads.md)."""
+        or `text`): a `HeadsReport`; `.to_dict()` for JSON (docs/inside.md)."""
         from minigpt.inspect.heads import heads_of
 
         return heads_of(self.loaded, data, ablation, exact, text)

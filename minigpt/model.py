@@ -1,5 +1,5 @@
 """A decoder-only GPT: token embeddings and positions (learned, sinusoidal or rotary), causal
-self-attention and MLP blocks, a tied LM head; options off by default in docs/model_options.md.
+self-attention and MLP blocks, a tied LM head; options off by default in docs/configuration.md.
 Only the model: no I/O, device choice or optimizer; inspection hooks its HookPoints."""
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ class GPT(nn.Module):
             if cfg.pos_emb == "sinusoidal":
                 # scaled to the token embeddings' size at init (std 0.02 a channel; sin/cos have rms 1/sqrt 2),
                 # as the original Transformer's sqrt(d) embedding scale makes the two comparable there;
-                # unscaled, the positions drown the characters (docs/attention.md)
+                # unscaled, the positions drown the characters (docs/inside.md)
                 table = sinusoidal_table(cfg.block_size, cfg.n_embd) * SINUSOIDAL_SCALE
                 self.register_buffer("pos_table", table, persistent=False)
             if cfg.pos_emb == "rope":

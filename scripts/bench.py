@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """minigpt's benchmarks, one subcommand each, each in its own file in scripts/benchmarks/ (their
 shared harness in harness.py, the programs they run in a fresh interpreter in children/, their
-pass/fail targets in targets.yaml). Every figure docs/performance.md and docs/benchmarks.md quote
+pass/fail targets in targets.yaml). Every figure docs/gpu.md and docs/lab/benchmarks.md quote
 as current comes from one of them, so each can be measured again:
 
     uv run python scripts/bench.py speed --repeats 3        # against ../shared/bench/reference_gpt.py

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The four-minute CPU recipe's candidates, trained on a GPU at the step counts a CPU fits in its
 # budget: the loss a recipe reaches after N steps does not depend on the machine, so a lent GPU
-# answers in minutes what the CPU would take hours to (docs/benchmarks.md, "the GPU grid").
+# answers in minutes what the CPU would take hours to (docs/lab/benchmarks.md, "the GPU grid").
 #   bash scripts/gpu_recipe_grid.sh GRID_FILE [PARALLEL]
 # GRID_FILE: one run a line, "NAME STEPS KEY=VALUE ...", over configs/cpu_4min.yaml with the
 # schedule run over STEPS instead of the clock; '#' lines are skipped. Each run's results.json goes

@@ -2,7 +2,7 @@
 # Olsson et al. (2022) on 2 CPU cores: attention-only models of one and two layers trained on tiny
 # Shakespeare, three seeds each, with a snapshot every 50 steps; then the formation of their heads
 # (`minigpt heads --over-training`), their heads at the end and their loss by position.
-# The figures in docs/heads.md come from this script. Usage: bash scripts/induction_runs.sh [OUT]
+# The figures in docs/inside.md come from this script. Usage: bash scripts/induction_runs.sh [OUT]
 set -euo pipefail
 out="${1:-runs/induction}"
 mkdir -p "$out"

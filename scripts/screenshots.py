@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """The screenshots under docs/img, taken in headless Chromium as a user would see the pages.
 
-    uv run python scripts/screenshots.py explorer runs/default     # docs/img/explorer_*.png (docs/attention.md)
-    uv run python scripts/screenshots.py playground runs/default   # docs/img/playground_*.png (docs/playground.md)
+    uv run python scripts/screenshots.py explorer runs/default     # docs/img/explorer_*.png (docs/inside.md)
+    uv run python scripts/screenshots.py playground runs/default   # docs/img/playground_*.png (docs/inside.md)
     uv run python scripts/screenshots.py playground runs/default --out /tmp   # elsewhere
     uv run python scripts/screenshots.py explain runs/default      # docs/img/explain_*.png (docs/model.md)
-    uv run python scripts/screenshots.py tensorboard runs/sweep    # docs/img/tensorboard_*.png (docs/tensorboard.md)
+    uv run python scripts/screenshots.py tensorboard runs/sweep    # docs/img/tensorboard_*.png (docs/runs.md)
 
 explorer: the attention explorer (layer 1, a character pinned, another hovered, its tooltip open) and
 the surprise page (a character hovered). playground: the playground mid-generation (a hovered
 generated character shows its top guesses) and with a clicked character's attention shown.
 explain: `minigpt explain`'s page on one prediction, the whole page, each of its seven stages, and stage 3
 in the numbers view.
-tensorboard: TensorBoard served on localhost over a folder of runs (docs/tensorboard.md says how
+tensorboard: TensorBoard served on localhost over a folder of runs (docs/runs.md says how
 the docs' four were trained): the HParams table, and the projector with the last embeddings of
 the run with the lowest val/loss_full in 2-D, the character e selected: every point labelled, its
 nearest neighbours listed.

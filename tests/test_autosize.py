@@ -58,7 +58,7 @@ def test_a_small_text_gets_dropout_and_patience() -> None:
 
 
 def test_dropout_only_where_its_slower_steps_still_overfit() -> None:
-    # a CPU where a step with dropout takes twice as long (measured: docs/auto.md)
+    # a CPU where a step with dropout takes twice as long (measured: docs/training.md)
     cpu = dataclasses.replace(_speed(0.1), dropout_cost=2.0)
     short = choose(Config(), VOCAB, 90_000, 10_000, 60, cpu)  # ~1.5x past its turn: twice the steps win
     assert short.values["model.dropout"] == 0.0

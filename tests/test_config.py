@@ -57,7 +57,7 @@ def test_string_keys_take_the_override_as_written() -> None:
     assert parse_override("log.sample_prompt=ROMEO:") == ("log.sample_prompt", "ROMEO:")
     assert parse_override('log.sample_prompt="\\nKING:"') == ("log.sample_prompt", "\nKING:")
     assert parse_override("data.cache_dir=null") == ("data.cache_dir", None)
-    # a key that takes a list reads one in brackets, as docs/data.md writes it; a name stays a name
+    # a key that takes a list reads one in brackets, as docs/training.md writes it; a name stays a name
     assert parse_override("data.text_field=[title,body]") == ("data.text_field", ["title", "body"])
     assert parse_override("data.text_field=[title, body]") == ("data.text_field", ["title", "body"])
     assert parse_override("data.text_field=body") == ("data.text_field", "body")

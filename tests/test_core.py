@@ -206,7 +206,7 @@ def option_branches(source: str) -> list[str]:
 
 
 def test_no_forward_pass_branches_on_a_model_option() -> None:
-    """Each option is chosen once, at construction (docs/model_options.md): no forward tests one."""
+    """Each option is chosen once, at construction (docs/configuration.md): no forward tests one."""
     assert option_branches((ROOT / "minigpt" / "model.py").read_text(encoding="utf-8")) == []
     old = "class MLP:\n    def forward(self, h):\n        return relu(h) if self.cfg.mlp_act == 'relu2' else gelu(h)\n"
     assert option_branches(old) == ["MLP.forward: self.cfg.mlp_act == 'relu2'"]

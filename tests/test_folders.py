@@ -73,7 +73,7 @@ def test_a_source_tree_reads_what_git_would_and_says_what_it_skipped(
     assert walk == [
         "note: data.path: skipped 6 file(s) and folder(s) in the folder walk: 2 hidden (.git, .gitignore), "
         "2 ignored by .gitignore (build/, debug.log), 1 cache folder(s) (src/__pycache__/), "
-        "1 binary file(s) (logo.png); name one, or a glob, to read it (docs/data.md#folders)"
+        "1 binary file(s) (logo.png); name one, or a glob, to read it (docs/training.md#folders)"
     ], err
     as_text = [line for line in lines if "read as text" in line]
     assert as_text == [

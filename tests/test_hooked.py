@@ -71,7 +71,7 @@ def test_transformer_lens_computes_minigpts_logits_and_attention(tmp_path: Path,
     assert (theirs - ours).abs().max().item() < 1e-4
     patterns = torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"] for layer in range(2)])  # (L, B, nh, T, T)
     assert (patterns - m.loaded.model.attention_maps(ids)).abs().max().item() < 1e-5
-    # the hook names docs/transformer_lens.md lists
+    # the hook names docs/inside.md lists
     for name in (
         "hook_embed",
         "blocks.1.hook_resid_pre",
@@ -87,7 +87,7 @@ def test_transformer_lens_computes_minigpts_logits_and_attention(tmp_path: Path,
     with torch.no_grad():  # the residual stream is minigpt's: its head on the last block's output gives the logits
         head = m.loaded.model.logits(cache["blocks.1.hook_resid_post"])
     assert (head - ours).abs().max().item() < 1e-4
-    # as docs/transformer_lens.md warns: TransformerLens 4.3 fires hook_attn_scores on the weights
+    # as docs/inside.md warns: TransformerLens 4.3 fires hook_attn_scores on the weights
     assert torch.equal(cache["blocks.0.attn.hook_attn_scores"], cache["blocks.0.attn.hook_pattern"])
 
 

@@ -266,7 +266,7 @@ def test_full_disk_while_checkpointing_is_a_clear_error(text_file: Path, tmp_pat
         "train.eval_interval=5",
         "log.sample_length=0",
     )
-    assert r.code == 74  # a failed write (docs/cluster.md)
+    assert r.code == 74  # a failed write (docs/distributed.md)
     # the second write (best.pt at step 5) fails: last.pt of step 5 is kept
     assert "best.pt: the disk is full" in r.err and "no best.pt was written" in r.err and "Traceback" not in r.err
     assert load_checkpoint(out / "last.pt")["step"] == 5

@@ -1,6 +1,6 @@
 """The `minigpt` command line: parse flags, call one library function, map errors to exit codes:
 0 success, 1 a bug, 2 a user mistake (one `error:` line), 74 a file could not be written, 130 / 138
-/ 143 stopped by SIGINT / SIGUSR1 / SIGTERM after saving last.pt (docs/cluster.md)."""
+/ 143 stopped by SIGINT / SIGUSR1 / SIGTERM after saving last.pt (docs/distributed.md)."""
 
 from __future__ import annotations
 
@@ -234,7 +234,7 @@ def playground_cmd(
         PlaygroundDtype, typer.Option("--dtype", help="The weights' precision in the page: float16 halves its size.")
     ] = "float32",
 ) -> None:
-    """Write one HTML page that runs the model in the browser, offline (docs/playground.md).
+    """Write one HTML page that runs the model in the browser, offline (docs/inside.md).
 
     It samples (temperature, top-k, top-p, seed) and shows each character's probability and attention.
     """
@@ -285,7 +285,7 @@ def import_nanogpt_cmd(
         Path | None, typer.Option("--data", help="The text it trained on (default: input.txt beside meta.pkl).")
     ] = None,
 ) -> None:
-    """A character-level nanoGPT checkpoint as a minigpt run: sample, eval, heads, export... (docs/nanogpt.md)."""
+    """A character-level nanoGPT checkpoint as a minigpt run: sample, eval, heads, export... (docs/export.md)."""
     from minigpt.export.nanogpt import import_nanogpt
 
     print(import_nanogpt(ckpt, meta, out, data), file=sys.stderr)
@@ -341,9 +341,9 @@ def runs(
 def lessons(
     folder: Annotated[Path, typer.Argument(metavar="DIR", help="Where to put them (created).")] = Path("lessons"),
 ) -> None:
-    """Copy the lessons (attention step by step, on a model you train in a minute) into DIR.
+    """Copy the lessons (attention step by step, on the default model, trained in seconds) into DIR.
 
-    Open them with Jupyter in a Python that has minigpt (docs/lessons.md)."""
+    Open them with Jupyter in a Python that has minigpt (docs/inside.md)."""
     import shutil
 
     from minigpt.config import shipped

@@ -16,7 +16,7 @@ from minigpt.inspect.pages import check_output
 ROLES = (
     "a pattern's lift above a uniform head, as a share of a perfect head's, must reach 0.5 and beat every other "
     "pattern's by 0.2 (previous, duplicate, induction, first); else 'local' when the head looks fewer than 3 "
-    "positions back on average; else 'mixed' (docs/heads.md)"
+    "positions back on average; else 'mixed' (docs/inside.md)"
 )
 ROLE_HELP = (
     "Scores: the share of a head's attention on a pattern's targets, on windows of the run's validation text "
@@ -48,7 +48,7 @@ def heads_cmd(
         typer.Option(
             "--exact",
             help="How many heads, ranked by the estimate, get an exact ablation: a number, 'all', or auto: every head "
-            "when that is cheap, else the largest estimates and the role candidates (docs/heads.md).",
+            "when that is cheap, else the largest estimates and the role candidates (docs/inside.md).",
         ),
     ] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per head, one per line.")] = False,

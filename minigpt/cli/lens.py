@@ -1,4 +1,4 @@
-"""`minigpt lens`: the command's options and terminal view (the lens itself: inspect/lens.py, docs/lens.md)."""
+"""`minigpt lens`: the command's options and terminal view (the lens itself: inspect/lens.py, docs/inside.md)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def lens_cmd(
     """The logit lens: what the model would predict if it stopped after each layer (the last is its output).
 
     Shows each layer's bits per character beside a uniform guess's, and its top guess after every
-    character; --top or --at adds the top 5 guesses with their probabilities (docs/lens.md).
+    character; --top or --at adds the top 5 guesses with their probabilities (docs/inside.md).
     """
     from minigpt.cli.pages import text_input
     from minigpt.infer.loading import load_model, source_line
@@ -127,7 +127,7 @@ def lens_terminal(
             why = (
                 f"{' and '.join(worse)} {'scores' if len(worse) == 1 else 'score'} worse than uniform: the output "
                 "head is the embedding matrix (tied), so a stream still close to the embeddings guesses the "
-                "character it is on, confidently; the blocks move it toward the next one (docs/lens.md)"
+                "character it is on, confidently; the blocks move it toward the next one (docs/inside.md)"
             )
             lines += textwrap.wrap(why, 100)
     painted = " (on its surprise at the character that came)" if colour else ""

@@ -27,7 +27,7 @@ def parse_override(item: str | tuple[str, Any], source: str = "command line") ->
         raise UserError(f"{source}: override '{item}' must look like KEY=VALUE, e.g. train.max_steps=500")
     typ = _field_type(key)
     if takes_list(key) and text.strip().startswith("[") and text.strip().endswith("]"):
-        text = text.strip()  # a list, as docs/data.md writes it: data.text_field=[title,body]
+        text = text.strip()  # a list, as docs/training.md writes it: data.text_field=[title,body]
     elif typ is str or (typing.get_origin(typ) in (typing.Union, types.UnionType) and str in typing.get_args(typ)):
         if text.strip() in ("null", "~") and all_keys()[key].default is None:
             return key, None  # clears an optional string key

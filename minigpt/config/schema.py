@@ -41,7 +41,7 @@ class ModelConfig:
     attn_only: bool = config_field(
         False, "drop the MLPs: blocks of attention only (the induction-head papers' toy models)"
     )
-    # options the speed-record trainers use; each off by default (docs/model_options.md)
+    # options the speed-record trainers use; each off by default (docs/configuration.md)
     qk_norm: bool = config_field(
         False, "RMS-normalise each head's queries and keys before attention (no learned scale)"
     )
@@ -180,7 +180,7 @@ class TrainConfig:
     auto: bool = config_field(
         False,
         "choose the model and optimizer for train.max_time from the text and a short speed probe (keys set "
-        "explicitly win; docs/auto.md); same as --auto",
+        "explicitly win; docs/training.md); same as --auto",
         on_resume=True,
     )
     final_eval: bool = config_field(

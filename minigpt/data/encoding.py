@@ -1,5 +1,5 @@
 """Encoding a corpus once, in bounded memory, into a flat binary cache read back as a memory map,
-keyed by the content and the tokenizer, locked while made and checked on load (docs/data.md#the-cache)."""
+keyed by the content and the tokenizer, locked while made and checked on load (docs/training.md#the-cache)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Which files a training text is made of: `data.path` (and `data.val_path`) as a file, a folder (walked
-as git and ripgrep would: docs/data.md#folders), a glob or a list of these; and which are validation."""
+as git and ripgrep would: docs/training.md#folders), a glob or a list of these; and which are validation."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ class Skipped:
         total = sum(len(names) for names, _ in groups)
         return (
             f"note: {key}: skipped {total} file(s) and folder(s) in the folder walk: {', '.join(parts)}; "
-            "name one, or a glob, to read it (docs/data.md#folders)"
+            "name one, or a glob, to read it (docs/training.md#folders)"
         )
 
 

@@ -1,5 +1,5 @@
 """A character-level nanoGPT checkpoint (ckpt.pt and meta.pkl) written as a minigpt run: the same
-layout, so weights are renamed, not copied; both files read as data, never run (docs/nanogpt.md)."""
+layout, so weights are renamed, not copied; both files read as data, never run (docs/export.md)."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ def loss_by_position(
 
 
 def icl_score(by_position: np.ndarray) -> tuple[float, int, int]:
-    """The in-context-learning score of Olsson et al. (2022), docs/heads.md: the loss at the 500th token
+    """The in-context-learning score of Olsson et al. (2022), docs/inside.md: the loss at the 500th token
     minus the 50th's (in a shorter context, at 500/512 and 50/512 of it); returns it and the two positions."""
     block = len(by_position)
     late, early = (499, 49) if block >= 512 else (round(block * 500 / 512) - 1, max(0, round(block * 50 / 512) - 1))

@@ -1,5 +1,5 @@
 """Pictures of attention: heat maps per layer and head over a text (Pillow), and the
-interactive explorer page over texts of any length, read window by window (docs/attention.md)."""
+interactive explorer page over texts of any length, read window by window (docs/inside.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Induction heads forming over training: every checkpoint of a run scored in step order on the same
-fixed validation sample, as the trainer scores its model at each evaluation (docs/heads.md)."""
+fixed validation sample, as the trainer scores its model at each evaluation (docs/inside.md)."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def formation_table(points: list[HeadPoint], about: str) -> str:
 
 
 def draw_formation(points: list[HeadPoint], about: str, path: Path) -> None:
-    """The formation chart (docs/heads.md): each head's induction score above, the losses and ICL score
+    """The formation chart (docs/inside.md): each head's induction score above, the losses and ICL score
     below, the phase change shaded."""
     import matplotlib
 

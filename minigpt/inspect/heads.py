@@ -1,5 +1,5 @@
 """What each attention head does, measured: pattern scores on the model's own text and on a
-repeated random probe, the loss each head's ablation costs, and a role (docs/heads.md defines each)."""
+repeated random probe, the loss each head's ablation costs, and a role (docs/inside.md defines each)."""
 
 from __future__ import annotations
 
@@ -325,7 +325,7 @@ def exact_choice(
     estimate: torch.Tensor, exact: int | str | None, candidates: Iterable[tuple[int, int]], rerun_flops: float
 ) -> list[tuple[int, int]]:
     """The heads (layer, head) to ablate exactly, largest estimate first: all (None or "all"), the `exact`
-    largest, or "auto" (docs/heads.md: all within EXACT_ALL_FLOPS, else the top ones and every candidate)."""
+    largest, or "auto" (docs/inside.md: all within EXACT_ALL_FLOPS, else the top ones and every candidate)."""
     L, nh = estimate.shape
     order = sorted(np.ndindex(L, nh), key=lambda lh: -float(estimate[lh]))
     if exact in (None, "all") or (exact == "auto" and rerun_flops <= EXACT_ALL_FLOPS):
@@ -392,7 +392,7 @@ def ablate_heads(
 def _estimate(
     model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], mode: str
 ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[list[torch.Tensor], torch.Tensor]]]:
-    """Every head's estimated loss rise (L, nh) from one forward and backward pass (docs/heads.md), the
+    """Every head's estimated loss rise (L, nh) from one forward and backward pass (docs/inside.md), the
     fill (L, nh, hs), and per batch the residual stream entering each layer and each window's loss.
     Only hs-sized sums are kept, so the fill may be the sample's mean; no float64 on the device (MPS has none)."""
     cfg = model.cfg

@@ -1,6 +1,6 @@
 """A trained minigpt model inside TransformerLens (`minigpt.load(run).hooked()`): the same weights in
 a native `TransformerBridge`, with the same logits; what it cannot express exactly is refused
-(docs/transformer_lens.md says how each weight converts)."""
+(docs/inside.md says how each weight converts)."""
 
 from __future__ import annotations
 

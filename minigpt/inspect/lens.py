@@ -1,6 +1,6 @@
 """The logit lens (`minigpt lens`, `Model.lens`): the model's own head (`GPT.logits`) applied to the
 residual stream entering block 0 and after each block; the last layer is the model's output, exactly.
-One window is read: the first block_size tokens (docs/lens.md)."""
+One window is read: the first block_size tokens (docs/inside.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Whether bf16 pays on this CPU, measured rather than read from its flags: the run's own MLP products
-timed in float32 and bf16, the answer cached per machine (why: docs/performance.md)."""
+timed in float32 and bf16, the answer cached per machine (why: docs/gpu.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`python -m minigpt.runtime.torchrun [--remove=FILE] TORCHRUN-ARGS`: torch's launcher for `--nproc N`, which
 passes SIGUSR1 to the workers, gives them 120 s to save, gives each CPU worker its share of the cores,
 exits with their planned code (PLANNED), tells every rank's error line, and removes FILE (their request)
-when they end (docs/cluster.md#signals, docs/distributed.md)."""
+when they end (docs/distributed.md#signals, docs/distributed.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The advisor's lines before a run, and `--auto`, which sizes a run for `train.max_time` (docs/auto.md)."""
+"""The advisor's lines before a run, and `--auto`, which sizes a run for `train.max_time` (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ LADDER = (
     (12, 768, 12, 256, 64),
 )
 ANCHOR = LADDER[3]
-TOKENS_PER_PARAM = 4  # the largest rung that sees this many tokens per block parameter (docs/auto.md)
+TOKENS_PER_PARAM = 4  # the largest rung that sees this many tokens per block parameter (docs/training.md)
 DROPOUT_PASSES = ((30, 0.2), (10, 0.1))  # more passes over the text than this: this dropout
 EVAL_SECONDS = 15  # an evaluation per this much of the budget, 3 to 10 a run
 FINAL_EVAL_SHARE = 0.04  # of the budget kept for the final evaluation and exit
@@ -70,7 +70,7 @@ class Probe:
 
     points: tuple[tuple[float, float], ...]  # (FLOPs a step, seconds a step), by FLOPs
     anchor_step_s: float
-    dropout_cost: float = 1.0  # a step with dropout over one without, at the anchor (~2 on a CPU, docs/auto.md)
+    dropout_cost: float = 1.0  # a step with dropout over one without, at the anchor (~2 on a CPU, docs/training.md)
 
     def step_seconds(self, m: ModelConfig, vocab: int, batch: int) -> float:
         flops, pts = step_flops(m, vocab, batch), self.points
@@ -231,7 +231,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
 # val loss turns after OVERFIT_PASSES * sqrt(tokens per block parameter) * (1 + DROPOUT_GAIN * dropout) passes
 OVERFIT_PASSES = 20.0
 DROPOUT_GAIN = 20.0
-SHORT_DOCUMENTS = 1.0  # documents shorter than this share of the context on average: said so (docs/auto.md)
+SHORT_DOCUMENTS = 1.0  # documents shorter than this share of the context on average: said so (docs/training.md)
 
 
 def per_block_parameter(tokens: float, params: int, unit: str) -> str:
@@ -365,6 +365,6 @@ def auto_size(
     log(f"--auto: {choice.why}" + (f"; kept yours: {mine}" if mine else ""))
     log(
         f"--auto: a step of the four-minute recipe's shape took {speed.anchor_step_s * 1e3:.1f} ms here, "
-        f"{speed.dropout_cost:.1f}x that with dropout (the rule: docs/auto.md)"
+        f"{speed.dropout_cost:.1f}x that with dropout (the rule: docs/training.md)"
     )
     return cfg, None if explicit.intersection(SHAPE_KEYS) else choice.steps

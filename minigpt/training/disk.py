@@ -1,5 +1,5 @@
 """Will the run's files fit on its disk? Checked before the first step, so a run that cannot save is refused
-in one line (docs/cluster.md, "Disks"); each size is an upper bound."""
+in one line (docs/distributed.md, "Disks"); each size is an upper bound."""
 
 from __future__ import annotations
 

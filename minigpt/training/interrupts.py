@@ -1,4 +1,4 @@
-"""Interrupts during training: the first SIGINT, SIGTERM or SIGUSR1 (SLURM's warning, docs/cluster.md)
+"""Interrupts during training: the first SIGINT, SIGTERM or SIGUSR1 (SLURM's warning, docs/distributed.md)
 becomes a request to stop after the current step and save; a second one exits at once."""
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ class AdamW(Optimizer):
 
 # the quintic iteration's coefficients, tuned to push singular values towards 1 fast (Jordan 2024)
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
-# one (a, b, c) per iteration: Polar Express (Amsel et al. 2025) less its second step (docs/benchmarks.md)
+# one (a, b, c) per iteration: Polar Express (Amsel et al. 2025) less its second step (docs/lab/benchmarks.md)
 NS_SCHEDULE: tuple[tuple[float, float, float], ...] = (
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (3.8916678022926607, -2.772484153217685, 0.5060648178503393),

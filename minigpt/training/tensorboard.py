@@ -1,4 +1,4 @@
-"""What a training run records in TensorBoard (rank 0, docs/tensorboard.md): the `TensorBoard` callback and
+"""What a training run records in TensorBoard (rank 0, docs/runs.md): the `TensorBoard` callback and
 `HeadScores` (log.head_scores). The only module that writes events; `events.py` reads them back."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def hparam_summaries(cfg: Config) -> tuple[Any, Any, Any]:
 
 
 def token_class(tok: Tokenizer, i: int) -> str:
-    """What kind of character token `i` is, for colouring the projector (docs/tensorboard.md lists the classes)."""
+    """What kind of character token `i` is, for colouring the projector (docs/runs.md lists the classes)."""
     if tok.kind == "byte" and i >= 128:
         return "non-ASCII byte"
     c = chr(i) if tok.kind == "byte" else tok.pieces([i])[0]
@@ -140,7 +140,7 @@ class GuardedWriter:
 class TensorBoard(Callback):
     """log.tensorboard: the run's event file (rank 0): scalars at each log step; at each eval the val loss,
     a text sample from its own generator (training's untouched), the attention image and the projector's
-    embeddings; the HParams session's start, and its end once the run finishes (docs/tensorboard.md)."""
+    embeddings; the HParams session's start, and its end once the run finishes (docs/runs.md)."""
 
     def __init__(self, trainer: Any) -> None:
         cfg, out_dir, tok, start = trainer.cfg, trainer.out_dir, trainer.tok, trainer.state.step
@@ -237,7 +237,7 @@ class TensorBoard(Callback):
 
 class HeadScores(Callback):
     """log.head_scores: at each eval, the ICL score and every head's induction and previous scores, as
-    `minigpt heads RUN --over-training` scores its snapshots (docs/heads.md)."""
+    `minigpt heads RUN --over-training` scores its snapshots (docs/inside.md)."""
 
     def __init__(self, writer: GuardedWriter) -> None:
         self.writer, self.layout_written = writer, False

@@ -99,7 +99,7 @@ def summarize_budget(runs: list[dict[str, Any]], budget: float = BUDGET_S) -> di
 
 
 def budget_table(summary: dict[str, Any]) -> str:
-    """The curves at 30, 60, 120 and 240 s as the Markdown table docs/benchmarks.md shows."""
+    """The curves at 30, 60, 120 and 240 s as the Markdown table docs/lab/benchmarks.md shows."""
     lines = ["| wall time | minigpt | reference | minigpt at or below? |", "| --- | --- | --- | --- |"]
     for s, row in summary["at_seconds"].items():
         m, r = row["minigpt"], row["reference"]
@@ -115,7 +115,7 @@ def budget_table(summary: dict[str, Any]) -> str:
 
 
 def plot_budget(runs: list[dict[str, Any]], path: Path) -> None:
-    """Both curves of every repeat, loss against wall time, as a PNG (docs/benchmarks.md shows one)."""
+    """Both curves of every repeat, loss against wall time, as a PNG (docs/lab/benchmarks.md shows one)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,7 +1,7 @@
 """tricks: issue 36's kept speed tricks, each on and off, alternating, medians. Each trick is
 turned off by a public switch (a call left out, torch's own optimizer, plain sys.exit), never by
 patching minigpt. The trial's other verdicts (linear()/norm() bypassing nn.Module.__call__, the
-lazily built help epilog) are recorded in docs/benchmarks.md, "Speed tricks on trial"."""
+lazily built help epilog) are recorded in docs/lab/benchmarks.md, "Speed tricks on trial"."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def in_fresh_processes(program: str, variants: dict[str, str], repeats: int, tim
 
 
 def run(a: argparse.Namespace) -> int:
-    """Issue 36's kept speed tricks, each on and off, alternating, medians (docs/benchmarks.md).
+    """Issue 36's kept speed tricks, each on and off, alternating, medians (docs/lab/benchmarks.md).
 
     decoding: chars/s of a 6x384 context-256 model with column-major weights (on) or row-major.
     training: ms per step of the default model with minigpt's AdamW or torch.optim.AdamW(fused=True).
