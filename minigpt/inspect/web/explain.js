@@ -9,13 +9,10 @@
 function traceWindow(model, ids) {
   const T = ids.length, C = model.C;
   const cache = model.newCache(false), q = new Float32Array(model.L * T * C), at = {};
-  for (let t = 0; t < T; t++) {
-    const last = t === T - 1;
-    model.step(cache, ids[t], last, (name, l, v, h) => {
-      if (name === "qkv") q.set(v.subarray(0, C), (l * T + t) * C);
-      if (last) at[h === undefined ? `${name}.${l}` : `${name}.${l}.${h}`] = Float32Array.from(v);
-    });
-  }
+  model.forward(cache, ids, true, (name, l, v, h) => {
+    if (name === "qkv_rows") for (let t = 0; t < T; t++) q.set(v.subarray(t * 3 * C, t * 3 * C + C), (l * T + t) * C);
+    else at[h === undefined ? `${name}.${l}` : `${name}.${l}.${h}`] = Float32Array.from(v);
+  });
   return { T, at, q, k: cache.k, v: cache.v };
 }
 

@@ -1,8 +1,8 @@
 // minigpt's GPT (minigpt/model.py) in plain JavaScript, with its sampler (minigpt/infer/decode.py).
 // Typed arrays and loops, no libraries. Weights, activations, keys and values are float32
-// (Float32Array); sums run in JavaScript numbers (float64) and are stored as float32. One token at a
-// time through a KV cache: a prompt is read position by position, which gives the numbers a batched
-// forward gives (up to the last bits of float32 sums).
+// (Float32Array); sums run in JavaScript numbers (float64) and are stored as float32. A KV cache: a
+// prompt goes through in one forward of all its positions, layer by layer, generation one token at a
+// time; both give the numbers a batched forward gives (up to the last bits of float32 sums).
 
 function base64Bytes(b64) {
   if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(b64); // newer browsers: native
@@ -41,29 +41,79 @@ function gelu(v) {
   return GELU[i] + (t - i) * (GELU[i + 1] - GELU[i]);
 }
 
-// out[o] = W[o, :] . x + b[o] for W (nOut, nIn) row-major, as nn.Linear stores it. Eight rows at
-// a time: each x[i] is read once for eight products, and eight sums run side by side (3x faster
-// in V8 than one row at a time, measured on the 6x384 model's matrices)
-function matvec(W, b, x, out, nOut, nIn) {
+// out[oo + o] = W[o, :] . x[xo..] + b[o] for W (nOut, nIn) row-major, as nn.Linear stores it. Eight
+// rows at a time: each x[i] is read once for eight products, and eight sums run side by side (3x
+// faster in V8 than one row at a time, measured on the 6x384 model's matrices)
+function matvec(W, b, x, out, nOut, nIn, xo = 0, oo = 0) {
   let o = 0;
   for (; o + 7 < nOut; o += 8) {
     const r0 = o * nIn, r1 = r0 + nIn, r2 = r1 + nIn, r3 = r2 + nIn, r4 = r3 + nIn, r5 = r4 + nIn, r6 = r5 + nIn, r7 = r6 + nIn;
     let s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
     for (let i = 0; i < nIn; i++) {
-      const xi = x[i];
+      const xi = x[xo + i];
       s0 += W[r0 + i] * xi; s1 += W[r1 + i] * xi; s2 += W[r2 + i] * xi; s3 += W[r3 + i] * xi;
       s4 += W[r4 + i] * xi; s5 += W[r5 + i] * xi; s6 += W[r6 + i] * xi; s7 += W[r7 + i] * xi;
     }
     if (b !== null) {
       s0 += b[o]; s1 += b[o + 1]; s2 += b[o + 2]; s3 += b[o + 3]; s4 += b[o + 4]; s5 += b[o + 5]; s6 += b[o + 6]; s7 += b[o + 7];
     }
-    out[o] = s0; out[o + 1] = s1; out[o + 2] = s2; out[o + 3] = s3; out[o + 4] = s4; out[o + 5] = s5; out[o + 6] = s6; out[o + 7] = s7;
+    const q = oo + o;
+    out[q] = s0; out[q + 1] = s1; out[q + 2] = s2; out[q + 3] = s3; out[q + 4] = s4; out[q + 5] = s5; out[q + 6] = s6; out[q + 7] = s7;
   }
   for (; o < nOut; o++) {
     const r = o * nIn;
     let s = 0;
-    for (let i = 0; i < nIn; i++) s += W[r + i] * x[i];
-    out[o] = b === null ? s : s + b[o];
+    for (let i = 0; i < nIn; i++) s += W[r + i] * x[xo + i];
+    out[oo + o] = b === null ? s : s + b[o];
+  }
+}
+
+// rows t0..t1-1 of out (T, nOut) = X (T, nIn) W^T + b: matvec's sums in matvec's order (the same
+// numbers), four rows of W by two positions at a time, so each row of W is read from memory once
+// for all the positions, not once a position (a window's forward is compute-bound, not memory-bound)
+function matmul(W, b, X, out, t0, t1, nOut, nIn) {
+  if (t1 - t0 === 1) return matvec(W, b, X, out, nOut, nIn, t0 * nIn, t0 * nOut);
+  let o = 0;
+  for (; o + 3 < nOut; o += 4) {
+    const r0 = o * nIn, r1 = r0 + nIn, r2 = r1 + nIn, r3 = r2 + nIn;
+    const b0 = b === null ? 0 : b[o], b1 = b === null ? 0 : b[o + 1], b2 = b === null ? 0 : b[o + 2], b3 = b === null ? 0 : b[o + 3];
+    let t = t0;
+    for (; t + 1 < t1; t += 2) {
+      const xa = t * nIn, xb = xa + nIn;
+      let a0 = 0, a1 = 0, a2 = 0, a3 = 0, c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+      for (let i = 0; i < nIn; i++) {
+        const u = X[xa + i], v = X[xb + i];
+        let w = W[r0 + i];
+        a0 += w * u; c0 += w * v;
+        w = W[r1 + i];
+        a1 += w * u; c1 += w * v;
+        w = W[r2 + i];
+        a2 += w * u; c2 += w * v;
+        w = W[r3 + i];
+        a3 += w * u; c3 += w * v;
+      }
+      const oa = t * nOut + o, ob = oa + nOut;
+      out[oa] = a0 + b0; out[oa + 1] = a1 + b1; out[oa + 2] = a2 + b2; out[oa + 3] = a3 + b3;
+      out[ob] = c0 + b0; out[ob + 1] = c1 + b1; out[ob + 2] = c2 + b2; out[ob + 3] = c3 + b3;
+    }
+    if (t < t1) {
+      const xa = t * nIn;
+      let a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      for (let i = 0; i < nIn; i++) {
+        const u = X[xa + i];
+        a0 += W[r0 + i] * u; a1 += W[r1 + i] * u; a2 += W[r2 + i] * u; a3 += W[r3 + i] * u;
+      }
+      const oa = t * nOut + o;
+      out[oa] = a0 + b0; out[oa + 1] = a1 + b1; out[oa + 2] = a2 + b2; out[oa + 3] = a3 + b3;
+    }
+  }
+  for (; o < nOut; o++) {
+    const r = o * nIn;
+    for (let t = t0; t < t1; t++) {
+      let s = 0;
+      for (let i = 0; i < nIn; i++) s += W[r + i] * X[t * nIn + i];
+      out[t * nOut + o] = b === null ? s : s + b[o];
+    }
   }
 }
 
@@ -105,10 +155,11 @@ class GPT {
     this.lnfB = t("ln_f.bias");
     if (cfg.pos_emb === "sinusoidal") this.posTable = sinusoidalTable(B, C);
     if (cfg.pos_emb === "rope") [this.cos, this.sin] = ropeTables(B, this.hs);
-    // working buffers, allocated once: no allocation per token
-    this.x = new Float32Array(C); this.h = new Float32Array(C); this.y = new Float32Array(C);
-    this.qkv = new Float32Array(3 * C); this.att = new Float32Array(C); this.ff = new Float32Array(4 * C);
+    // working buffers of block_size positions, allocated once: no allocation per token
+    this.x = new Float32Array(B * C); this.h = new Float32Array(B * C); this.y = new Float32Array(B * C);
+    this.qkv = new Float32Array(B * 3 * C); this.att = new Float32Array(B * C); this.ff = new Float32Array(B * 4 * C);
     this.scores = new Float32Array(B); this.acc = new Float64Array(this.hs); this.rot = new Float32Array(this.hs);
+    this.one = new Int32Array(1);
   }
 
   // a KV cache of block_size positions; ids[i] is the token at position i, len the positions filled,
@@ -129,10 +180,10 @@ class GPT {
     }
   }
 
-  // model.qk_norm: each head's query and key (the first 2C numbers of v) scaled to RMS 1
-  qkNorm(v) {
+  // model.qk_norm: each head's query and key (the 2C numbers of v from offset o) scaled to RMS 1
+  qkNorm(v, o) {
     const hs = this.hs, eps = this.cfg.qk_norm_eps;
-    for (let s = 0; s < 2 * this.C; s += hs) {
+    for (let s = o; s < o + 2 * this.C; s += hs) {
       let ss = 0;
       for (let i = 0; i < hs; i++) ss += v[s + i] * v[s + i];
       const inv = 1 / Math.sqrt(ss / hs + eps);
@@ -140,13 +191,14 @@ class GPT {
     }
   }
 
-  // one head's attention of the query at `pos` over keys 0..pos of layer l
-  attendHead(cache, l, hd, pos, record, trace) {
+  // one head's attention of the query at `pos` (row t of this.qkv) over keys 0..pos of layer l,
+  // into row t of this.att
+  attendHead(cache, l, hd, pos, t, record, trace) {
     const { C, B, hs, qkv, scores, acc, att } = this;
-    const qo = hd * hs, scale = 1 / Math.sqrt(hs), K = cache.k, Vc = cache.v;
+    const qo = t * 3 * C + hd * hs, ho = hd * hs, scale = 1 / Math.sqrt(hs), K = cache.k, Vc = cache.v;
     let max = -Infinity;
     for (let j = 0; j <= pos; j++) {
-      const kb = (l * B + j) * C + qo;
+      const kb = (l * B + j) * C + ho;
       let s = 0;
       for (let d = 0; d < hs; d++) s += qkv[qo + d] * K[kb + d];
       s *= scale;
@@ -158,82 +210,114 @@ class GPT {
     for (let j = 0; j <= pos; j++) { const e = Math.exp(scores[j] - max); scores[j] = e; sum += e; }
     acc.fill(0);
     for (let j = 0; j <= pos; j++) {
-      const w = scores[j] / sum, vb = (l * B + j) * C + qo;
+      const w = scores[j] / sum, vb = (l * B + j) * C + ho;
       scores[j] = w;
       for (let d = 0; d < hs; d++) acc[d] += w * Vc[vb + d];
     }
     if (trace) trace("weights", l, scores.subarray(0, pos + 1), hd);
-    for (let d = 0; d < hs; d++) att[qo + d] = acc[d];
+    for (let d = 0; d < hs; d++) att[t * C + ho + d] = acc[d];
     if (record) record.set(scores.subarray(0, pos + 1), (l * this.nh + hd) * B);
   }
 
+  // LayerNorm of rows t0..t1-1 of x (T, C) into out (in place when out is x)
+  norm(x, w, b, out, t0, t1) {
+    const C = this.C;
+    for (let t = t0; t < t1; t++) layerNorm(x.subarray(t * C, (t + 1) * C), w, b, out.subarray(t * C, (t + 1) * C), C);
+  }
+
   // the next position: token `id` at position cache.len, its keys and values cached; with
-  // wantLogits, the logits of the token after it in cache.logits. `trace`, when given, is called
-  // trace(name, layer, values, head) at each stage with a view of the numbers there (explain.js
-  // copies what it keeps): the one forward pass, watched, not a second copy of it
+  // wantLogits, the logits of the token after it in cache.logits (forward of one token)
   step(cache, id, wantLogits, trace = null) {
-    const { C, B, x, h, y, qkv, att, ff } = this, pos = cache.len;
-    if (pos >= B) throw new Error(`position ${pos} is past block_size ${B}`);
-    const e = id * C;
-    for (let c = 0; c < C; c++) x[c] = this.wte[e + c];
-    if (this.wpe) for (let c = 0; c < C; c++) x[c] += this.wpe[pos * C + c];
-    if (this.posTable) for (let c = 0; c < C; c++) x[c] += this.posTable[pos * C + c];
-    if (trace) trace("embed", -1, x);
-    const record = wantLogits ? cache.attention : null;
-    for (let l = 0; l < this.L; l++) {
-      const P = this.layers[l];
-      if (trace) trace("in", l, x);
-      if (this.pre) layerNorm(x, P.ln1w, P.ln1b, h, C);
-      if (trace && this.pre) trace("ln1", l, h);
-      matvec(P.qkvW, P.qkvB, this.pre ? h : x, qkv, 3 * C, C);
-      if (trace) trace("c_attn", l, qkv);
-      if (this.cfg.qk_norm) this.qkNorm(qkv);
-      if (this.cos) this.rope(qkv, 0, 2 * C, pos);
-      if (P.ve) for (let c = 0; c < C; c++) qkv[2 * C + c] += P.veMix * P.ve[e + c]; // model.value_embeds
-      if (trace) trace("qkv", l, qkv);
-      const base = (l * B + pos) * C;
-      for (let c = 0; c < C; c++) { cache.k[base + c] = qkv[C + c]; cache.v[base + c] = qkv[2 * C + c]; }
-      for (let hd = 0; hd < this.nh; hd++) this.attendHead(cache, l, hd, pos, record, trace);
-      if (trace) trace("heads", l, att);
-      matvec(P.projW, P.projB, att, y, C, C);
-      if (trace) trace("attn_out", l, y);
-      for (let c = 0; c < C; c++) x[c] += y[c];
-      if (trace) trace("mid", l, x);
-      if (!this.pre) layerNorm(x, P.ln1w, P.ln1b, x, C);
-      if (trace && !this.pre) trace("ln1", l, x);
-      if (this.cfg.attn_only) continue; // model.attn_only: no ln_2, no MLP
-      if (this.pre) layerNorm(x, P.ln2w, P.ln2b, h, C);
-      if (trace && this.pre) trace("ln2", l, h);
-      matvec(P.fcW, P.fcB, this.pre ? h : x, ff, 4 * C, C);
-      if (trace) trace("c_fc", l, ff);
-      if (this.relu2) for (let i = 0; i < 4 * C; i++) { const r = ff[i] > 0 ? ff[i] : 0; ff[i] = r * r; }
-      else for (let i = 0; i < 4 * C; i++) ff[i] = gelu(ff[i]);
-      if (trace) trace("act", l, ff);
-      matvec(P.fc2W, P.fc2B, ff, y, C, 4 * C);
-      if (trace) trace("mlp_out", l, y);
-      for (let c = 0; c < C; c++) x[c] += y[c];
-      if (trace) trace("out", l, x);
-      if (!this.pre) layerNorm(x, P.ln2w, P.ln2b, x, C);
-      if (trace && !this.pre) trace("ln2", l, x);
+    this.one[0] = id;
+    this.forward(cache, this.one, wantLogits, trace);
+  }
+
+  // the next ids.length positions (a prompt, a window: a "prefill"), from cache.len on, layer by
+  // layer: each weight matrix is read once for all of them (matmul), not once a position, and the
+  // numbers are step's, position by position. With wantLogits, the logits after the last id in
+  // cache.logits. `trace`, when given, is called trace(name, layer, values, head) at each stage with
+  // a view of the last position's numbers there (explain.js copies what it keeps), and once a layer
+  // as trace("qkv_rows", layer, values) with every new position's q, k, v (n, 3C): the one forward
+  // pass, watched, not a second copy of it
+  forward(cache, ids, wantLogits, trace = null) {
+    const { C, B, x, h } = this, n = ids.length, p0 = cache.len;
+    if (p0 + n > B) throw new Error(`position ${p0 + n - 1} is past block_size ${B}`);
+    for (let t = 0; t < n; t++) {
+      const e = ids[t] * C, pos = p0 + t, r = t * C;
+      for (let c = 0; c < C; c++) x[r + c] = this.wte[e + c];
+      if (this.wpe) for (let c = 0; c < C; c++) x[r + c] += this.wpe[pos * C + c];
+      if (this.posTable) for (let c = 0; c < C; c++) x[r + c] += this.posTable[pos * C + c];
     }
-    cache.ids[pos] = id;
-    cache.len = pos + 1;
+    const last = x.subarray((n - 1) * C, n * C), lastH = h.subarray((n - 1) * C, n * C);
+    if (trace) trace("embed", -1, last);
+    for (let l = 0; l < this.L; l++) this.block(cache, l, ids, wantLogits ? cache.attention : null, trace);
+    cache.ids.set(ids, p0);
+    cache.len = p0 + n;
     if (!wantLogits) return;
-    if (this.pre) layerNorm(x, this.lnfW, this.lnfB, h, C);
-    if (trace) trace("ln_f", -1, this.pre ? h : x);
-    matvec(this.wte, null, this.pre ? h : x, cache.logits, this.V, C); // the head is tied to the embedding
+    if (this.pre) layerNorm(last, this.lnfW, this.lnfB, lastH, C);
+    if (trace) trace("ln_f", -1, this.pre ? lastH : last);
+    matvec(this.wte, null, this.pre ? lastH : last, cache.logits, this.V, C); // the head is tied to the embedding
     const cap = this.cfg.logit_softcap, lg = cache.logits;
     if (cap > 0) for (let i = 0; i < this.V; i++) lg[i] = cap * Math.tanh(lg[i] / cap); // model.logit_softcap
     if (trace) trace("logits", -1, lg);
   }
 
+  // block l over forward's positions (rows 0..n-1 of the buffers, positions cache.len on); trace and
+  // record see the last one. In the last block only the last position goes past its keys and values:
+  // nothing reads the others' outputs
+  block(cache, l, ids, record, trace) {
+    const { C, B, x, h, y, qkv, att, ff, pre } = this, P = this.layers[l], n = ids.length, p0 = cache.len, z = n - 1;
+    const row = (a, w) => a.subarray(z * w, n * w); // the last position's numbers
+    const t0 = l === this.L - 1 ? z : 0;
+    if (trace) trace("in", l, row(x, C));
+    if (pre) this.norm(x, P.ln1w, P.ln1b, h, 0, n);
+    if (trace && pre) trace("ln1", l, row(h, C));
+    matmul(P.qkvW, P.qkvB, pre ? h : x, qkv, 0, n, 3 * C, C);
+    if (trace) trace("c_attn", l, row(qkv, 3 * C));
+    for (let t = 0; t < n; t++) {
+      const o = t * 3 * C, base = (l * B + p0 + t) * C;
+      if (this.cfg.qk_norm) this.qkNorm(qkv, o);
+      if (this.cos) this.rope(qkv, o, 2 * C, p0 + t);
+      if (P.ve) for (let c = 0, e = ids[t] * C; c < C; c++) qkv[o + 2 * C + c] += P.veMix * P.ve[e + c]; // model.value_embeds
+      cache.k.set(qkv.subarray(o + C, o + 2 * C), base);
+      cache.v.set(qkv.subarray(o + 2 * C, o + 3 * C), base);
+    }
+    if (trace) trace("qkv", l, row(qkv, 3 * C));
+    if (trace) trace("qkv_rows", l, qkv.subarray(0, n * 3 * C));
+    for (let t = t0; t < n; t++) {
+      for (let hd = 0; hd < this.nh; hd++) this.attendHead(cache, l, hd, p0 + t, t, t === z ? record : null, t === z ? trace : null);
+    }
+    if (trace) trace("heads", l, row(att, C));
+    matmul(P.projW, P.projB, att, y, t0, n, C, C);
+    if (trace) trace("attn_out", l, row(y, C));
+    for (let i = t0 * C; i < n * C; i++) x[i] += y[i];
+    if (trace) trace("mid", l, row(x, C));
+    if (!pre) this.norm(x, P.ln1w, P.ln1b, x, t0, n);
+    if (trace && !pre) trace("ln1", l, row(x, C));
+    if (this.cfg.attn_only) return; // model.attn_only: no ln_2, no MLP
+    if (pre) this.norm(x, P.ln2w, P.ln2b, h, t0, n);
+    if (trace && pre) trace("ln2", l, row(h, C));
+    matmul(P.fcW, P.fcB, pre ? h : x, ff, t0, n, 4 * C, C);
+    if (trace) trace("c_fc", l, row(ff, 4 * C));
+    if (this.relu2) for (let i = t0 * 4 * C; i < n * 4 * C; i++) { const r = ff[i] > 0 ? ff[i] : 0; ff[i] = r * r; }
+    else for (let i = t0 * 4 * C; i < n * 4 * C; i++) ff[i] = gelu(ff[i]);
+    if (trace) trace("act", l, row(ff, 4 * C));
+    matmul(P.fc2W, P.fc2B, ff, y, t0, n, C, 4 * C);
+    if (trace) trace("mlp_out", l, row(y, C));
+    for (let i = t0 * C; i < n * C; i++) x[i] += y[i];
+    if (trace) trace("out", l, row(x, C));
+    if (!pre) this.norm(x, P.ln2w, P.ln2b, x, t0, n);
+    if (trace && !pre) trace("ln2", l, row(x, C));
+  }
+
   // make the cache hold ids[0..n) (n at most block_size) and its logits those after the last one.
-  // Positions the cache already holds for the same leading ids are kept (causal: they cannot change).
+  // Positions the cache already holds for the same leading ids are kept (causal: they cannot change);
+  // the rest go through one forward
   sync(cache, ids, n = ids.length) {
     let p = 0;
     while (p < cache.len && p < n && cache.ids[p] === ids[p]) p++;
     cache.len = Math.min(p, n - 1);
-    for (let i = cache.len; i < n; i++) this.step(cache, ids[i], i === n - 1);
+    this.forward(cache, ids.subarray ? ids.subarray(cache.len, n) : ids.slice(cache.len, n), true);
   }
 }
 
