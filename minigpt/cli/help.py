@@ -24,8 +24,9 @@ minigpt --install-completion bash     # Tab completes commands, options, runs"""
 minigpt train --data ~/books/ data.tokenizer=byte --out runs/books
 minigpt train --data posts.jsonl data.text_field=body --out runs/posts
 minigpt train --data my_text/ --auto train.max_time=10m --dry-run   # the choice, no training
-minigpt train configs/cpu_4min.yaml   # 4 minutes of CPU, val loss ~1.47
-minigpt train configs/shakespeare_char.yaml --out runs/big
+minigpt train cpu_4min               # a shipped config by name: 4 minutes of CPU, val loss ~1.47
+minigpt train speedrun               # the same recipe until val loss 1.47: how long it takes here
+minigpt train shakespeare_char --out runs/big
 minigpt train model.n_layer=6 optim.lr=1e-3 train.max_steps=5000""",
     "sample": """minigpt sample runs/default --prompt "ROMEO:" --max-new-tokens 500
 minigpt sample runs/default -n 32 --stop $'\\n\\n' --json > samples.jsonl
