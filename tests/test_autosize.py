@@ -207,3 +207,31 @@ def test_step_estimates_timed_under_load_say_so(tmp_path: Path, cli, monkeypatch
         assert r.code == 0, r.err
         assert ("timed while other processes kept 1.5 of" in r.err) is said, r.err
         assert "allows about" in r.err or "plan: " in r.err  # the estimate itself is still given
+
+
+@pytest.mark.parametrize("name", ["cpu_4min", "speedrun"])
+def test_the_four_minute_recipe_is_autos_decision_and_follows_the_host(name: str) -> None:
+    """The shipped recipe sets train.auto and leaves every key --auto chooses at its default, so
+    `minigpt train cpu_4min` and `--auto train.max_time=232s` make one decision; a slower host gets a
+    smaller shape from it (speedrun keeps its own eval interval, the time's resolution)."""
+    from minigpt.config.files import load_config
+    from minigpt.training.launch import explicit_keys
+
+    recipe = load_config(Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml")
+    assert recipe.train.auto and recipe.train.max_time == "232s"
+    mine = explicit_keys(recipe, []) & set(AUTO_KEYS)
+    assert mine == ({"train.eval_interval"} if name == "speedrun" else set())
+    by_flag = Config().replace(**{"train.auto": True, "train.max_time": "232s"})
+    fast, slow = _speed(0.03), _speed(0.12)
+    for speed in (fast, slow):
+        assert choose(recipe, VOCAB, int(0.9 * MB), int(0.1 * MB), 226, speed) == choose(
+            by_flag, VOCAB, int(0.9 * MB), int(0.1 * MB), 226, speed
+        )
+    shape = {s: choose(recipe, VOCAB, int(0.9 * MB), int(0.1 * MB), 226, s).values for s in (fast, slow)}
+    assert [shape[fast][k] for k in ("model.n_layer", "model.n_embd", "model.block_size", "train.batch_size")] == [
+        3,
+        192,
+        256,
+        8,
+    ]
+    assert shape[slow]["model.n_embd"] < 192

@@ -22,13 +22,14 @@ from minigpt.training.loop import Step, optimizer_step
 from minigpt.training.optim import build_optimizer
 
 # (n_layer, n_embd, n_head, block_size, batch_size), smallest first; the anchor is configs/cpu_4min.yaml's
-# shape before issue 66 widened it
+# shape before issue 66 widened it, and 3 x 192 at context 256 is what a 2-core AMX host picks for that
+# recipe's four minutes (at 2,600 steps it beat 3 x 192 at context 128, docs/lab/benchmarks.md)
 LADDER = (
     (2, 64, 4, 64, 16),
     (2, 96, 4, 128, 16),
     (3, 96, 4, 128, 16),
     (3, 128, 4, 128, 16),
-    (3, 192, 6, 128, 16),
+    (3, 192, 6, 256, 8),
     (4, 256, 8, 128, 16),
     (6, 256, 8, 256, 32),
     (6, 384, 6, 256, 64),
@@ -364,7 +365,7 @@ def auto_size(
     mine = ", ".join(sorted(k for k in choice.values if k in explicit))
     log(f"--auto: {choice.why}" + (f"; kept yours: {mine}" if mine else ""))
     log(
-        f"--auto: a step of the four-minute recipe's shape took {speed.anchor_step_s * 1e3:.1f} ms here, "
+        f"--auto: a step of 3 x 128, the probe's middle shape, took {speed.anchor_step_s * 1e3:.1f} ms here, "
         f"{speed.dropout_cost:.1f}x that with dropout (the rule: docs/training.md)"
     )
     return cfg, None if explicit.intersection(SHAPE_KEYS) else choice.steps
