@@ -207,6 +207,7 @@ def test_every_stage_equals_pytorch(page, runs, name: str) -> None:
     ids = m.tokenizer.encode(text)[: at + 1]
     open_explained(page, runs, name)
     assert f"#{at} " in page.inner_text("#ex-where")
+    assert "the matrix products in WebAssembly SIMD" in page.inner_text("#ex-where")  # the kernel, checked below
     cfg = m.config.model
     layer, head = cfg.n_layer - 1, cfg.n_head - 1  # the pickers, as a person clicks them
     page.click(f"#ex-layers button:text-is('{layer}')")
@@ -293,3 +294,14 @@ def test_options_not_drawn_are_named_and_the_rest_shown(page, runs) -> None:
         weights = m.loaded.model.attention_maps(torch.tensor([ids]))[0, 0, 0]  # layer 0, head 0: (T, T)
     torch.testing.assert_close(got["logits"], logits, atol=1e-4, rtol=0)
     torch.testing.assert_close(got["weights"], weights, atol=1e-4, rtol=0)
+
+
+def test_the_pages_webassembly_is_matmul_wat() -> None:
+    """gpt.js's MATMUL_WASM is matmul.wat assembled (by wasmtime): neither is edited without the other."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wasm_kernel", ROOT / "scripts" / "wasm_kernel.py")
+    assert spec is not None and spec.loader is not None
+    kernel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernel)
+    assert kernel.embedded_base64() == kernel.kernel_base64(), "run: uv run python scripts/wasm_kernel.py"

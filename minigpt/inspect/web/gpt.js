@@ -1,6 +1,8 @@
 // minigpt's GPT (minigpt/model.py) in plain JavaScript, with its sampler (minigpt/infer/decode.py).
 // Typed arrays and loops, no libraries. Weights, activations, keys and values are float32
-// (Float32Array); sums run in JavaScript numbers (float64) and are stored as float32. A KV cache: a
+// (Float32Array); sums run in JavaScript numbers (float64) and are stored as float32, except a window's
+// big matrix products, which run in WebAssembly SIMD where the browser has it (float32 sums: MATMUL_WASM
+// below). A KV cache: a
 // prompt goes through in one forward of all its positions, layer by layer, generation one token at a
 // time; both give the numbers a batched forward gives (up to the last bits of float32 sums).
 
@@ -10,6 +12,19 @@ function base64Bytes(b64) {
   for (let i = 0; i < n; i++) out[i] = bin.charCodeAt(i);
   return out;
 }
+
+// The matmul below in WebAssembly SIMD, four times as many sums an instruction: minigpt/inspect/web/
+// matmul.wat, assembled by scripts/wasm_kernel.py. A window's forward is almost all matrix products, and
+// this is what brings explaining one position of a 6 x 384 model under a second. null where the browser
+// has no WebAssembly SIMD: the JavaScript loops run, with the same numbers to float32's last bits
+const MATMUL_WASM = "AGFzbQEAAAABEgJgAXsBfWAJf39/f39/f39/AAIPAQNlbnYGbWVtb3J5AgABAwMCAAEHCgEGbWF0bXVsAAEK4wcCGQAgAP0fACAA/R8BkiAA/R8CIAD9HwOSkgvGBwMNfwR9C3sgCEECdCEMIAdBAnQhDUEAIQkCQANAIAkgB08NASAAIAkgDGxqIQ4gDiAMaiEPIA8gDGohECAQIAxqIRFDAAAAACEWQwAAAAAhF0MAAAAAIRhDAAAAACEZIAIEQCABIAlBAnRq/QAEACEiICL9HwAhFiAi/R8BIRcgIv0fAiEYICL9HwMhGQsgBSEKAkADQCAKQQFqIAZPDQEgAyAKIAxsaiESIBIgDGohE/0MAAAAAAAAAAAAAAAAAAAAACEa/QwAAAAAAAAAAAAAAAAAAAAAIRv9DAAAAAAAAAAAAAAAAAAAAAAhHP0MAAAAAAAAAAAAAAAAAAAAACEd/QwAAAAAAAAAAAAAAAAAAAAAIR79DAAAAAAAAAAAAAAAAAAAAAAhH/0MAAAAAAAAAAAAAAAAAAAAACEg/QwAAAAAAAAAAAAAAAAAAAAAISFBACELAkADQCALIAxPDQEgEiALav0ABAAhIiATIAtq/QAEACEjIA4gC2r9AAQAISQgGiAkICL95gH95AEhGiAeICQgI/3mAf3kASEeIA8gC2r9AAQAISQgGyAkICL95gH95AEhGyAfICQgI/3mAf3kASEfIBAgC2r9AAQAISQgHCAkICL95gH95AEhHCAgICQgI/3mAf3kASEgIBEgC2r9AAQAISQgHSAkICL95gH95AEhHSAhICQgI/3mAf3kASEhIAtBEGohCwwACwsgBCAKIA1sIAlBAnRqaiEUIBQgDWohFSAUIBoQACAWkjgCACAUIBsQACAXkjgCBCAUIBwQACAYkjgCCCAUIB0QACAZkjgCDCAVIB4QACAWkjgCACAVIB8QACAXkjgCBCAVICAQACAYkjgCCCAVICEQACAZkjgCDCAKQQJqIQoMAAsLIAogBkkEQCADIAogDGxqIRL9DAAAAAAAAAAAAAAAAAAAAAAhGv0MAAAAAAAAAAAAAAAAAAAAACEb/QwAAAAAAAAAAAAAAAAAAAAAIRz9DAAAAAAAAAAAAAAAAAAAAAAhHUEAIQsCQANAIAsgDE8NASASIAtq/QAEACEiIBogDiALav0ABAAgIv3mAf3kASEaIBsgDyALav0ABAAgIv3mAf3kASEbIBwgECALav0ABAAgIv3mAf3kASEcIB0gESALav0ABAAgIv3mAf3kASEdIAtBEGohCwwACwsgBCAKIA1sIAlBAnRqaiEUIBQgGhAAIBaSOAIAIBQgGxAAIBeSOAIEIBQgHBAAIBiSOAIIIBQgHRAAIBmSOAIMCyAJQQRqIQkMAAsLCwD3AQRuYW1lAQYBAANzdW0CoQECAAEAAXYBJQABVwEBYgIHaGFzQmlhcwMBWAQDb3V0BQJ0MAYCdDEHBG5PdXQIA25JbgkBbwoBdAsBaQwDcm93DQZvdXRSb3cOAncwDwJ3MRACdzIRAnczEgJ4YRMCeGIUAm9hFQJvYhYCYjAXAmIxGAJiMhkCYjMaAmEwGwJhMRwCYTIdAmEzHgJjMB8CYzEgAmMyIQJjMyIBdSMBdiQBdwNEAQEIAAhyb3dzRG9uZQEEcm93cwMJcGFpcnNEb25lBAVwYWlycwUHc3VtRG9uZQYEc3VtNAgIdGFpbERvbmUJBHRhaWw=";
+const MATMUL_MODULE = (() => {
+  try {
+    return new WebAssembly.Module(base64Bytes(MATMUL_WASM));
+  } catch (e) {
+    return null;
+  }
+})();
 
 // little-endian float32 or float16 numbers -> one Float32Array
 function decodeNumbers(bytes, dtype) {
@@ -134,6 +149,15 @@ class GPT {
     const C = cfg.n_embd, L = cfg.n_layer, B = cfg.block_size;
     Object.assign(this, { cfg, C, L, B, V: cfg.vocab_size, nh: cfg.n_head, hs: C / cfg.n_head, pre: cfg.norm === "pre",
       relu2: cfg.mlp_act === "relu2" });
+    // with the WebAssembly kernel, the weights (a copy of `numbers`) and forward's buffers live in its
+    // memory, where it reads them
+    const heap = this.kernelMemory(numbers.length + 11 * B * C);
+    let at = 0;
+    const take = (n) => (heap ? heap.subarray(at, (at += n)) : new Float32Array(n));
+    if (heap) {
+      heap.set(numbers);
+      numbers = take(numbers.length);
+    }
     const t = (name) => {
       const e = tensors[name];
       return e ? numbers.subarray(e[0], e[0] + e[1].reduce((a, b) => a * b, 1)) : null;
@@ -156,10 +180,37 @@ class GPT {
     if (cfg.pos_emb === "sinusoidal") this.posTable = sinusoidalTable(B, C);
     if (cfg.pos_emb === "rope") [this.cos, this.sin] = ropeTables(B, this.hs);
     // working buffers of block_size positions, allocated once: no allocation per token
-    this.x = new Float32Array(B * C); this.h = new Float32Array(B * C); this.y = new Float32Array(B * C);
-    this.qkv = new Float32Array(B * 3 * C); this.att = new Float32Array(B * C); this.ff = new Float32Array(B * 4 * C);
+    this.x = take(B * C); this.h = take(B * C); this.y = take(B * C);
+    this.qkv = take(B * 3 * C); this.att = take(B * C); this.ff = take(B * 4 * C);
     this.scores = new Float32Array(B); this.acc = new Float64Array(this.hs); this.rot = new Float32Array(this.hs);
     this.one = new Int32Array(1);
+  }
+
+  // a Float32Array of n numbers over a WebAssembly memory, with this.kernel the matmul instance that
+  // reads it; null (and no kernel) without WebAssembly SIMD or where the memory cannot be had
+  kernelMemory(n) {
+    this.kernel = null;
+    if (MATMUL_MODULE === null) return null;
+    try {
+      const memory = new WebAssembly.Memory({ initial: Math.ceil((4 * n) / 65536) });
+      this.kernel = new WebAssembly.Instance(MATMUL_MODULE, { env: { memory } }).exports.matmul;
+      this.memory = memory;
+      return new Float32Array(memory.buffer, 0, n);
+    } catch (e) {
+      return null; // a memory too large for this browser: the JavaScript loops
+    }
+  }
+
+  // matmul over rows t0..t1-1, in the WebAssembly kernel where it runs, the shapes are multiples of 4
+  // and every array is in its memory (a single position goes to matvec, as matmul sends it)
+  mm(W, b, X, out, t0, t1, nOut, nIn) {
+    const mem = this.kernel === null ? null : this.memory.buffer;
+    const inMemory = mem !== null && W.buffer === mem && X.buffer === mem && out.buffer === mem && (b === null || b.buffer === mem);
+    if (inMemory && t1 - t0 > 1 && nOut % 4 === 0 && nIn % 4 === 0) {
+      this.kernel(W.byteOffset, b === null ? 0 : b.byteOffset, b === null ? 0 : 1, X.byteOffset, out.byteOffset, t0, t1, nOut, nIn);
+    } else {
+      matmul(W, b, X, out, t0, t1, nOut, nIn);
+    }
   }
 
   // a KV cache of block_size positions; ids[i] is the token at position i, len the positions filled,
@@ -272,7 +323,7 @@ class GPT {
     if (trace) trace("in", l, row(x, C));
     if (pre) this.norm(x, P.ln1w, P.ln1b, h, 0, n);
     if (trace && pre) trace("ln1", l, row(h, C));
-    matmul(P.qkvW, P.qkvB, pre ? h : x, qkv, 0, n, 3 * C, C);
+    this.mm(P.qkvW, P.qkvB, pre ? h : x, qkv, 0, n, 3 * C, C);
     if (trace) trace("c_attn", l, row(qkv, 3 * C));
     for (let t = 0; t < n; t++) {
       const o = t * 3 * C, base = (l * B + p0 + t) * C;
@@ -288,7 +339,7 @@ class GPT {
       for (let hd = 0; hd < this.nh; hd++) this.attendHead(cache, l, hd, p0 + t, t, t === z ? record : null, t === z ? trace : null);
     }
     if (trace) trace("heads", l, row(att, C));
-    matmul(P.projW, P.projB, att, y, t0, n, C, C);
+    this.mm(P.projW, P.projB, att, y, t0, n, C, C);
     if (trace) trace("attn_out", l, row(y, C));
     for (let i = t0 * C; i < n * C; i++) x[i] += y[i];
     if (trace) trace("mid", l, row(x, C));
@@ -297,12 +348,12 @@ class GPT {
     if (this.cfg.attn_only) return; // model.attn_only: no ln_2, no MLP
     if (pre) this.norm(x, P.ln2w, P.ln2b, h, t0, n);
     if (trace && pre) trace("ln2", l, row(h, C));
-    matmul(P.fcW, P.fcB, pre ? h : x, ff, t0, n, 4 * C, C);
+    this.mm(P.fcW, P.fcB, pre ? h : x, ff, t0, n, 4 * C, C);
     if (trace) trace("c_fc", l, row(ff, 4 * C));
     if (this.relu2) for (let i = t0 * 4 * C; i < n * 4 * C; i++) { const r = ff[i] > 0 ? ff[i] : 0; ff[i] = r * r; }
     else for (let i = t0 * 4 * C; i < n * 4 * C; i++) ff[i] = gelu(ff[i]);
     if (trace) trace("act", l, row(ff, 4 * C));
-    matmul(P.fc2W, P.fc2B, ff, y, t0, n, C, 4 * C);
+    this.mm(P.fc2W, P.fc2B, ff, y, t0, n, C, 4 * C);
     if (trace) trace("mlp_out", l, row(y, C));
     for (let i = t0 * C; i < n * C; i++) x[i] += y[i];
     if (trace) trace("out", l, row(x, C));

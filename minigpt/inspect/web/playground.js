@@ -160,7 +160,8 @@ function tipHtml(i) {
       `<td class="num">${prob(q)}</td><td><span class="bar" style="width:${Math.max(1, Math.round(q * 90))}px"></span></td></tr>`);
   }
   return `${head}<br><b>p = ${prob(p)}</b> · <b>${(-Math.log2(p)).toFixed(2)} bits</b>` +
-    `<div style="margin-top:4px">the model's top ${rows.length} guesses here:</div><table>${rows.join("")}</table>`;
+    `<div style="margin-top:4px">the model's top ${rows.length} guesses here (as drawn: after the temperature, top-k and top-p; ` +
+    `Explain shows them before and after):</div><table>${rows.join("")}</table>`;
 }
 textEl.addEventListener("mouseover", (e) => { if (e.target._i !== undefined) showTip(tipHtml(e.target._i), e.clientX, e.clientY); });
 textEl.addEventListener("mouseleave", hideTip);
