@@ -62,7 +62,8 @@ class Checkpoint:
     scaler: dict[str, Any] | None = None  # the fp16 GradScaler, when one is used
     rng: dict[str, Any] | None = None  # this process's torch RNG states and the batch generator
     rng_ranks: list[dict[str, Any]] | None = None  # every rank's torch RNG states under DDP
-    precision: dict[str, Any] | None = None  # {"device": "cpu", "dtype": "bfloat16", ...}: what it trained in
+    # the config's keys auto chose and where: {"keys": ["train.dtype", ...], "device": "cpu", "processes": 1}
+    decided: dict[str, Any] | None = None
     init_from: dict[str, Any] | None = None  # fine-tuned: {"path", "step", "val_loss"} of the starting checkpoint
     checksums: dict[str, str] | None = None  # xxh3-64 of each tensor by dotted name (save recomputes them)
 
@@ -78,7 +79,7 @@ class Checkpoint:
         missing = [k for k in ("model", "config", "tokenizer") if k not in raw]
         if missing:
             raise UserError(f"{path} is a damaged minigpt checkpoint: it lacks {', '.join(missing)}")
-        dicts = ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from", "precision")
+        dicts = ("model", "config", "tokenizer", "data", "optimizer", "rng", "init_from", "decided")
         odd = [k for k in dicts if raw.get(k) is not None and not isinstance(raw[k], dict)]
         if odd:
             raise UserError(

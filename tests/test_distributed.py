@@ -370,13 +370,15 @@ def test_nproc_on_the_cpu_shares_the_cores_and_a_single_process_resume_takes_the
     proc = launch("--data", text_file, "--out", out, *RUN, cache=tmp_path / "cache", extra_path=hook(tmp_path, body))
     assert proc.returncode == 0, proc.communicate_result[1]
     assert load_config(out / "config.yaml").train.threads == 6 // 2
-    assert load_checkpoint(out / "last.pt")["precision"]["threads"] == 3
+    ckpt = load_checkpoint(out / "last.pt")  # the one resolved config, and the share it was counted for
+    assert ckpt["config"]["train"]["threads"] == 3 and ckpt["decided"]["processes"] == 2
     monkeypatch.setattr(cores, "allowed_cores", lambda: 6)
     monkeypatch.setattr(cores.CoreLoad, "others", lambda self: 0.0)  # an idle machine
     r = cli("train", "--out", out, "--resume", "train.max_steps=14")
     assert r.code == 0, r
     assert load_config(out / "config.yaml").train.threads == 6
-    assert load_checkpoint(out / "last.pt")["precision"]["threads"] == 6
+    ckpt = load_checkpoint(out / "last.pt")
+    assert ckpt["config"]["train"]["threads"] == 6 and ckpt["decided"]["processes"] == 1
 
 
 @pytest.mark.slow  # a torchrun launch (10-20 s); .ci/run runs it

@@ -7,12 +7,14 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 
-from minigpt.checkpoint import load_checkpoint
+from minigpt.checkpoint import load_checkpoint, save_checkpoint
 from minigpt.config.schema import Config, ModelConfig
 from minigpt.infer import sample as generation
 from minigpt.infer.decode import generate_steps
@@ -180,6 +182,14 @@ def test_sample_dtype_flag(trained_run, cli, monkeypatch) -> None:
     assert "'float16' is not one of 'auto', 'float32', 'bfloat16'" in r.err
 
 
+def _choices(run: Path) -> tuple[dict, dict]:
+    """The run's recorded train.dtype, train.attention and train.threads, and where auto chose which:
+    the checkpoint carries config.yaml's one resolved config."""
+    ckpt = load_checkpoint(run / "last.pt")
+    assert ckpt["config"] == yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    return {k: ckpt["config"]["train"][k] for k in ("dtype", "attention", "threads")}, ckpt["decided"]
+
+
 def test_a_resume_keeps_the_precision_its_run_trained_in(text_file, tmp_path, cli, monkeypatch) -> None:
     """train.dtype auto is measured once per run: a resume on a machine that now measures bf16 slower
     (a busier machine, say) continues in the run's bf16, so the resumed run is the same run."""
@@ -187,22 +197,42 @@ def test_a_resume_keeps_the_precision_its_run_trained_in(text_file, tmp_path, cl
     out = tmp_path / "run"
     args = ["--data", text_file, *TINY, "train.max_steps=4", "train.eval_interval=2", "train.dtype=auto"]
     assert cli("train", "--out", out, *args).code == 0
-    used = {
-        "device": "cpu",
-        "dtype": "bfloat16",
-        "attention": "flash",
-        "threads": torch.get_num_threads(),
-        "processes": 1,
-    }
-    assert load_checkpoint(out / "last.pt")["precision"] == used
+    used = {"dtype": "bfloat16", "attention": "flash", "threads": torch.get_num_threads()}
+    decided = {"keys": ["train.dtype", "train.attention", "train.threads"], "device": "cpu", "processes": 1}
+    assert _choices(out) == (used, decided)
     (precision.default_cache_dir() / precision.CACHE_NAME).unlink()  # this machine now measures afresh
     _measured(monkeypatch, 0.5)
     r = cli("train", "--out", out, "--resume", "train.max_steps=6")
     assert r.code == 0, r
     assert "precision: bfloat16 (train.dtype auto, kept on resume: the run trained in it so far)" in r.err
-    ckpt = load_checkpoint(out / "last.pt")
-    assert ckpt["step"] == 6 and ckpt["precision"] == used
+    assert load_checkpoint(out / "last.pt")["step"] == 6 and _choices(out) == (used, decided)
     assert runtime.resolve_dtype("auto", CPU, (64, 32))[0] == torch.float32  # a new run measures again
+
+
+def test_a_resume_elsewhere_decides_again_what_auto_chose_and_keeps_what_the_user_set(
+    text_file, tmp_path, cli, monkeypatch
+) -> None:
+    """The checkpoint says where auto chose its keys: a run that trained on another kind of device
+    (a GPU, here written into the checkpoint) decides train.dtype again on the CPU; a key the user set
+    is the user's, wherever the run goes on."""
+    _measured(monkeypatch, 3.0)
+    out = tmp_path / "run"
+    args = ["--data", text_file, *TINY, "train.max_steps=4", "train.eval_interval=2", "train.dtype=auto"]
+    assert cli("train", "--out", out, *args, "train.attention=flash").code == 0
+    used, decided = _choices(out)
+    assert used["dtype"] == "bfloat16" and decided["keys"] == ["train.dtype", "train.threads"]
+    for name in ("last.pt", "best.pt"):  # as if it had trained on a GPU
+        ckpt = load_checkpoint(out / name)
+        ckpt["decided"]["device"] = "cuda"
+        save_checkpoint(ckpt, out / name)
+    (precision.default_cache_dir() / precision.CACHE_NAME).unlink()
+    _measured(monkeypatch, 0.5)  # this CPU measures bf16 slower
+    r = cli("train", "--out", out, "--resume", "train.max_steps=6")
+    assert r.code == 0, r
+    assert "precision: float32 (auto, measured: bf16 products at 0.50x" in r.err
+    used, decided = _choices(out)
+    assert used["dtype"] == "float32" and used["attention"] == "flash"  # decided again; as set
+    assert decided == {"keys": ["train.dtype", "train.threads"], "device": "cpu", "processes": 1}
 
 
 def test_attention_by_products_is_the_flash_kernels_attention_in_bf16() -> None:
@@ -241,16 +271,16 @@ def test_the_trainer_attends_by_products_where_measured_faster_and_a_resume_keep
     assert r.code == 0, r
     assert "attention: bf16 products (auto, measured: products at 2.00x the flash kernel's speed" in r.err
     assert measured == [(8, 128, 64)]  # batch 8 x 1 head, context 128, head size 64
-    assert load_checkpoint(out / "last.pt")["precision"]["attention"] == "products"
+    assert _choices(out)[0]["attention"] == "products"
     (precision.default_cache_dir() / precision.CACHE_NAME).unlink()
     ratio["now"] = 0.5  # the machine now measures the flash kernel faster: the run keeps its form
     r = cli("train", "--out", out, "--resume", "train.max_steps=6")
     assert r.code == 0 and "attention: bf16 products (kept on resume: the run trained so)" in r.err
     assert measured == [(8, 128, 64)]  # the resume did not measure again
-    assert load_checkpoint(out / "last.pt")["precision"]["attention"] == "products"
+    assert _choices(out)[0]["attention"] == "products"
     r = cli("train", "--out", tmp_path / "new", *args)  # a new run measures afresh
     assert r.code == 0 and "attention: the float32 flash kernel (auto, measured: products at 0.50x" in r.err
-    assert load_checkpoint(tmp_path / "new" / "last.pt")["precision"]["attention"] == "flash"
+    assert _choices(tmp_path / "new")[0]["attention"] == "flash"
     measured.clear()
     small = ["--data", text_file, *TINY, "train.max_steps=2", "train.dtype=bfloat16"]  # head size 16
     assert cli("train", "--out", tmp_path / "small", *small).code == 0 and measured == []
@@ -299,7 +329,7 @@ def test_a_run_of_the_recorded_config_reuses_its_choices_whatever_the_probe_says
     assert all(torch.equal(first[k], again[k]) for k in first)
     assert cli("train", "--out", tmp_path / "afresh", *args).code == 0  # auto again: float32 now
     afresh = load_checkpoint(tmp_path / "afresh" / "last.pt")
-    assert afresh["precision"]["dtype"] == "float32"
+    assert afresh["config"]["train"]["dtype"] == "float32"
     assert not all(torch.equal(first[k], afresh["model"][k]) for k in first)
 
 

@@ -157,7 +157,7 @@ def decide(
 ) -> tuple[dict[str, Any], list[str]]:
     """What the run's numbers depend on, decided once before it trains: train.threads (on a CPU),
     train.dtype and train.attention as concrete values for its config.yaml, and the lines that say
-    why; `trained` (a resume's checkpoint's `precision`) keeps the run's. Under DDP rank 0 decides
+    why; `trained` (a resumed run's choices and where auto made them) keeps them. Under DDP rank 0 decides
     (the process group started) and every rank takes its choices."""
     t, kept = cfg.train, trained if (trained or {}).get("device") == device.type else {}
     # a count kept from processes that shared this machine's cores otherwise is not the user's: measured again

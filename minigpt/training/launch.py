@@ -203,6 +203,9 @@ def _resume_plan(
     changed = resume_changes(saved, cfg, which)
     if changed:
         log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
+    # what auto chose is decided again as the run goes on: `decide` keeps it on the device it was chosen on
+    unset = [k for k in (ckpt.decided or {}).get("keys", []) if k not in explicit]
+    cfg = cfg.replace(**{k: Config().flat()[k] for k in unset})
     replanned = [k for k in changed if k == "train.max_steps" or k in RATE_KEYS and k != "optim.grad_clip"]
     if replanned and ckpt.step < cfg.train.max_steps:
         log(replanned_schedule_note(saved, cfg, ckpt.step, replanned))
@@ -424,8 +427,14 @@ def run_training(
     if dist.enabled:  # every rank starts from what rank 0 found: a new run, or the same checkpoint
         distributed.check_same_start(plan.mode.name.lower(), plan.source, plan.start, dist)
     rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * world) * cfg.model.block_size
-    trained = resume_from.precision if resume_from is not None else None  # a resume keeps its run's
+    trained = None  # a resume keeps what auto chose where the run trained: the values its config carries
+    if resume_from is not None and resume_from.decided:
+        saved = resume_from.config["train"]
+        trained = {**resume_from.decided, **{k: saved[k] for k in ("dtype", "attention", "threads")}}
     chosen, advised = decide(cfg, device, rows, trained, dist, (load or CoreLoad()).others())  # cores others keep
+    decided = {"keys": [k for k in chosen if cfg.flat()[k] in ("auto", 0)], "device": device.type}
+    decided["processes"] = dist.local_world_size  # the processes that shared the cores
+    cfg = cfg.replace(**chosen)  # the one resolved config: config.yaml's, and every checkpoint's
     dtype = DTYPES[chosen["train.dtype"]]
     steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
     if cfg.train.auto and resume_from is None:
@@ -452,8 +461,7 @@ def run_training(
             existing = find_checkpoint(out_dir, prefer=LAST)
             if resume_from is None and existing is not None:  # written while this process was starting
                 raise UserError(f"{out_dir} already holds a run ({existing.name}); pick another --out")
-        products = chosen["train.attention"] == "products"
-        trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist, products)  # says what the data and model are
+        trainer = Trainer(cfg, corpus, tok, device, dtype, out_dir, dist, decided)  # says what the data and model are
         for line in advised:  # then what the run will do with them
             log(line)
         if resume_from is not None:
@@ -462,7 +470,7 @@ def run_training(
         if init_from is not None:
             _start_from(trainer, *init_from)
         if dist.is_main:
-            write_run_file(out_dir / "config.yaml", config_text(cfg.replace(**chosen)))  # the choices, concrete
+            write_run_file(out_dir / "config.yaml", config_text(cfg))  # the choices, concrete
         return trainer.train(started=t_start, callbacks=callbacks)
     finally:
         if lock is not None:

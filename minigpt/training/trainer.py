@@ -35,7 +35,6 @@ from minigpt.runtime import distributed
 from minigpt.runtime.attention import use_products
 from minigpt.runtime.device import (
     autocast,
-    dtype_name,
     enable_fast_matmul,
     log,
     maybe_compile,
@@ -195,9 +194,11 @@ class Trainer:
         dtype: torch.dtype,
         out_dir: Path,
         dist: distributed.Dist | None = None,
-        products: bool = False,
+        decided: dict[str, Any] | None = None,
     ) -> None:
-        """`products`: bf16 attention as products on a CPU (train.attention, decided before)."""
+        """`cfg` is the resolved config (train.dtype, train.attention and a CPU's train.threads concrete:
+        what config.yaml holds and the checkpoint carries); `decided` says which of those keys auto chose,
+        on which device and with how many processes sharing it (a resume elsewhere decides them again)."""
         self.cfg = cfg
         self.corpus = corpus
         self.tok = tok
@@ -211,8 +212,8 @@ class Trainer:
         torch.manual_seed(t.seed)  # weights (the same on every rank) and dropout
         enable_fast_matmul(device)
         self.model = GPT(cfg.model, tok.vocab_size).to(device)
-        self.products = products
-        if products:
+        self.decided = decided
+        if t.attention == "products":
             use_products(self.model)  # the CPU's bf16 attention by products, where train.attention chose it
         if self.dist.enabled:
             torch.manual_seed(t.seed + 1 + rank)  # each rank its own dropout masks
@@ -306,13 +307,7 @@ class Trainer:
             tokenizer=self.tok.to_dict(),
             data={"path": self.cfg.data.path, "sha256": self.corpus.sha256},
             val_loss=self.val_loss,
-            precision={
-                "device": self.device.type,
-                "dtype": dtype_name(self.dtype),
-                "attention": "products" if self.products else "flash",
-                "threads": torch.get_num_threads(),
-                "processes": self.dist.local_world_size,  # the processes that shared the cores
-            },
+            decided=self.decided,
             init_from=self.init_from,
             **extra,
         )
