@@ -140,22 +140,7 @@ def heads_table(report, colour: bool) -> str:
             f"predictions (loss {report.base_loss:.4f} with every head); {exact} of {len(report.heads)} measured "
             "exactly (± a standard error), ~ marks an estimate"
         )
-    header = f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  "
-    header += f"{'probe ind':>9}  {'role':<9}"
-    if report.base_loss is not None:
-        header += f"  {'ablation (nats)':>18}"
-    lines += ["", header]
-    for h in report.heads:
-        s = h.scores
-        row = (
-            f"{h.layer:>5} {h.head:>4}  {s['previous']:>5.2f} {s['duplicate']:>5.2f} {s['induction']:>6.2f} "
-            f"{s['first']:>5.2f} {s['distance']:>5.1f}  {h.probe['induction']:>9.2f}  "
-        )
-        row += paint(f"{h.role:<9}", ROLE_COLOURS.get(h.role, "0"))
-        if h.ablation is not None:
-            a = h.ablation
-            row += f"   {a['loss_delta']:>+8.4f} ± {a['stderr']:.4f}" if a["exact"] else f"  ~{a['loss_delta']:>+8.4f}"
-        lines.append(row)
+    lines += ["", *report.rows(lambda cell, role: paint(cell, ROLE_COLOURS.get(role, "0")))]
     lines += ["", f"roles: {ROLES}"]
     return "\n".join(lines)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+import yaml
 
 from minigpt.config.schema import ModelConfig, SampleOptions
 from minigpt.data.sources import resolve_sources
@@ -381,19 +382,15 @@ def model_card(facts: dict[str, Any], architecture: str, unknown_rule: str, samp
         "val_loss_nats": val["nats"],
         f"val_bits_per_{unit}": val[f"bits_per_{unit}"],
     }
-    lines = ["---"]
-    for key, value in front.items():
-        if isinstance(value, list):
-            lines += [f"{key}:", *(f"  - {json.dumps(v)}" for v in value)]  # JSON scalars are YAML scalars
-        else:
-            lines.append(f"{key}: {json.dumps(value)}")
     size = "unknown (the files have moved)"
     if data["files"] is not None:
         size = f"{data['files']:,} file(s), {data['bytes']:,} bytes"
     loss = "not recorded"
     if val["nats"] is not None:
         loss = f"{val['nats']} nats, {val[f'bits_per_{unit}']} bits per {unit} ({val['measured_on']})"
-    lines += [
+    lines = [
+        "---",
+        yaml.safe_dump(front, sort_keys=False).rstrip("\n"),
         "---",
         "",
         f"# A {data['tokenizer']}-level GPT trained with minigpt",

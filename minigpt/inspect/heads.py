@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -256,17 +256,30 @@ class HeadsReport:
     def head(self, layer: int, head: int) -> HeadResult:
         return self.heads[layer * self.meta["n_head"] + head]
 
-    def __repr__(self) -> str:
-        """One row per head, for a notebook cell (`minigpt heads` prints it with what each column means)."""
-        rows = ["layer head   prev   dup induct first  dist  role      ablation (nats)"]
+    def rows(self, paint: Callable[[str, str], str] = lambda cell, role: cell) -> list[str]:
+        """The header and one row per head: its text scores, distance, probe induction score, role (through
+        `paint(cell, role)`, e.g. a colour) and ablation (exact: with a standard error; ~: an estimate)."""
+        header = f"{'layer':>5} {'head':>4}  {'prev':>5} {'dup':>5} {'induct':>6} {'first':>5} {'dist':>5}  "
+        header += f"{'probe ind':>9}  {'role':<9}"
+        if self.base_loss is not None:
+            header += f"  {'ablation (nats)':>18}"
+        rows = [header]
         for h in self.heads:
             s, a = h.scores, h.ablation
-            cost = "" if a is None else f"{'' if a['exact'] else '~'}{a['loss_delta']:+.4f}"
-            rows.append(
+            row = (
                 f"{h.layer:>5} {h.head:>4}  {s['previous']:>5.2f} {s['duplicate']:>5.2f} {s['induction']:>6.2f} "
-                f"{s['first']:>5.2f} {s['distance']:>5.1f}  {h.role:<9} {cost}".rstrip()
+                f"{s['first']:>5.2f} {s['distance']:>5.1f}  {h.probe['induction']:>9.2f}  "
             )
-        return "\n".join(rows)
+            row += paint(f"{h.role:<9}", h.role)
+            if a is not None:
+                delta = f"{a['loss_delta']:>+8.4f}"
+                row += f"   {delta} ± {a['stderr']:.4f}" if a["exact"] else f"  ~{delta}"
+            rows.append(row.rstrip())
+        return rows
+
+    def __repr__(self) -> str:
+        """The table of `rows`, for a notebook cell (`minigpt heads` prints it with what each column means)."""
+        return "\n".join(self.rows())
 
 
 @torch.no_grad()
