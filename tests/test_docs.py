@@ -107,6 +107,22 @@ def test_relative_links_resolve(page: Path) -> None:
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
 
 
+def test_every_docs_page_named_in_plain_text_exists() -> None:
+    """A page named as text, not a link (`docs/lens.md` in a command's printed output, a docstring,
+    a lesson's prose), names a page that exists: the merged guide left such names pointing nowhere."""
+    named = re.compile(r"(?<![\w/.])docs/(?:lab/)?[a-z_]+\.md")
+    places = [*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md"), *ROOT.glob("lessons/*.ipynb"), *ROOT.glob("minigpt/**/*.*")]
+    missing = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in places
+        if path.suffix in (".md", ".ipynb", ".py", ".js", ".html")
+        for name in set(named.findall(path.read_text(encoding="utf-8")))
+        if not (ROOT / name).is_file()
+    )
+    assert not missing, missing
+    assert named.findall("see docs/lens.md, ../docs/x.md, mydocs/y.md") == ["docs/lens.md"]
+
+
 def test_link_checker_sees_links_and_headings(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(

@@ -190,6 +190,13 @@ def pytorch_numbers(gpt, ids: list[int], layer: int, head: int) -> dict[str, tor
     if not pre:
         want["resid_norm"] = seen["ln1"][p]
         want["mlp_norm"] = seen["out"][p]
+    else:  # the final LayerNorm's own numbers, from the last block's output (`layer` is the last)
+        xf = seen["out"][p]
+        mf, vf = xf.mean(), xf.var(unbiased=False)
+        want |= {"lnf.x": xf, "lnf.mean": mf, "lnf.var": vf, "lnf.xhat": (xf - mf) / torch.sqrt(vf + 1e-5)}
+        want["lnf.gain"] = gpt.ln_f.weight.detach()
+        if cfg.bias:
+            want["lnf.bias"] = gpt.ln_f.bias.detach()
     return want
 
 

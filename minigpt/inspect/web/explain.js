@@ -225,9 +225,9 @@ class Explainer {
     return this.stage(2, `Token embedding and ${kind === "rope" ? "rotary" : kind} positions`, formula, shapes, figs, note);
   }
 
-  lnFigures(prefix, x, gain, bias, out) {
+  lnFigures(prefix, x, gain, bias, out, input = "its input x") {
     const C = this.model.C, { mean, variance, xhat } = normalised(x);
-    const figs = [this.grid(`${prefix}.x`, "its input x", x, 1, C), this.scalar(`${prefix}.mean`, "mean \u03bc", mean),
+    const figs = [this.grid(`${prefix}.x`, input, x, 1, C), this.scalar(`${prefix}.mean`, "mean \u03bc", mean),
       this.scalar(`${prefix}.var`, "variance \u03c3\u00b2", variance), this.grid(`${prefix}.xhat`, "(x \u2212 \u03bc) / \u221a(\u03c3\u00b2 + 1e-5)", xhat, 1, C),
       this.grid(`${prefix}.gain`, "gain \u03b3 (weight)", gain, 1, C)];
     if (bias) figs.push(this.grid(`${prefix}.bias`, "bias \u03b2", bias, 1, C));
@@ -238,10 +238,14 @@ class Explainer {
   layerNorm() {
     const l = this.state.layer, P = this.model.layers[l], pre = this.model.pre;
     const x = pre ? this.at("in") : this.at("mid");
-    const note = pre ? "" : "post-LN (the original Transformer): this LayerNorm comes after attention's residual add (stage 5); its input is x + attn(x)";
+    const from = l === 0 ? "the stream entering block 0 (stage 2)" : `the stream after block ${l - 1}`;
+    const input = pre ? `its input x: ${from}` : `its input x: ${from} + attention (stage 5)`;
+    const notes = [pre ? "" : "post-LN (the original Transformer): this LayerNorm comes after attention's residual add (stage 5); its input is x + attn(x)",
+      P.ln1b ? "" : "no bias \u03b2 is drawn: this model has model.bias false, so \u03b2 = 0"];
+    const note = notes.filter(Boolean).join("; ");
     return this.stage(3, `LayerNorm (${pre ? "pre" : "post"}-LN), block ${l}'s ln_1`,
       "LN(x) = \u03b3 \u00b7 (x \u2212 \u03bc) / \u221a(\u03c3\u00b2 + \u03b5) + \u03b2, &nbsp; \u03bc and \u03c3\u00b2 over the C channels",
-      `x (C,) = (${this.model.C},); \u03b3${P.ln1b ? ", \u03b2" : ""} (C,); \u03b5 = 1e-5`, this.lnFigures("ln", x, P.ln1w, P.ln1b, this.at("ln1")), note);
+      `x (C,) = (${this.model.C},); \u03b3${P.ln1b ? ", \u03b2" : ""} (C,); \u03b5 = 1e-5`, this.lnFigures("ln", x, P.ln1w, P.ln1b, this.at("ln1"), input), note);
   }
 
   // every query's scores against every key of head h, the future masked
@@ -306,14 +310,14 @@ class Explainer {
     const figs = [
       this.grid("heads_weights", `every head's weights for ${this.rowOf(T - 1)}`, all, m.nh, T, { positive: true, rowLabel: (h) => `head ${h}`, colLabel: (j) => `key ${this.rowOf(j)}`, rowText: Array.from({ length: m.nh }, (_, h) => `h${h}`), colText: s.pieces.map(visible) }),
       this.grid("merged", "the heads side by side (merged: head 0's dims, then head 1's...)", this.at("heads"), 1, C),
-      this.grid("attn_out", "the output projection c_proj", this.at("attn_out"), 1, C),
+      this.grid("attn_out", "the output projection W_O (attn.c_proj)", this.at("attn_out"), 1, C),
       this.grid("resid_before", "the stream before the block", this.at("in"), 1, C),
       this.grid("resid_after", pre ? "the stream after: before + attention" : "before + attention (then LayerNorm ln_1, stage 3)", this.at("mid"), 1, C),
     ];
     if (!pre) figs.push(this.grid("resid_norm", "the stream after ln_1", this.at("ln1"), 1, C));
     return this.stage(5, `Multi-head: merge, output projection, residual add (block ${l})`,
-      pre ? "y = concat(head<sub>0</sub>, \u2026, head<sub>nh\u22121</sub>) W<sub>proj</sub>; &nbsp; x \u2190 x + y" : "y = concat(heads) W<sub>proj</sub>; &nbsp; x \u2190 LN(x + y)",
-      `${m.nh} heads \u00d7 (hs,) = (${m.hs},) \u2192 (C,) = (${C},); W<sub>proj</sub> (C, C) = (${C}, ${C})`, figs);
+      pre ? "y = concat(head<sub>0</sub>, \u2026, head<sub>nh\u22121</sub>) W<sub>O</sub>; &nbsp; x \u2190 x + y" : "y = concat(heads) W<sub>O</sub>; &nbsp; x \u2190 LN(x + y)",
+      `${m.nh} heads \u00d7 (hs,) = (${m.hs},) \u2192 (C,) = (${C},); W<sub>O</sub> (C, C) = (${C}, ${C})`, figs);
   }
 
   geluCurve(pre, post) {
@@ -331,6 +335,8 @@ class Explainer {
     g.strokeStyle = "#2f6fdf"; g.lineWidth = 2; g.beginPath();
     for (let i = 0; i <= 200; i++) { const x = lo + ((hi - lo) * i) / 200; if (i) g.lineTo(X(x), Y(f(x))); else g.moveTo(X(x), Y(f(x))); }
     g.stroke();
+    g.fillStyle = "#687385"; g.font = "10px sans-serif"; // the axes' ends: h along, the activation up
+    g.fillText(`h = ${lo.toFixed(1)}`, X(lo), Y(0) + 11); g.fillText(hi.toFixed(1), X(hi) - 18, Y(0) + 11); g.fillText(top.toFixed(1), X(0) + 3, Y(top) + 9);
     g.fillStyle = "rgba(200,55,45,.55)";
     for (let i = 0; i < pre.length; i++) { g.beginPath(); g.arc(X(pre[i]), Y(post[i]), 2.2, 0, 7); g.fill(); }
     fig.innerHTML = `<figcaption>${relu2 ? "relu(h)\u00b2" : "GELU(h) = h \u03a6(h)"}, with this position's ${pre.length} values on it</figcaption>`;
@@ -346,17 +352,18 @@ class Explainer {
     const P = m.layers[l], act = m.relu2 ? "relu\u00b2" : "GELU", b = P.fcB ? " + b" : "";
     const figs = [
       this.grid("mlp_in", pre ? "its input: ln_2 of the stream" : "its input: the stream after ln_1", pre ? this.at("ln2") : this.at("ln1"), 1, C),
-      this.grid("up", "up-projection h = x W_fc (c_fc)", this.at("c_fc"), 1, 4 * C),
+      this.grid("up", "up-projection h = x W_1 (mlp.c_fc)", this.at("c_fc"), 1, 4 * C),
       this.geluCurve(this.at("c_fc"), this.at("act")),
       this.grid("gelu", `${act}(h)`, this.at("act"), 1, 4 * C),
-      this.grid("down", "down-projection c_proj", this.at("mlp_out"), 1, C),
+      this.grid("down", "down-projection W_2 (mlp.c_proj)", this.at("mlp_out"), 1, C),
       this.grid("mlp_after", pre ? "the stream after: x + MLP(LN(x))" : "x + MLP(x) (then LayerNorm ln_2)", this.at("out"), 1, C),
     ];
     if (!pre) figs.push(this.grid("mlp_norm", "the stream after ln_2", this.at("ln2"), 1, C));
     const note = m.relu2 ? "model.mlp_act relu2: relu(h)\u00b2 instead of GELU" : "";
     return this.stage(6, `Feed-forward layer (block ${l})`,
-      pre ? `x \u2190 x + ${act}(LN(x) W<sub>fc</sub>${b}) W<sub>proj</sub>${b}` : `x \u2190 LN(x + ${act}(x W<sub>fc</sub>${b}) W<sub>proj</sub>${b})`,
-      `(C,) = (${C},) \u2192 (4C,) = (${4 * C},) \u2192 (C,); W<sub>fc</sub> (4C, C) = (${4 * C}, ${C})${P.fcB ? ", with biases" : ""}`, figs, note);
+      pre ? `x \u2190 x + ${act}(LN(x) W<sub>1</sub>${b}) W<sub>2</sub>${b}` : `x \u2190 LN(x + ${act}(x W<sub>1</sub>${b}) W<sub>2</sub>${b})`,
+      `(C,) = (${C},) \u2192 (4C,) = (${4 * C},) \u2192 (C,); W<sub>1</sub> (C, 4C) = (${C}, ${4 * C}), W<sub>2</sub> (4C, C) = (${4 * C}, ${C}) ` +
+      `(PyTorch stores each transposed: c_fc.weight is (${4 * C}, ${C}))${P.fcB ? ", with biases" : ""}`, figs, note);
   }
 
   output() {
@@ -364,11 +371,14 @@ class Explainer {
     const logits = this.at("logits", -1), lab = { colLabel: (i) => `id ${i} ${quoted(this.labels[i])}` };
     const byRank = (n) => { const out = new Float32Array(V); for (let r = 0; r < n; r++) out[sp.order[r]] = sp.keep[r] / sp.sum; return out; };
     const t = Math.max(o.temperature, 1e-6), soft = byRank(sp.filter(logits, t, 0, 1)), kept = byRank(sp.filter(logits, t, o.topK, o.topP));
-    const figs = [];
-    figs.push(this.grid("ln_f", m.pre ? "the final LayerNorm ln_f of the last block's stream" : "the last block's stream (post-LN: no ln_f)", this.at("ln_f", -1), 1, C));
+    const figs = [], last = m.L - 1, l = s.layer;
+    const between = l === last ? "" : ` (after block ${l}, shown above, block${last - l > 1 ? `s ${l + 1} to ${last}` : ` ${last}`} worked on the stream the same way: choose ${last - l > 1 ? "them" : "it"} with Layer)`;
+    if (m.pre) figs.push(...this.lnFigures("lnf", this.at("ln_f_in", -1), m.lnfW, m.lnfB, this.at("ln_f", -1), `its input x: block ${last}'s output stream${between}`).slice(0, -1));
+    figs.push(this.grid("ln_f", m.pre ? "its output ln_f(x), the final LayerNorm" : `block ${last}'s output stream (post-LN: no ln_f)${between}`, this.at("ln_f", -1), 1, C));
     figs.push(this.grid("logits", "logits = ln_f(x) \u00b7 wte\u1d40 (the tied head: one dot product per character's embedding row)", logits, 1, V, lab));
     figs.push(this.grid("probs_t", `softmax(logits / ${o.temperature === 0 ? "\u2192 0" : o.temperature})`, soft, 1, V, { ...lab, positive: true }));
     figs.push(this.grid("probs_kept", `after top-k ${o.topK || "(all)"} and top-p ${o.topP}, renormalised`, kept, 1, V, { ...lab, positive: true }));
+    const plain = byRank(sp.filter(logits, 1, 0, 1)); // the model's own probabilities: temperature 1, no cuts
     const choice = o.temperature === 0 ? sp.order[0] : sp.pick(logits, o.temperature, o.topK, o.topP, seededRandom(o.seed));
     sp.filter(logits, t, o.topK, o.topP);
     const top = document.createElement("figure");
@@ -380,7 +390,7 @@ class Explainer {
         `<td class="num">${prob(soft[id])}</td><td class="num">${p > 0 ? prob(p) : "cut"}</td><td><span class="bar" style="width:${Math.max(1, Math.round(p * 120))}px"></span></td></tr>`);
     }
     const how = o.temperature === 0 ? "temperature 0: the largest logit (greedy)" : `drawn with seed ${o.seed} (this page's random numbers, not torch's)`;
-    const truth = s.next >= 0 ? ` \u00b7 the text has ${quoted(this.labels[s.next])} next (p = ${prob(kept[s.next])})` : "";
+    const truth = s.next >= 0 ? ` \u00b7 the text has ${quoted(this.labels[s.next])} next (p = ${prob(kept[s.next])} as drawn here; ${prob(plain[s.next])} at temperature 1, as minigpt score and the Next character panel count it)` : "";
     top.innerHTML = `<figcaption>the ten most likely (logit, softmax at the temperature, after the cuts)</figcaption>` +
       `<table class="top"><tr><th></th><th>logit</th><th>p<sub>T</sub></th><th>kept</th><th></th></tr>${rows.join("")}</table>` +
       `<div class="choice">chosen: <span class="ch" id="ex-choice" data-id="${choice}">${esc(this.labels[choice])}</span> <span class="dim">${how}${truth}</span></div>`;

@@ -305,6 +305,7 @@ class GPT {
     cache.ids.set(ids, p0);
     cache.len = p0 + n;
     if (!wantLogits) return;
+    if (trace && this.pre) trace("ln_f_in", -1, last);
     if (this.pre) layerNorm(last, this.lnfW, this.lnfB, lastH, C);
     if (trace) trace("ln_f", -1, this.pre ? lastH : last);
     matvec(this.wte, null, this.pre ? lastH : last, cache.logits, this.V, C); // the head is tied to the embedding

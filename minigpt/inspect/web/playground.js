@@ -267,6 +267,9 @@ byId("explainbtn").addEventListener("click", () => { explain(); byId("explain").
 byId("ex-prev").addEventListener("click", () => explain(Math.max(0, sel.index - 1)));
 byId("ex-next").addEventListener("click", () => explain(Math.min(doc.n - 1, sel.index + 1)));
 byId("ex-close").addEventListener("click", () => { byId("explain").hidden = true; textEl.focus(); });
+promptEl.addEventListener("input", () => { // the explanation is of the text as it was: say so
+  if (explaining()) byId("ex-where").textContent = "the prompt changed: press Explain (or E in the text) to explain the new text";
+});
 for (const id of ["temperature", "topk", "topp", "seed"]) {
   byId(id).addEventListener("change", () => { if (explaining()) { EXPLAINER.state.settings = options(); EXPLAINER.draw(); } });
 }
@@ -290,6 +293,7 @@ document.addEventListener("keydown", (e) => {
   else if ((e.key === "ArrowUp" || e.key === "ArrowDown") && sel.index >= 0) {
     sel.layer = (sel.layer + (e.key === "ArrowUp" ? NL - 1 : 1)) % NL;
     drawAttention();
+    if (explaining()) { EXPLAINER.state.layer = sel.layer; EXPLAINER.draw(); } // one layer for both views
   } else return;
   e.preventDefault();
   if (sel.index >= 0) doc.spans[sel.index].scrollIntoView({ block: "nearest" });
@@ -301,7 +305,7 @@ byId("stop").addEventListener("click", stop);
 const shape = `${NL} layers \u00d7 ${NH} heads \u00d7 ${CFG.n_embd}, context ${BLOCK}, ${CFG.pos_emb} positions, ` +
   `${CFG.norm}-LN${CFG.bias ? ", biases" : ""}, ${DATA.tokenizer === "byte" ? "bytes" : `${CFG.vocab_size} characters`}`;
 byId("run").textContent = DATA.run;
-byId("source").textContent = `step ${num(DATA.step)}` + (DATA.valLoss === null ? "" : ` \u00b7 val loss ${DATA.valLoss.toFixed(4)}`) +
+byId("source").textContent = `step ${num(DATA.step)}` + (DATA.valLoss === null ? "" : ` \u00b7 val est ${DATA.valLoss.toFixed(4)} (its fixed batches)`) +
   ` \u00b7 ${shape} \u00b7 ${(DATA.params / 1e6).toFixed(2)}M parameters in ${DATA.dtype} \u00b7 ${DATA.source}`;
 byId("legend").innerHTML = "generated characters: expected&nbsp;" +
   [0, 1, 2, 3, 4, 5, 6, 7, 8].map((b) => `<span class="box b${b}" title="${b}${b === 8 ? " or more" : ""} bits">${b}${b === 8 ? "+" : ""}</span>`).join("") +
@@ -312,7 +316,8 @@ byId("note").innerHTML = `The model runs in this page, offline: its weights are 
   `temperature 0 is greedy, top-k 0 and top-p 1 keep every character, and a seed gives the same text again (in this page; its random numbers are not torch's). ` +
   `Each generated character is coloured by the probability the model gave it, one step per bit; hover it for the model's top guesses. ` +
   `<kbd>Ctrl</kbd>+<kbd>Enter</kbd> generates, <kbd>Esc</kbd> stops; in the text, <kbd>\u2190</kbd> <kbd>\u2192</kbd> move the character whose attention is shown, ` +
-  `<kbd>\u2191</kbd> <kbd>\u2193</kbd> change the layer, <kbd>E</kbd> explains the prediction there, step by step.`;
+  `<kbd>\u2191</kbd> <kbd>\u2193</kbd> change the layer, <kbd>E</kbd> explains the prediction there, step by step ` +
+  `(the text is the box under the prompt: click a character there, or Tab to it).`;
 
 // for tests and scripts: the model's logits over a text, the document, the selection
 window.playground = {
