@@ -340,4 +340,5 @@ if (DATA.explain) { // `minigpt explain`: the page opens on its text and positio
   updateNext();
   newPromptDocument();
   explain(DATA.explain.at + doc.hidden);
+  byId("explain").scrollIntoView({ block: "start" }); // the page opens on what it was made for
 }
