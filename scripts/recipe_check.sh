@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Issue 77's checks of the self-sizing four-minute recipe (configs/cpu_4min.yaml, train.auto on), one
 # run at a time on a quiet machine except where said; prints one table row per run at the end.
-#   bash scripts/recipe_check.sh [OUT] [PARTS]     PARTS: any of seeds slowed corpora (default: all)
+#   bash scripts/recipe_check.sh [OUT] [PARTS]     PARTS: any of seeds slowed hand corpora (default: all)
 #   PROSE=/path/text.txt RECORDS=/path/records.jsonl bash scripts/recipe_check.sh runs/check corpora
 # seeds:   the recipe, seeds 1337 1 2 3 4 (its median is docs/recorded/cpu_4min.json's)
 # slowed:  a host made slower: each run pinned to one core (taskset) while a second run keeps the
 #          other core busy; the recipe's own choice there against hand shapes, at equal time
+# hand:    the recipe (--auto, four minutes) against four hand shapes on tiny Shakespeare, at equal time
 # corpora: --auto train.max_time=2m against four hand shapes (the ladder's 2 x 96 to 3 x 192) on a
 #          prose text and a records file that no rule was tuned on
 set -euo pipefail
 out=${1:-runs/recipe_check}
-parts=${2:-seeds slowed corpora}
+parts=${2:-seeds slowed hand corpora}
 mkdir -p "$out"
 uv run python scripts/bench.py peak
 grep -o -w 'amx_bf16\|avx512_bf16\|avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' '
@@ -33,6 +34,13 @@ if [[ $parts == *slowed* ]]; then
   taskset -c 0 uv run minigpt train $recipe $(shape 3 192 6 256 8) --out "$out/slow-3x192" &
   taskset -c 1 uv run minigpt train $recipe $(shape 3 128 4 128 16) --out "$out/slow-3x128" &
   wait
+fi
+if [[ $parts == *hand* ]]; then  # the recipe's four minutes on tiny Shakespeare, four hand shapes (seed-1337 is --auto's)
+  uv run minigpt train $recipe --out "$out/hand-auto"  # again, in the same window
+  uv run minigpt train $recipe $(shape 3 128 4 128 16) --out "$out/hand-3x128"
+  uv run minigpt train $recipe $(shape 3 192 6 128 16) --out "$out/hand-3x192-c128"
+  uv run minigpt train $recipe $(shape 4 192 6 256 8) --out "$out/hand-4x192"
+  uv run minigpt train $recipe $(shape 4 256 8 128 16) --out "$out/hand-4x256"
 fi
 if [[ $parts == *corpora* ]]; then
   for corpus in prose records; do
