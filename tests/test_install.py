@@ -76,12 +76,18 @@ def test_result_objects_show_a_short_table_in_a_notebook(trained_run: Path) -> N
     assert repr(m.score(text)) == f"<Scores: 14 chars scored, {m.score(text).bits_per_char:.3f} bits per char>"
 
 
-def test_lessons_copies_the_shipped_notebooks_once(tmp_path: Path, cli) -> None:
+def test_lessons_copies_the_shipped_notebooks_once(tmp_path: Path, cli, monkeypatch) -> None:
+    import shutil
     import tomllib
 
     shipped = sorted((ROOT / "lessons").glob("*.ipynb"))
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # a machine without Jupyter: says how to get it
     r = cli("lessons", tmp_path / "mine")
     assert r.code == 0 and f"6 lessons in {tmp_path / 'mine'}" in r.err, r
+    assert "Jupyter is not installed here: pip install jupyterlab" in r.err, r
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/jupyter")
+    r = cli("lessons", tmp_path / "theirs")
+    assert r.code == 0 and r.err.strip().endswith(f"open them with: jupyter lab {tmp_path / 'theirs'}"), r
     assert [(tmp_path / "mine" / p.name).read_bytes() for p in shipped] == [p.read_bytes() for p in shipped]
     again = cli("lessons", tmp_path / "mine")
     assert again.code == 2 and again.err.startswith(f"error: {tmp_path / 'mine' / shipped[0].name} exists"), again

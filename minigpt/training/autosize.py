@@ -363,7 +363,10 @@ def auto_size(
         values["model.n_head"] = max(h for h in range(1, heads + 1) if width % h == 0)
     cfg = cfg.replace(**values)
     mine = ", ".join(sorted(k for k in choice.values if k in explicit))
-    log(f"--auto: {choice.why}" + (f"; kept yours: {mine}" if mine else ""))
+    if any(k in explicit for k in SHAPE_KEYS):  # the run trains your shape: the line says so first
+        log(f"--auto: kept yours: {mine}; the other keys are set for the time (its own shape: {choice.why})")
+    else:
+        log(f"--auto: {choice.why}" + (f"; kept yours: {mine}" if mine else ""))
     log(
         f"--auto: a step of 3 x 128, the probe's middle shape, took {speed.anchor_step_s * 1e3:.1f} ms here, "
         f"{speed.dropout_cost:.1f}x that with dropout (the rule: docs/training.md)"
