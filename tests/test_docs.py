@@ -111,7 +111,12 @@ def test_every_docs_page_named_in_plain_text_exists() -> None:
     """A page named as text, not a link (`docs/lens.md` in a command's printed output, a docstring,
     a lesson's prose), names a page that exists: the merged guide left such names pointing nowhere."""
     named = re.compile(r"(?<![\w/.])docs/(?:lab/)?[a-z_]+\.md")
-    places = [*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md"), *ROOT.glob("lessons/*.ipynb"), *ROOT.glob("minigpt/**/*.*")]
+    places = [
+        *ROOT.glob("*.md"),
+        *ROOT.glob("docs/**/*.md"),
+        *ROOT.glob("lessons/*.ipynb"),
+        *ROOT.glob("minigpt/**/*.*"),
+    ]
     missing = sorted(
         f"{path.relative_to(ROOT)}: {name}"
         for path in places

@@ -78,6 +78,7 @@ def test_result_objects_show_a_short_table_in_a_notebook(trained_run: Path) -> N
 
 def test_lessons_copies_the_shipped_notebooks_once(tmp_path: Path, cli, monkeypatch) -> None:
     import shutil
+
     import tomllib
 
     shipped = sorted((ROOT / "lessons").glob("*.ipynb"))

@@ -354,7 +354,9 @@ def lessons(
     folder.mkdir(parents=True, exist_ok=True)
     for p in notebooks:
         shutil.copyfile(p, folder / p.name)
-    how = f"jupyter lab {folder}" + ("" if shutil.which("jupyter") else " (Jupyter is not installed here: pip install jupyterlab)")
+    how = f"jupyter lab {folder}"
+    if shutil.which("jupyter") is None:
+        how += " (Jupyter is not installed here: pip install jupyterlab)"
     print(f"{len(notebooks)} lessons in {folder}; open them with: {how}", file=sys.stderr)
 
 
