@@ -205,7 +205,8 @@ def _resume_plan(
         log("resuming with changed " + ", ".join(f"{k}={cfg.flat()[k]!r}" for k in changed))
     # what auto chose is decided again as the run goes on: `decide` keeps it on the device it was chosen on
     unset = [k for k in (ckpt.decided or {}).get("keys", []) if k not in explicit]
-    cfg = cfg.replace(**{k: Config().flat()[k] for k in unset})
+    defaults = Config().flat()
+    cfg = cfg.replace(**{k: defaults[k] for k in unset})
     replanned = [k for k in changed if k == "train.max_steps" or k in RATE_KEYS and k != "optim.grad_clip"]
     if replanned and ckpt.step < cfg.train.max_steps:
         log(replanned_schedule_note(saved, cfg, ckpt.step, replanned))
@@ -432,7 +433,8 @@ def run_training(
         saved = resume_from.config["train"]
         trained = {**resume_from.decided, **{k: saved[k] for k in ("dtype", "attention", "threads")}}
     chosen, advised = decide(cfg, device, rows, trained, dist, (load or CoreLoad()).others())  # cores others keep
-    decided = {"keys": [k for k in chosen if cfg.flat()[k] in ("auto", 0)], "device": device.type}
+    given = cfg.flat()  # before the choices: "auto" (or threads 0) marks a key auto chose
+    decided = {"keys": [k for k in chosen if given[k] in ("auto", 0)], "device": device.type}
     decided["processes"] = dist.local_world_size  # the processes that shared the cores
     cfg = cfg.replace(**chosen)  # the one resolved config: config.yaml's, and every checkpoint's
     dtype = DTYPES[chosen["train.dtype"]]
