@@ -120,6 +120,32 @@ def test_one_muon_step_moves_each_matrix_by_an_orthogonal_step_of_its_learning_r
     assert wte.abs().mean() == pytest.approx(cfg.optim.lr, rel=0.05)
 
 
+def test_muon_weight_decay_shrinks_the_matrices_by_lr_times_wd_before_the_step() -> None:
+    def one_step(wd: float) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """the weights before one Muon step, and what the step added to each"""
+        cfg = Config(
+            model=ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=8),
+            optim=OptimConfig(optimizer="muon", muon_lr=0.01, muon_weight_decay=wd),
+        )
+        torch.manual_seed(0)
+        model = GPT(cfg.model, 40)
+        opt = build_optimizer(model, cfg, CPU)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        torch.manual_seed(1)
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()
+        return before, {n: p.detach() - before[n] for n, p in model.named_parameters()}
+
+    (before, plain), (_, decayed) = one_step(0.0), one_step(0.5)
+    name = "blocks.0.mlp.c_fc.weight"
+    weights = before[name]
+    # the same orthogonal step, plus -lr * wd * p (0.01 * 0.5 of the weights); AdamW's part is not touched
+    assert torch.allclose(decayed[name], plain[name] - 0.01 * 0.5 * weights, atol=1e-6)
+    assert not torch.allclose(decayed[name], plain[name], atol=1e-4)
+    assert torch.equal(decayed["wte.weight"], plain["wte.weight"])
+
+
 def test_a_muon_run_resumes_exactly(text_file: Path, tmp_path: Path) -> None:
     first = make_trainer(text_file, tmp_path / "a", "optim.optimizer=muon")
     for _ in range(3):

@@ -229,6 +229,9 @@ class OptimConfig:
         0.03, "Muon's peak learning rate (on the same schedule as lr)", ge=0, on_resume=True, auto=True
     )
     muon_momentum: float = config_field(0.95, "Muon's Nesterov momentum", ge=0, lt=1)
+    muon_weight_decay: float = config_field(
+        0.0, "decoupled weight decay on Muon's matrices (weight_decay reaches AdamW's only)", ge=0, auto=True
+    )
 
 
 @dataclass(frozen=True)

@@ -216,6 +216,7 @@ def choose(cfg: Config, vocab: int, train_tokens: int, val_tokens: int, budget_s
         "optim.schedule_by": "time",
         "optim.beta2": 0.99,
         "optim.weight_decay": 0.1,
+        "optim.muon_weight_decay": 0.1,
         "log.attention_probe": "",  # its images cost ~0.5 s an eval; `minigpt attention` draws them after
     }
     n = block_params(c.model)

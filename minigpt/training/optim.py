@@ -239,6 +239,7 @@ class MuonAdamW(Optimizer):
         lr_scale: float,
         momentum: float = 0.95,
         ns_dtype: torch.dtype = torch.bfloat16,
+        weight_decay: float = 0.0,
     ) -> None:
         self.adam, self.ns_dtype = adam, ns_dtype
         self.muon_group: dict[str, Any] = {
@@ -248,6 +249,7 @@ class MuonAdamW(Optimizer):
             "lr_scale": lr_scale,
             "momentum": momentum,
             "nesterov": True,
+            "weight_decay": weight_decay,
         }
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
@@ -267,6 +269,8 @@ class MuonAdamW(Optimizer):
             # one foreach operation each over every matrix, not two per matrix
             torch._foreach_lerp_(bufs, grads, 1 - momentum)
             updates = torch._foreach_lerp(grads, bufs, momentum)  # Nesterov: the gradient pushed on along the momentum
+            if group["weight_decay"]:  # decoupled, as AdamW's: the weights shrink by lr * wd before the step
+                torch._foreach_mul_([p for _, p in live], 1 - lr * group["weight_decay"])
             by_shape: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
             for (name, p), update in zip(live, updates):
                 for view, upd in zip(muon_views(name, p), muon_views(name, update)):
@@ -299,7 +303,7 @@ class MuonAdamW(Optimizer):
         n = len(self.muon_group["params"])
         if len(groups) != len(self.param_groups) or len(groups[0]["params"]) != n:
             raise ValueError("optimizer state does not match the model's parameter groups")
-        for key in ("lr", "momentum"):
+        for key in ("lr", "momentum", "weight_decay"):
             self.muon_group[key] = groups[0].get(key, self.muon_group[key])
         self.state = {}
         for i, p in enumerate(self.muon_group["params"]):
@@ -347,7 +351,8 @@ def build_optimizer(
     if o.optimizer != "muon":
         return adam
     ns_dtype = torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
-    return MuonAdamW(muon, adam, o.lr, o.muon_lr / o.lr if o.lr > 0 else 0.0, o.muon_momentum, ns_dtype)
+    muon_lr_scale = o.muon_lr / o.lr if o.lr > 0 else 0.0
+    return MuonAdamW(muon, adam, o.lr, muon_lr_scale, o.muon_momentum, ns_dtype, o.muon_weight_decay)
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
