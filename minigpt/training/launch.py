@@ -425,38 +425,38 @@ def run_training(
     if device.type == "cpu":
         keep_freed_memory()  # each step's activations reuse the last step's pages, not fresh ones
     distributed.init(dist, device)  # rank 0's choices reach every rank
-    if dist.enabled:  # every rank starts from what rank 0 found: a new run, or the same checkpoint
-        distributed.check_same_start(plan.mode.name.lower(), plan.source, plan.start, dist)
-    rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * world) * cfg.model.block_size
-    trained = None  # a resume keeps what auto chose where the run trained: the values its config carries
-    if resume_from is not None and resume_from.decided:
-        saved = resume_from.config["train"]
-        trained = {**resume_from.decided, **{k: saved[k] for k in ("dtype", "attention", "threads")}}
-    chosen, advised = decide(cfg, device, rows, trained, dist, (load or CoreLoad()).others())  # cores others keep
-    given = cfg.flat()  # before the choices: "auto" (or threads 0) marks a key auto chose
-    decided = {"keys": [k for k in chosen if given[k] in ("auto", 0)], "device": device.type}
-    decided["processes"] = dist.local_world_size  # the processes that shared the cores
-    cfg = cfg.replace(**chosen)  # the one resolved config: config.yaml's, and every checkpoint's
-    dtype = DTYPES[chosen["train.dtype"]]
-    steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
-    if cfg.train.auto and resume_from is None:
-        cfg, steps = auto_size(cfg, plan.explicit, corpus, tok, device, dtype, t_start)
-    too_big = preflight.check(cfg, tok.vocab_size, device, dtype, world)  # each of the world's processes
-    if too_big:
-        raise UserError(too_big)
-    kept = [disk.snapshot_plan(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)]
-    disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
-    if resume_from is None:
-        advised += run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled, world)
-        if cfg.train.max_time and device.type == "cpu":  # the estimates above come from timed steps
-            advised += timed_under_load((load or CoreLoad()).others())
-    if dry_run:
-        for line in advised:
-            log(line)
-        print(f"# {plan.describe()}\n" + dry_run_text(cfg, plan.explicit, steps), end="")
-        return None
     lock: FileLock | None = None
-    try:
+    try:  # from here the process group is up: every way out shuts it down (a live gloo group can abort the exit)
+        if dist.enabled:  # every rank starts from what rank 0 found: a new run, or the same checkpoint
+            distributed.check_same_start(plan.mode.name.lower(), plan.source, plan.start, dist)
+        rows = cfg.train.batch_size // (cfg.train.grad_accum_steps * world) * cfg.model.block_size
+        trained = None  # a resume keeps what auto chose where the run trained: the values its config carries
+        if resume_from is not None and resume_from.decided:
+            saved = resume_from.config["train"]
+            trained = {**resume_from.decided, **{k: saved[k] for k in ("dtype", "attention", "threads")}}
+        chosen, advised = decide(cfg, device, rows, trained, dist, (load or CoreLoad()).others())  # cores others keep
+        given = cfg.flat()  # before the choices: "auto" (or threads 0) marks a key auto chose
+        decided = {"keys": [k for k in chosen if given[k] in ("auto", 0)], "device": device.type}
+        decided["processes"] = dist.local_world_size  # the processes that shared the cores
+        cfg = cfg.replace(**chosen)  # the one resolved config: config.yaml's, and every checkpoint's
+        dtype = DTYPES[chosen["train.dtype"]]
+        steps = None  # the steps train.max_time allows (--auto's probe, or a timed step for the advisor)
+        if cfg.train.auto and resume_from is None:
+            cfg, steps = auto_size(cfg, plan.explicit, corpus, tok, device, dtype, t_start)
+        too_big = preflight.check(cfg, tok.vocab_size, device, dtype, world)  # each of the world's processes
+        if too_big:
+            raise UserError(too_big)
+        kept = [disk.snapshot_plan(cfg, tok.vocab_size, resume_from.step if resume_from is not None else 0)]
+        disk.preflight(cfg, out_dir, parameter_count(cfg.model, tok.vocab_size), dist.is_main, kept)
+        if resume_from is None:
+            advised += run_advice(cfg, corpus, tok, device, dtype, steps, t_start, not dist.enabled, world)
+            if cfg.train.max_time and device.type == "cpu":  # the estimates above come from timed steps
+                advised += timed_under_load((load or CoreLoad()).others())
+        if dry_run:
+            for line in advised:
+                log(line)
+            print(f"# {plan.describe()}\n" + dry_run_text(cfg, plan.explicit, steps), end="")
+            return None
         if dist.is_main:
             prepare_run_dir(out_dir)
             lock = lock_run_dir(out_dir)
